@@ -137,11 +137,7 @@ impl BlockHeader {
         prefix.push_str("\",\"agent\":");
         prefix.push_str(&serde_json::Value::from(agent).to_string());
         prefix.push_str(",\"final\":");
-        Self {
-            kind,
-            prefix,
-            extras,
-        }
+        Self { kind, prefix, extras }
     }
 
     /// Encoded size of an envelope of this block whose delta is empty.

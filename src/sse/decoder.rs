@@ -601,7 +601,10 @@ mod tests {
         // Split anywhere, same result.
         let whole = datas(OLD, input);
         for i in 0..input.len() {
-            let got: Vec<_> = decode(OLD, &[&input[..i], &input[i..]]).into_iter().map(|e| e.1).collect();
+            let got: Vec<_> = decode(OLD, &[&input[..i], &input[i..]])
+                .into_iter()
+                .map(|e| e.1)
+                .collect();
             assert_eq!(got, whole, "split at {i}");
         }
     }

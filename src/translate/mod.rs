@@ -12,7 +12,7 @@ pub use stats::{Observer, ParseErrorKind, Stats};
 use serde::Deserialize;
 
 use crate::legacy::Parser;
-use crate::sse::{Decoder, DecoderOptions, Framing, LineEnds, SseEvent};
+use crate::sse::{Decoder, DecoderOptions, Framing, LineEnds};
 
 /// Which upstream dialect to expect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -204,7 +204,3 @@ pub fn translate_all(opts: Options, fallback_agent: &str, input: &[u8]) -> (Vec<
     t.finish(&mut out);
     (out, t.observer().clone())
 }
-
-// Used by `Parser::on_sse`'s signature.
-#[allow(unused_imports)]
-pub(crate) use SseEvent as _SseEvent;
