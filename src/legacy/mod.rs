@@ -1,26 +1,526 @@
-//! Legacy items: tokenizer, per-kind unescaping, raw dialect, agent scopes.
+//! Legacy items: the second stage of the pipeline. It receives SSE event
+//! data pieces and turns the legacy item stream into envelopes.
+//!
+//! Items are read as a character stream across events (DESIGN 3.1), while
+//! event boundaries still decide the traps of DESIGN 3.6: a text block's
+//! close tag counts only where it ends its event; an event that is exactly
+//! one complete item is that item even inside an open text block; the
+//! backend failure JSON is recognised as the stream's last event.
+//!
+//! ```text
+//!            ┌──────── `<content-block-text>` ───────▶ Text ── close tag at event end ──┐
+//!  Idle ─────┼── `<content-block-*_result …>` etc. ──▶ Body (CDATA) ── `]]></…>` ───────┤
+//!   ▲  ▲     ├── `<meta_init …>`, tool calls ────────▶ ExpectClose ── `</…>` ─────────────┤
+//!   │  │     ├── `<citations>` / client tool_result ─▶ Citations / ToolResult ──────────┤
+//!   │  │     └── event not starting with `<` ────────▶ EventItem ([DONE], JSON) ─────────┤
+//!   │  └──────────────────────────────────────────────────────────────────────────────────┘
+//!   └── SkipEvent (after bad input, to the end of the event)
+//! ```
 
+mod body;
+mod emit;
+mod escape;
+mod items;
+mod raw;
+mod scope;
+mod tag;
+mod text;
+
+use memchr::memmem;
+
+use crate::envelope::{BlockHeader, EnvelopeKind, Extras};
+use crate::sse::encoder::DONE;
 use crate::sse::SseEvent;
-use crate::translate::{Observer, Options};
+use crate::translate::{DataJoin, Observer, Options, ParseErrorKind};
 
-/// Placeholder until the item parser lands.
-pub struct Parser {
-    agent: String,
+use body::{Body, CitationsCtx, ToolResultCtx};
+use raw::RawBlocks;
+use scope::Scopes;
+use tag::{Tag, TagKind, TagScan};
+use text::Streamed;
+
+/// Whether a state step made progress or needs more input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flow {
+    Continue,
+    Wait,
 }
 
+#[derive(Debug)]
+enum State {
+    /// Between items.
+    Idle,
+    /// An event that does not start with `<` (`[DONE]`, JSON): judged whole
+    /// when the event ends.
+    EventItem,
+    /// Inside a text or thinking block (the top of `streamed`).
+    Text,
+    /// An item whose content is in its attributes: waiting for `</name>`.
+    ExpectClose(String),
+    /// The body of a buffered item.
+    Body(Box<Body>),
+    /// Inside a client tool result, between its children.
+    ToolResult(Box<ToolResultCtx>),
+    /// Inside `<citations>`.
+    Citations(Box<CitationsCtx>),
+    /// After bad input: the rest of the event is dropped.
+    SkipEvent,
+}
+
+/// Where a stream position is, for fragmentation counts.
+#[derive(Debug, Clone, Copy, Default)]
+struct Mark {
+    events: u64,
+    lines: u64,
+}
+
+pub struct Parser {
+    opts: Options,
+    /// Unconsumed input, `pos` onwards; compacted once per piece.
+    buf: Vec<u8>,
+    pos: usize,
+    state: State,
+    /// The next data piece starts a new event.
+    event_fresh: bool,
+    /// Where the current event's data starts in `buf`.
+    event_start: usize,
+    /// The current event began inside an open text block (so it may be an
+    /// item in its own right, DESIGN 3.6).
+    whole_event: bool,
+    /// Events and lines seen so far, and where the current item began.
+    seen: Mark,
+    item_start: Option<Mark>,
+    tag_scan: TagScan,
+    /// Open text/thinking blocks; more than one only after a conflict.
+    streamed: Vec<Streamed>,
+    /// A text event shaped like the backend failure JSON, held to see
+    /// whether it is the last event.
+    pending_failure: Option<Vec<u8>>,
+    /// After an item was abandoned: skip continuation events until one
+    /// starts like an item, or one ends like an item (with `>`).
+    resync: bool,
+    /// The last byte of event data seen.
+    last_byte: u8,
+    scopes: Scopes,
+    raw: RawBlocks,
+    /// Reused scratch for unescaped text.
+    scratch: Vec<u8>,
+}
+
+/// Prefix of a CDATA section.
+const CDATA_OPEN: &[u8] = b"<![CDATA[";
+
 impl Parser {
-    pub fn new(_opts: Options, fallback_agent: &str) -> Self {
+    pub fn new(opts: Options, fallback_agent: &str) -> Self {
         Self {
-            agent: fallback_agent.to_owned(),
+            opts,
+            buf: Vec::new(),
+            pos: 0,
+            state: State::Idle,
+            event_fresh: true,
+            event_start: 0,
+            whole_event: false,
+            seen: Mark::default(),
+            item_start: None,
+            tag_scan: TagScan::default(),
+            streamed: Vec::new(),
+            pending_failure: None,
+            resync: false,
+            last_byte: 0,
+            scopes: Scopes::new(fallback_agent),
+            raw: RawBlocks::default(),
+            scratch: Vec::new(),
         }
     }
-    pub fn on_sse(&mut self, _ev: SseEvent<'_>, _out: &mut Vec<u8>, _obs: &mut impl Observer) {}
-    pub fn finish(&mut self, _out: &mut Vec<u8>, _obs: &mut impl Observer) {}
-    pub fn abort(&mut self, _msg: &str, _out: &mut Vec<u8>, _obs: &mut impl Observer) {}
+
     pub fn agent(&self) -> &str {
-        &self.agent
+        self.scopes.agent()
     }
+
     pub fn buffered_bytes(&self) -> usize {
-        0
+        let state = match &self.state {
+            State::Body(b) => b.buffered(),
+            State::Citations(c) => c.buffered(),
+            _ => 0,
+        };
+        self.buf.capacity()
+            + self.scratch.capacity()
+            + self.pending_failure.as_ref().map_or(0, Vec::capacity)
+            + self.raw.buffered()
+            + state
     }
+
+    /// One decoder event.
+    pub fn on_sse(&mut self, ev: SseEvent<'_>, out: &mut Vec<u8>, obs: &mut impl Observer) {
+        match ev {
+            SseEvent::Data(bytes) => {
+                if self.event_fresh {
+                    self.begin_event(out, obs);
+                }
+                self.buf.extend_from_slice(bytes);
+                self.last_byte = bytes.last().copied().unwrap_or(self.last_byte);
+                self.run(false, false, out, obs);
+                self.compact();
+            }
+            SseEvent::DataLine => {
+                self.seen.lines += 1;
+                if self.opts.data_join == DataJoin::Newline {
+                    self.buf.push(b'\n');
+                }
+            }
+            SseEvent::Dispatch { .. } => {
+                if self.event_fresh {
+                    // An event with empty data: nothing to place, but it
+                    // still ends whatever was waiting for an event end.
+                    self.begin_event(out, obs);
+                }
+                self.run(true, false, out, obs);
+                self.end_event();
+                self.compact();
+            }
+            SseEvent::Discard => {
+                // "An unfinished event at EOF is dropped": only bytes not
+                // yet acted on can be.
+                if matches!(self.state, State::Text | State::EventItem | State::Idle) {
+                    let keep = self.event_start.max(self.pos).min(self.buf.len());
+                    self.buf.truncate(keep);
+                }
+                self.event_fresh = true;
+            }
+        }
+    }
+
+    fn begin_event(&mut self, out: &mut Vec<u8>, obs: &mut impl Observer) {
+        self.event_fresh = false;
+        self.seen.events += 1;
+        self.seen.lines += 1;
+        if let Some(held) = self.pending_failure.take() {
+            // Not the last event after all: it was model text.
+            self.emit_text_bytes(&held, out, obs);
+        }
+        self.event_start = self.buf.len();
+        self.whole_event = matches!(self.state, State::Text);
+    }
+
+    fn end_event(&mut self) {
+        self.event_fresh = true;
+        if self.resync && self.last_byte == b'>' {
+            // The broken item's last fragment has passed.
+            self.resync = false;
+        }
+        if matches!(self.state, State::SkipEvent) {
+            self.state = State::Idle;
+        }
+        if matches!(self.state, State::Idle) && !self.streamed.is_empty() {
+            // An item that interrupted a text block is done: back to text.
+            self.state = State::Text;
+        }
+    }
+
+    fn compact(&mut self) {
+        if self.pos == 0 {
+            return;
+        }
+        if self.pos >= self.buf.len() {
+            self.buf.clear();
+        } else {
+            self.buf.drain(..self.pos);
+        }
+        self.event_start = self.event_start.saturating_sub(self.pos);
+        self.pos = 0;
+    }
+
+    /// Runs states until one needs more input. `at_end`: the current event
+    /// is complete; `eof`: no more input at all.
+    fn run(&mut self, at_end: bool, eof: bool, out: &mut Vec<u8>, obs: &mut impl Observer) {
+        loop {
+            let flow = match self.state {
+                State::Idle => self.idle(at_end, out, obs),
+                State::EventItem => self.event_item(at_end, eof, out, obs),
+                State::Text => self.text(at_end, out, obs),
+                State::ExpectClose(_) => self.expect_close(eof, out, obs),
+                State::Body(_) => self.body(at_end, eof, out, obs),
+                State::ToolResult(_) => self.tool_result_children(eof, out, obs),
+                State::Citations(_) => self.citations(eof, out, obs),
+                State::SkipEvent => {
+                    self.pos = self.buf.len();
+                    Flow::Wait
+                }
+            };
+            if flow == Flow::Wait {
+                return;
+            }
+        }
+    }
+
+    fn rest(&self) -> &[u8] {
+        &self.buf[self.pos..]
+    }
+
+    fn skip_ws(&mut self) {
+        let n = self.rest().iter().take_while(|b| b.is_ascii_whitespace()).count();
+        self.pos += n;
+    }
+
+    fn idle(&mut self, at_end: bool, out: &mut Vec<u8>, obs: &mut impl Observer) -> Flow {
+        if self.pos >= self.buf.len() {
+            return Flow::Wait;
+        }
+        if self.pos == self.event_start && self.buf[self.pos] != b'<' {
+            if self.resync {
+                self.state = State::SkipEvent;
+                return Flow::Continue;
+            }
+            self.item_start.get_or_insert(self.seen);
+            self.state = State::EventItem;
+            return Flow::Continue;
+        }
+        self.skip_ws();
+        let Some(&first) = self.rest().first() else {
+            return Flow::Wait;
+        };
+        if first != b'<' {
+            return self.bad_input(ParseErrorKind::Unexpected, "text outside any block", out, obs);
+        }
+        self.resync = false;
+        self.item_start.get_or_insert(self.seen);
+        let _ = at_end;
+        match self.next_tag(out, obs) {
+            Err(flow) => flow,
+            Ok(None) => Flow::Wait,
+            Ok(Some((kind, len))) => {
+                self.open_item(kind, len, out, obs);
+                Flow::Continue
+            }
+        }
+    }
+
+    /// Reads the tag at `pos` (which is `<`). `Ok(None)`: incomplete;
+    /// `Ok(Some((kind, len)))`: complete, `buf[pos..pos + len]`, not
+    /// consumed; `Err(flow)`: bad input, already reported.
+    fn next_tag(&mut self, out: &mut Vec<u8>, obs: &mut impl Observer) -> Result<Option<(TagKind, usize)>, Flow> {
+        let Some(len) = self.tag_scan.end(&self.buf[self.pos..]) else {
+            if self.buf.len() - self.pos > self.opts.max_item_bytes {
+                self.tag_scan = TagScan::default();
+                return Err(self.bad_input(ParseErrorKind::ItemTooLarge, "tag larger than max_item_bytes", out, obs));
+            }
+            return Ok(None);
+        };
+        self.tag_scan = TagScan::default();
+        match Tag::parse(&self.buf[self.pos..self.pos + len]) {
+            Ok(tag) => Ok(Some((tag.kind, len))),
+            Err(e) => {
+                let kind = match e {
+                    tag::TagError::Declaration => ParseErrorKind::Entity,
+                    tag::TagError::Utf8 => ParseErrorKind::InvalidUtf8,
+                    _ => ParseErrorKind::Syntax,
+                };
+                Err(self.bad_input(kind, &e.to_string(), out, obs))
+            }
+        }
+    }
+
+    /// The name of the complete tag at `pos`.
+    fn tag_name(&self, len: usize) -> &str {
+        Tag::parse(&self.buf[self.pos..self.pos + len]).map_or("", |t| t.name)
+    }
+
+    fn event_item(&mut self, at_end: bool, eof: bool, out: &mut Vec<u8>, obs: &mut impl Observer) -> Flow {
+        if self.buf.len() - self.pos > self.opts.max_item_bytes {
+            return self.bad_input(
+                ParseErrorKind::ItemTooLarge,
+                "event larger than max_item_bytes",
+                out,
+                obs,
+            );
+        }
+        if !at_end {
+            return Flow::Wait;
+        }
+        let (start, end) = (self.pos, self.buf.len());
+        let trimmed = self.buf[start..end].trim_ascii();
+        if trimmed.is_empty() {
+            self.pos = end;
+            self.item_start = None;
+            self.state = State::Idle;
+            return Flow::Continue;
+        }
+        if trimmed == b"[DONE]" {
+            out.extend_from_slice(DONE);
+            self.pos = end;
+            self.item_done(obs);
+            self.state = State::Idle;
+            return Flow::Continue;
+        }
+        if trimmed[0] == b'{' {
+            let json = std::mem::take(&mut self.buf);
+            let result = self.json_event(&json[start..end], out, obs);
+            self.buf = json;
+            match result {
+                raw::JsonEvent::Incomplete if !eof => {
+                    // A JSON event split across SSE events: keep reading.
+                    return Flow::Wait;
+                }
+                raw::JsonEvent::Incomplete | raw::JsonEvent::Invalid(_) => {
+                    let msg = match result {
+                        raw::JsonEvent::Invalid(m) => m,
+                        _ => "JSON event cut short".to_owned(),
+                    };
+                    return self.bad_input(ParseErrorKind::InvalidJson, &msg, out, obs);
+                }
+                raw::JsonEvent::Done => {}
+            }
+            self.pos = end;
+            self.item_done(obs);
+            self.state = State::Idle;
+            return Flow::Continue;
+        }
+        self.bad_input(ParseErrorKind::Unexpected, "text outside any block", out, obs)
+    }
+
+    fn expect_close(&mut self, eof: bool, out: &mut Vec<u8>, obs: &mut impl Observer) -> Flow {
+        self.skip_ws();
+        if self.rest().is_empty() {
+            let _ = eof;
+            return Flow::Wait;
+        }
+        if self.rest()[0] != b'<' {
+            return self.bad_input(
+                ParseErrorKind::Syntax,
+                "content where a closing tag was expected",
+                out,
+                obs,
+            );
+        }
+        match self.next_tag(out, obs) {
+            Err(flow) => flow,
+            Ok(None) => Flow::Wait,
+            Ok(Some((kind, len))) => {
+                let State::ExpectClose(name) = &self.state else {
+                    return Flow::Continue;
+                };
+                if kind == TagKind::Close && self.tag_name(len) == name {
+                    self.pos += len;
+                    self.item_done(obs);
+                    self.state = State::Idle;
+                    Flow::Continue
+                } else {
+                    let msg = format!("expected </{name}>");
+                    self.bad_input(ParseErrorKind::Syntax, &msg, out, obs)
+                }
+            }
+        }
+    }
+
+    /// The current item is complete.
+    fn item_done(&mut self, obs: &mut impl Observer) {
+        if let Some(start) = self.item_start.take() {
+            let events = (self.seen.events - start.events + 1) as u32;
+            let lines = (self.seen.lines - start.lines + 1) as u32;
+            obs.item(events, lines);
+        }
+    }
+
+    /// Reports bad input, drops the rest of the event and resynchronises.
+    fn bad_input(&mut self, kind: ParseErrorKind, message: &str, out: &mut Vec<u8>, obs: &mut impl Observer) -> Flow {
+        self.abandon_item(out, obs);
+        self.parse_error(kind, message, out, obs);
+        self.item_start = None;
+        self.resync = true;
+        self.state = State::SkipEvent;
+        Flow::Continue
+    }
+
+    /// Flushes what an unfinished item holds so that nothing is lost.
+    fn abandon_item(&mut self, out: &mut Vec<u8>, obs: &mut impl Observer) {
+        let budget = self.opts.budget;
+        match std::mem::replace(&mut self.state, State::Idle) {
+            State::Body(b) => {
+                let parent = b.abandon(out, obs, budget);
+                if let Some(ctx) = parent {
+                    ctx.abandon(out, obs, budget);
+                }
+            }
+            State::ToolResult(ctx) => ctx.abandon(out, obs, budget),
+            State::Citations(mut ctx) => ctx.abandon(out, obs, budget),
+            _ => {}
+        }
+    }
+
+    /// Writes an `error` envelope `{"type":"parse_error","kind","message"}`.
+    fn parse_error(&mut self, kind: ParseErrorKind, message: &str, out: &mut Vec<u8>, obs: &mut impl Observer) {
+        obs.parse_error(kind);
+        let delta = serde_json::json!({"type": "parse_error", "kind": kind.as_str(), "message": message});
+        self.error_envelope(&delta.to_string(), out, obs);
+    }
+
+    fn error_envelope(&mut self, delta: &str, out: &mut Vec<u8>, obs: &mut impl Observer) {
+        let header = BlockHeader::new(EnvelopeKind::Error, self.scopes.agent(), Extras::new());
+        emit::whole(out, obs, self.opts.budget, header, delta);
+    }
+
+    /// End of input.
+    pub fn finish(&mut self, out: &mut Vec<u8>, obs: &mut impl Observer) {
+        if !self.event_fresh {
+            // Data without a dispatch never reaches here (the decoder
+            // discards it), but be safe.
+            self.end_event();
+        }
+        self.run(true, true, out, obs);
+        let failure = self.pending_failure.take();
+        let truncated = match &self.state {
+            State::Idle | State::Text | State::SkipEvent => !self.rest().trim_ascii().is_empty(),
+            _ => true,
+        };
+        if matches!(self.state, State::Text) {
+            // Held bytes (a partial close tag) are text after all.
+            let (from, to) = (self.pos, self.buf.len());
+            self.emit_text_range(from, to, out, obs);
+            self.pos = to;
+        }
+        self.abandon_item(out, obs);
+        self.close_streamed(out, obs);
+        self.raw.close_all(&mut self.scopes, out, obs, self.opts.budget);
+        if let Some(failure) = failure {
+            self.backend_failure(&failure, out, obs);
+        }
+        if truncated {
+            self.parse_error(ParseErrorKind::Truncated, "input ended inside an item", out, obs);
+        }
+        self.buf.clear();
+        self.pos = 0;
+    }
+
+    /// The upstream failed: close what is open and say so.
+    pub fn abort(&mut self, message: &str, out: &mut Vec<u8>, obs: &mut impl Observer) {
+        if let Some(held) = self.pending_failure.take() {
+            self.emit_text_bytes(&held, out, obs);
+        }
+        if matches!(self.state, State::Text) {
+            let (from, to) = (self.pos, self.buf.len().min(self.event_start.max(self.pos)));
+            self.emit_text_range(from, to, out, obs);
+        }
+        self.abandon_item(out, obs);
+        self.close_streamed(out, obs);
+        self.raw.close_all(&mut self.scopes, out, obs, self.opts.budget);
+        let delta = serde_json::json!({"type": "upstream_error", "message": message});
+        self.error_envelope(&delta.to_string(), out, obs);
+        self.buf.clear();
+        self.pos = 0;
+    }
+}
+
+/// Whether `hay` ends with a proper prefix of `needle` of at least one
+/// byte; returns that prefix's length.
+fn partial_suffix(hay: &[u8], needle: &[u8]) -> usize {
+    let max = needle.len().saturating_sub(1).min(hay.len());
+    (1..=max)
+        .rev()
+        .find(|&n| hay[hay.len() - n..] == needle[..n])
+        .unwrap_or(0)
+}
+
+/// Finds `needle` in `hay`.
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    memmem::find(hay, needle)
 }

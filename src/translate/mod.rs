@@ -204,3 +204,6 @@ pub fn translate_all(opts: Options, fallback_agent: &str, input: &[u8]) -> (Vec<
     t.finish(&mut out);
     (out, t.observer().clone())
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,649 @@
+//! Bodies of buffered items: CDATA (or plain) content streamed out in
+//! chunks as it arrives, with the `]]>` rules of DESIGN 3.3 and 3.6, plus the
+//! two containers with children (client tool results, citations).
+
+use super::emit::{self, Chunked};
+use super::escape::{Escape, Unescaper};
+use super::tag::{attr, Tag, TagKind};
+use super::{find, partial_suffix, Flow, Parser, State, CDATA_OPEN};
+use crate::envelope::{BlockHeader, EnvelopeKind, Extras};
+use crate::translate::{Observer, ParseErrorKind};
+
+const CDATA_CLOSE: &[u8] = b"]]>";
+
+/// Where a body's CDATA section ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndRule {
+    /// At the first `]]></name>`.
+    First,
+    /// At the `]]></name>` that ends its event: the content may itself hold
+    /// `]]>` (server results, errors, meta_files; DESIGN 3.6).
+    AtEventEnd,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Before the content: whitespace, then `<![CDATA[`, the close tag, or text.
+    Start,
+    Cdata,
+    /// Content without CDATA, up to the close tag.
+    Text,
+}
+
+/// Where a body's content goes.
+#[derive(Debug)]
+pub enum Sink {
+    Chunked(Chunked),
+    /// A client tool result: JSON kept as it stands, text unescaped
+    /// (DESIGN 3.6). Raw bytes wait here until the choice is made.
+    Sniff {
+        chunked: Chunked,
+        raw: Vec<u8>,
+    },
+    /// Collected whole (a citation's text).
+    Collect(Vec<u8>),
+    Drop,
+}
+
+/// Where to go when the body ends.
+#[derive(Debug)]
+pub enum Parent {
+    Top,
+    ToolResult(Box<ToolResultCtx>),
+    Citations(Box<CitationsCtx>),
+}
+
+#[derive(Debug)]
+pub struct Body {
+    close: Vec<u8>,
+    phase: Phase,
+    end_rule: EndRule,
+    /// `]]><![CDATA[` joins sections (client results split `]]>` so).
+    join: bool,
+    unescape: Unescaper,
+    sink: Sink,
+    parent: Parent,
+    /// Reused buffer of unescaped content.
+    scratch: Vec<u8>,
+    /// Content was not UTF-8 (replaced).
+    invalid_utf8: bool,
+    /// Collected content went over `max_item_bytes` (the rest was dropped).
+    overflow: bool,
+    /// Close with an empty `final:true` envelope (an unknown tag's content
+    /// sent as a text block of its own).
+    pub final_marker: bool,
+}
+
+impl Body {
+    pub fn new(name: &str, end_rule: EndRule, escape: Escape, sink: Sink, parent: Parent) -> Self {
+        let mut close = Vec::with_capacity(name.len() + 3);
+        close.extend_from_slice(b"</");
+        close.extend_from_slice(name.as_bytes());
+        close.push(b'>');
+        Self {
+            close,
+            phase: Phase::Start,
+            end_rule,
+            join: escape == Escape::Client,
+            unescape: Unescaper::new(escape),
+            sink,
+            parent,
+            scratch: Vec::new(),
+            invalid_utf8: false,
+            overflow: false,
+            final_marker: false,
+        }
+    }
+
+    pub fn buffered(&self) -> usize {
+        let sink = match &self.sink {
+            Sink::Chunked(c) => c.buffered(),
+            Sink::Sniff { chunked, raw } => chunked.buffered() + raw.capacity(),
+            Sink::Collect(v) => v.capacity(),
+            Sink::Drop => 0,
+        };
+        sink + self.scratch.capacity()
+            + match &self.parent {
+                Parent::Citations(c) => c.buffered(),
+                _ => 0,
+            }
+    }
+
+    fn push(&mut self, content: &[u8], out: &mut Vec<u8>, obs: &mut impl Observer, opts: &crate::translate::Options) {
+        if content.is_empty() {
+            return;
+        }
+        match &mut self.sink {
+            Sink::Sniff { raw, .. } => {
+                raw.extend_from_slice(content);
+                if raw.len() > opts.json_sniff_bytes {
+                    // Too large to hold: judge by the first byte.
+                    let json = matches!(raw.trim_ascii_start().first(), Some(b'{' | b'['));
+                    let raw = std::mem::take(raw);
+                    self.choose(json, &raw, out, obs, opts.budget);
+                }
+            }
+            Sink::Chunked(c) => {
+                self.scratch.clear();
+                self.unescape.push(content, &mut self.scratch);
+                c.push(&self.scratch, out, obs, opts.budget);
+            }
+            Sink::Collect(v) => {
+                if v.len() + content.len() > opts.max_item_bytes {
+                    self.overflow = true;
+                } else {
+                    self.unescape.push(content, v);
+                }
+            }
+            Sink::Drop => {}
+        }
+    }
+
+    /// Ends sniffing: `json` keeps the escaped text as it stands.
+    fn choose(&mut self, json: bool, raw: &[u8], out: &mut Vec<u8>, obs: &mut impl Observer, budget: usize) {
+        let Sink::Sniff { chunked, .. } = std::mem::replace(&mut self.sink, Sink::Drop) else {
+            return;
+        };
+        let mut chunked = chunked;
+        if json {
+            self.unescape = Unescaper::new(Escape::None);
+        }
+        self.scratch.clear();
+        self.unescape.push(raw, &mut self.scratch);
+        chunked.push(&self.scratch, out, obs, budget);
+        self.sink = Sink::Chunked(chunked);
+    }
+
+    /// Content complete: flushes the sink. Returns collected text, if any.
+    fn finish(&mut self, out: &mut Vec<u8>, obs: &mut impl Observer, budget: usize) -> Option<Vec<u8>> {
+        if let Sink::Sniff { raw, .. } = &mut self.sink {
+            let raw = std::mem::take(raw);
+            let json = serde_json::from_slice::<serde::de::IgnoredAny>(&raw).is_ok();
+            self.choose(json, &raw, out, obs, budget);
+        }
+        match std::mem::replace(&mut self.sink, Sink::Drop) {
+            Sink::Chunked(mut c) => {
+                self.scratch.clear();
+                self.unescape.finish(&mut self.scratch);
+                c.push(&self.scratch, out, obs, budget);
+                self.invalid_utf8 |= c.invalid_utf8;
+                let header = self.final_marker.then(|| c.header.clone());
+                c.finish(out, obs, budget);
+                if let Some(h) = header {
+                    emit::envelope(out, obs, budget, &h, true, "");
+                }
+                None
+            }
+            Sink::Collect(mut v) => {
+                self.unescape.finish(&mut v);
+                Some(v)
+            }
+            _ => None,
+        }
+    }
+
+    /// Flushes what arrived and returns the parent, for an item cut short.
+    pub fn abandon(mut self, out: &mut Vec<u8>, obs: &mut impl Observer, budget: usize) -> Option<Box<ToolResultCtx>> {
+        self.finish(out, obs, budget);
+        match self.parent {
+            Parent::ToolResult(ctx) => Some(ctx),
+            Parent::Citations(mut c) => {
+                c.flush_final(out, obs, budget);
+                None
+            }
+            Parent::Top => None,
+        }
+    }
+}
+
+/// A client tool result between its children.
+#[derive(Debug)]
+pub struct ToolResultCtx {
+    pub id: String,
+    pub name: String,
+    pub agent: String,
+    /// A `<text>` or `<image>` child was seen.
+    pub multimodal: bool,
+}
+
+impl ToolResultCtx {
+    fn header(&self) -> BlockHeader {
+        BlockHeader::new(
+            EnvelopeKind::ToolResult,
+            &self.agent,
+            Extras::new().str("id", &self.id).str("name", &self.name),
+        )
+    }
+
+    /// Closes the block: the multimodal final marker, or an empty result.
+    fn close(&self, out: &mut Vec<u8>, obs: &mut impl Observer, budget: usize) {
+        emit::whole(out, obs, budget, self.header(), "");
+    }
+
+    pub fn abandon(&self, out: &mut Vec<u8>, obs: &mut impl Observer, budget: usize) {
+        self.close(out, obs, budget);
+    }
+}
+
+/// Inside `<citations>`: the last citation is held so it can be final.
+#[derive(Debug)]
+pub struct CitationsCtx {
+    pub agent: String,
+    /// The citation whose text is being read.
+    pub current: Option<Extras>,
+    held: Option<(BlockHeader, String)>,
+}
+
+impl CitationsCtx {
+    pub fn new(agent: &str) -> Self {
+        Self {
+            agent: agent.to_owned(),
+            current: None,
+            held: None,
+        }
+    }
+
+    pub fn buffered(&self) -> usize {
+        self.held.as_ref().map_or(0, |(_, t)| t.capacity())
+    }
+
+    fn add(&mut self, text: String, out: &mut Vec<u8>, obs: &mut impl Observer, budget: usize) {
+        let extras = self.current.take().unwrap_or_default();
+        let header = BlockHeader::new(EnvelopeKind::Citation, &self.agent, extras);
+        if let Some((h, t)) = self.held.replace((header, text)) {
+            citation(out, obs, budget, &h, false, &t);
+        }
+    }
+
+    fn flush_final(&mut self, out: &mut Vec<u8>, obs: &mut impl Observer, budget: usize) {
+        if let Some((h, t)) = self.held.take() {
+            citation(out, obs, budget, &h, true, &t);
+        }
+    }
+
+    pub fn abandon(&mut self, out: &mut Vec<u8>, obs: &mut impl Observer, budget: usize) {
+        self.flush_final(out, obs, budget);
+    }
+}
+
+/// One citation is one message, never split (DESIGN 4).
+fn citation(out: &mut Vec<u8>, obs: &mut impl Observer, budget: usize, h: &BlockHeader, is_final: bool, text: &str) {
+    emit::envelope(out, obs, budget, h, is_final, text);
+    obs.block_closed(EnvelopeKind::Citation, 1);
+}
+
+/// Citation attributes that are numbers in the envelope.
+const NUMERIC: &[&str] = &[
+    "document_index",
+    "start_char_index",
+    "end_char_index",
+    "start_page_number",
+    "end_page_number",
+    "start_block_index",
+    "end_block_index",
+];
+
+/// Envelope extras from a citation's attributes (DESIGN 3.3).
+pub fn citation_extras(attrs: &[(String, String)]) -> Extras {
+    let mut extras = Extras::new();
+    if let Some(t) = attr(attrs, "type").filter(|t| !t.is_empty()) {
+        extras = extras.str("citation_type", t);
+    }
+    for (k, v) in attrs {
+        if k == "type" || v.is_empty() {
+            continue;
+        }
+        let number = NUMERIC.contains(&k.as_str()).then(|| v.parse::<i64>().ok()).flatten();
+        extras = match number {
+            Some(n) => extras.value(k, &n.into()),
+            None => extras.str(k, v),
+        };
+    }
+    extras
+}
+
+impl Parser {
+    fn body_mut(&mut self) -> &mut Body {
+        match &mut self.state {
+            State::Body(b) => b,
+            _ => unreachable!("body state"),
+        }
+    }
+
+    pub(super) fn body(&mut self, at_end: bool, eof: bool, out: &mut Vec<u8>, obs: &mut impl Observer) -> Flow {
+        let State::Body(b) = &self.state else {
+            return Flow::Wait;
+        };
+        match b.phase {
+            Phase::Start => self.body_start(eof, out, obs),
+            Phase::Cdata => self.body_cdata(at_end, eof, out, obs),
+            Phase::Text => self.body_text(eof, out, obs),
+        }
+    }
+
+    fn body_start(&mut self, eof: bool, out: &mut Vec<u8>, obs: &mut impl Observer) -> Flow {
+        self.skip_ws();
+        let rest = self.rest();
+        if rest.is_empty() {
+            return Flow::Wait;
+        }
+        if rest.starts_with(CDATA_OPEN) {
+            self.pos += CDATA_OPEN.len();
+            self.body_mut().phase = Phase::Cdata;
+            return Flow::Continue;
+        }
+        let State::Body(b) = &self.state else {
+            return Flow::Wait;
+        };
+        let rest = &self.buf[self.pos..];
+        if rest.starts_with(&b.close) {
+            self.pos += b.close.len();
+            return self.body_done(out, obs);
+        }
+        let could_be = CDATA_OPEN.starts_with(rest) || b.close.starts_with(rest);
+        if could_be && !eof {
+            return Flow::Wait;
+        }
+        self.body_mut().phase = Phase::Text;
+        Flow::Continue
+    }
+
+    fn body_cdata(&mut self, at_end: bool, eof: bool, out: &mut Vec<u8>, obs: &mut impl Observer) -> Flow {
+        let opts = self.opts.clone();
+        let pos = self.pos;
+        let State::Body(b) = &mut self.state else {
+            return Flow::Wait;
+        };
+        let rest = &self.buf[pos..];
+        let Some(i) = find(rest, CDATA_CLOSE) else {
+            // Hold a trailing `]` or `]]`: it may start the section's end.
+            let hold = partial_suffix(rest, CDATA_CLOSE);
+            let hold = if eof { 0 } else { hold };
+            let n = rest.len() - hold;
+            b.push(&rest[..n], out, obs, &opts);
+            self.pos += n;
+            return Flow::Wait;
+        };
+        b.push(&rest[..i], out, obs, &opts);
+        let after = &rest[i + CDATA_CLOSE.len()..];
+        let close_len = b.close.len();
+        if b.join && after.starts_with(CDATA_OPEN) {
+            self.pos = pos + i + CDATA_CLOSE.len() + CDATA_OPEN.len();
+            return Flow::Continue;
+        }
+        if after.starts_with(&b.close) {
+            let at_event_end = after.len() == close_len && at_end;
+            if b.end_rule == EndRule::First || at_event_end || (eof && after.len() == close_len) {
+                self.pos = pos + i + CDATA_CLOSE.len() + close_len;
+                return self.body_done(out, obs);
+            }
+            if after.len() == close_len {
+                // Only the event's end can tell whether this closes the item.
+                self.pos = pos + i;
+                return Flow::Wait;
+            }
+        } else if !eof && ((b.join && CDATA_OPEN.starts_with(after)) || b.close.starts_with(after)) {
+            // Too few bytes after `]]>` to decide.
+            self.pos = pos + i;
+            return Flow::Wait;
+        }
+        // The `]]>` is content.
+        b.push(CDATA_CLOSE, out, obs, &opts);
+        self.pos = pos + i + CDATA_CLOSE.len();
+        Flow::Continue
+    }
+
+    fn body_text(&mut self, eof: bool, out: &mut Vec<u8>, obs: &mut impl Observer) -> Flow {
+        let opts = self.opts.clone();
+        let pos = self.pos;
+        let State::Body(b) = &mut self.state else {
+            return Flow::Wait;
+        };
+        let rest = &self.buf[pos..];
+        match find(rest, &b.close) {
+            Some(i) => {
+                b.push(&rest[..i], out, obs, &opts);
+                self.pos = pos + i + b.close.len();
+                self.body_done(out, obs)
+            }
+            None => {
+                let hold = if eof { 0 } else { partial_suffix(rest, &b.close) };
+                let n = rest.len() - hold;
+                b.push(&rest[..n], out, obs, &opts);
+                self.pos += n;
+                Flow::Wait
+            }
+        }
+    }
+
+    fn body_done(&mut self, out: &mut Vec<u8>, obs: &mut impl Observer) -> Flow {
+        let State::Body(mut b) = std::mem::replace(&mut self.state, State::Idle) else {
+            return Flow::Continue;
+        };
+        let collected = b.finish(out, obs, self.opts.budget);
+        if b.invalid_utf8 {
+            self.parse_error(
+                ParseErrorKind::InvalidUtf8,
+                "content is not UTF-8 (replaced with U+FFFD)",
+                out,
+                obs,
+            );
+        }
+        if b.overflow {
+            self.parse_error(
+                ParseErrorKind::ItemTooLarge,
+                "citation larger than max_item_bytes (cut)",
+                out,
+                obs,
+            );
+        }
+        match b.parent {
+            Parent::Top => {
+                self.item_done(obs);
+                self.state = State::Idle;
+            }
+            Parent::ToolResult(ctx) => self.state = State::ToolResult(ctx),
+            Parent::Citations(mut ctx) => {
+                let text = match String::from_utf8(collected.unwrap_or_default()) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        self.parse_error(ParseErrorKind::InvalidUtf8, "citation is not UTF-8", out, obs);
+                        String::from_utf8_lossy(e.as_bytes()).into_owned()
+                    }
+                };
+                ctx.add(text, out, obs, self.opts.budget);
+                self.state = State::Citations(ctx);
+            }
+        }
+        Flow::Continue
+    }
+
+    /// Between the children of a client tool result.
+    pub(super) fn tool_result_children(&mut self, eof: bool, out: &mut Vec<u8>, obs: &mut impl Observer) -> Flow {
+        self.skip_ws();
+        let rest = self.rest();
+        if rest.is_empty() {
+            return Flow::Wait;
+        }
+        let State::ToolResult(ctx) = std::mem::replace(&mut self.state, State::Idle) else {
+            return Flow::Wait;
+        };
+        let rest = &self.buf[self.pos..];
+        if !ctx.multimodal && (rest.starts_with(CDATA_OPEN) || rest[0] != b'<') {
+            // A plain result: one CDATA body (or plain text) to the close tag.
+            self.state = State::Body(Box::new(self.client_body(
+                &ctx,
+                "content-block-tool_result",
+                false,
+                Parent::Top,
+            )));
+            return Flow::Continue;
+        }
+        if CDATA_OPEN.starts_with(rest) && !eof {
+            self.state = State::ToolResult(ctx);
+            return Flow::Wait;
+        }
+        self.state = State::ToolResult(ctx);
+        let (kind, len) = match self.next_tag(out, obs) {
+            Err(flow) => return flow,
+            Ok(None) => return Flow::Wait,
+            Ok(Some(t)) => t,
+        };
+        let State::ToolResult(mut ctx) = std::mem::replace(&mut self.state, State::Idle) else {
+            return Flow::Wait;
+        };
+        let tag = match Tag::parse(&self.buf[self.pos..self.pos + len]) {
+            Ok(t) => t,
+            Err(_) => return Flow::Continue,
+        };
+        let name = tag.name.to_owned();
+        match (kind, name.as_str()) {
+            (TagKind::Close, "content-block-tool_result") => {
+                self.pos += len;
+                ctx.close(out, obs, self.opts.budget);
+                self.item_done(obs);
+                self.state = State::Idle;
+            }
+            (TagKind::Open, "text") => {
+                self.pos += len;
+                ctx.multimodal = true;
+                let body = self.client_body(&ctx, "text", true, Parent::Top);
+                self.state = State::Body(Box::new(Body {
+                    parent: Parent::ToolResult(ctx),
+                    ..body
+                }));
+            }
+            (TagKind::Open | TagKind::Empty, "image") => {
+                let attrs = match tag.attributes(Escape::None) {
+                    Ok(a) => a,
+                    Err(e) => {
+                        self.state = State::ToolResult(ctx);
+                        return self.bad_input(ParseErrorKind::Syntax, &e.to_string(), out, obs);
+                    }
+                };
+                self.pos += len;
+                ctx.multimodal = true;
+                let mut extras = Extras::new().str("id", &ctx.id);
+                for key in ["src", "media_type"] {
+                    if let Some(v) = attr(&attrs, key) {
+                        extras = extras.str(key, v);
+                    }
+                }
+                let header = BlockHeader::new(EnvelopeKind::ToolResultImage, &ctx.agent, extras);
+                emit::envelope(out, obs, self.opts.budget, &header, false, "");
+                obs.block_closed(EnvelopeKind::ToolResultImage, 1);
+                self.state = State::ToolResult(ctx);
+            }
+            (TagKind::Close, "image") | (TagKind::Close, "text") => {
+                self.pos += len;
+                self.state = State::ToolResult(ctx);
+            }
+            (TagKind::Open, _) => {
+                // An unknown child: its content is text of the result, or dropped.
+                obs.unknown_tag();
+                self.pos += len;
+                ctx.multimodal = true;
+                let keep = self.opts.unknown_tags == crate::translate::UnknownTags::Text;
+                let mut body = self.client_body(&ctx, &name, true, Parent::Top);
+                if !keep {
+                    body.sink = Sink::Drop;
+                }
+                self.state = State::Body(Box::new(Body {
+                    parent: Parent::ToolResult(ctx),
+                    ..body
+                }));
+            }
+            (TagKind::Empty, _) => {
+                obs.unknown_tag();
+                self.pos += len;
+                self.state = State::ToolResult(ctx);
+            }
+            (TagKind::Close, other) => {
+                let msg = format!("unexpected </{other}> in a tool result");
+                self.state = State::ToolResult(ctx);
+                return self.bad_input(ParseErrorKind::Syntax, &msg, out, obs);
+            }
+        }
+        Flow::Continue
+    }
+
+    /// A body holding client tool result text (DESIGN 3.3, second rule).
+    fn client_body(&self, ctx: &ToolResultCtx, close: &str, part: bool, parent: Parent) -> Body {
+        let chunked = Chunked::new(ctx.header());
+        let chunked = if part { chunked.never_final() } else { chunked };
+        Body::new(
+            close,
+            EndRule::First,
+            Escape::Client,
+            Sink::Sniff {
+                chunked,
+                raw: Vec::new(),
+            },
+            parent,
+        )
+    }
+
+    /// Between the `<citation>` children of `<citations>`.
+    pub(super) fn citations(&mut self, eof: bool, out: &mut Vec<u8>, obs: &mut impl Observer) -> Flow {
+        let _ = eof;
+        self.skip_ws();
+        let rest = self.rest();
+        if rest.is_empty() {
+            return Flow::Wait;
+        }
+        if rest[0] != b'<' {
+            return self.bad_input(ParseErrorKind::Syntax, "text between citations", out, obs);
+        }
+        let (kind, len) = match self.next_tag(out, obs) {
+            Err(flow) => return flow,
+            Ok(None) => return Flow::Wait,
+            Ok(Some(t)) => t,
+        };
+        let tag = match Tag::parse(&self.buf[self.pos..self.pos + len]) {
+            Ok(t) => t,
+            Err(_) => return Flow::Continue,
+        };
+        let is_citation = tag.name == "citation";
+        let closes = kind == TagKind::Close && tag.name == "citations";
+        let attrs = if is_citation && kind != TagKind::Close {
+            match tag.attributes(Escape::Formatter) {
+                Ok(a) => Some(a),
+                Err(e) => return self.bad_input(ParseErrorKind::Syntax, &e.to_string(), out, obs),
+            }
+        } else {
+            None
+        };
+        let State::Citations(mut ctx) = std::mem::replace(&mut self.state, State::Idle) else {
+            return Flow::Wait;
+        };
+        self.pos += len;
+        let budget = self.opts.budget;
+        match (kind, attrs) {
+            _ if closes => {
+                ctx.flush_final(out, obs, budget);
+                self.item_done(obs);
+                self.state = State::Idle;
+            }
+            (TagKind::Open, Some(attrs)) => {
+                ctx.current = Some(citation_extras(&attrs));
+                self.state = State::Body(Box::new(Body::new(
+                    "citation",
+                    EndRule::First,
+                    Escape::Formatter,
+                    Sink::Collect(Vec::new()),
+                    Parent::Citations(ctx),
+                )));
+            }
+            (TagKind::Empty, Some(attrs)) => {
+                ctx.current = Some(citation_extras(&attrs));
+                ctx.add(String::new(), out, obs, budget);
+                self.state = State::Citations(ctx);
+            }
+            _ => {
+                self.state = State::Citations(ctx);
+                return self.bad_input(ParseErrorKind::Syntax, "unexpected tag in citations", out, obs);
+            }
+        }
+        Flow::Continue
+    }
+}

@@ -1,0 +1,250 @@
+//! What each legacy tag opens (DESIGN 3.2), and the items whose whole
+//! content is in their attributes: meta_init, meta_final,
+//! awaiting_frontend_tools, tool calls.
+
+use indexmap::IndexMap;
+use serde_json::value::RawValue;
+
+use super::body::{Body, CitationsCtx, EndRule, Parent, Sink, ToolResultCtx};
+use super::emit::{self, Chunked};
+use super::escape::Escape;
+use super::tag::{attr, Tag, TagKind};
+use super::text::streamed_kind;
+use super::{Parser, State};
+use crate::envelope::{BlockHeader, EnvelopeKind, Extras};
+use crate::translate::{Observer, ParseErrorKind, UnknownTags};
+
+impl Parser {
+    /// A complete tag of `len` bytes at `pos`, seen between items.
+    pub(super) fn open_item(&mut self, kind: TagKind, len: usize, out: &mut Vec<u8>, obs: &mut impl Observer) {
+        let (name, attrs) = {
+            let Ok(tag) = Tag::parse(&self.buf[self.pos..self.pos + len]) else {
+                return;
+            };
+            let escape = match tag.name {
+                "meta_init" | "meta_final" | "awaiting_frontend_tools" | "content-block-tool_result" => Escape::None,
+                _ => Escape::Formatter,
+            };
+            let attrs = if kind == TagKind::Close {
+                Ok(Vec::new())
+            } else {
+                tag.attributes(escape)
+            };
+            (tag.name.to_owned(), attrs)
+        };
+        let attrs = match attrs {
+            Ok(a) => a,
+            Err(e) => {
+                let kind = match e {
+                    super::tag::TagError::Attribute {
+                        source: super::escape::AttrError::Entity(_),
+                        ..
+                    } => ParseErrorKind::Entity,
+                    _ => ParseErrorKind::Syntax,
+                };
+                self.bad_input(kind, &format!("<{name}>: {e}"), out, obs);
+                return;
+            }
+        };
+        if kind == TagKind::Close {
+            self.bad_input(
+                ParseErrorKind::Unexpected,
+                &format!("</{name}> with nothing open"),
+                out,
+                obs,
+            );
+            return;
+        }
+        self.pos += len;
+        let empty = kind == TagKind::Empty;
+        let agent = self.scopes.agent().to_owned();
+        let budget = self.opts.budget;
+        if let Some(k) = streamed_kind(&name) {
+            self.item_done(obs);
+            self.open_streamed(k, obs);
+            self.whole_event = false;
+            if empty {
+                self.close_streamed(out, obs);
+            }
+            return;
+        }
+        let close_state = if empty {
+            State::Idle
+        } else {
+            State::ExpectClose(name.clone())
+        };
+        match name.as_str() {
+            "meta_init" => {
+                self.meta_init(attr(&attrs, "data").unwrap_or(""), out, obs);
+                self.state = close_state;
+            }
+            "meta_final" | "awaiting_frontend_tools" => {
+                let kind = if name == "meta_final" {
+                    EnvelopeKind::MetaFinal
+                } else {
+                    EnvelopeKind::AwaitingFrontendTools
+                };
+                let data = attr(&attrs, "data").unwrap_or("");
+                self.check_json(data, &name, out, obs);
+                emit::whole(out, obs, budget, BlockHeader::new(kind, &agent, Extras::new()), data);
+                if kind == EnvelopeKind::MetaFinal {
+                    self.scopes.meta_final();
+                }
+                self.state = close_state;
+            }
+            "content-block-tool_call" | "content-block-server_tool_call" => {
+                let kind = if name == "content-block-tool_call" {
+                    EnvelopeKind::ToolCall
+                } else {
+                    EnvelopeKind::ServerToolCall
+                };
+                let id = attr(&attrs, "id").unwrap_or("");
+                let args = attr(&attrs, "arguments").unwrap_or("").trim();
+                // No arguments arrive as the JSON string "" (DESIGN 3.6).
+                let args = if args.is_empty() || args == "\"\"" { "{}" } else { args };
+                self.check_json(args, &name, out, obs);
+                self.scopes.tool_call(id);
+                let extras = Extras::new()
+                    .str("id", id)
+                    .str("name", attr(&attrs, "name").unwrap_or(""));
+                emit::whole(out, obs, budget, BlockHeader::new(kind, &agent, extras), args);
+                self.state = close_state;
+            }
+            "content-block-tool_result" => {
+                let id = attr(&attrs, "id").unwrap_or("").to_owned();
+                // The parent's call returning closes the child scopes.
+                self.scopes.tool_result(&id);
+                let ctx = ToolResultCtx {
+                    id,
+                    name: attr(&attrs, "name").unwrap_or("").to_owned(),
+                    agent: self.scopes.agent().to_owned(),
+                    multimodal: false,
+                };
+                if empty {
+                    let header = BlockHeader::new(
+                        EnvelopeKind::ToolResult,
+                        &ctx.agent,
+                        Extras::new().str("id", &ctx.id).str("name", &ctx.name),
+                    );
+                    emit::whole(out, obs, budget, header, "");
+                    self.item_done(obs);
+                } else {
+                    self.state = State::ToolResult(Box::new(ctx));
+                }
+            }
+            "citations" => {
+                self.state = if empty {
+                    State::Idle
+                } else {
+                    State::Citations(Box::new(CitationsCtx::new(&agent)))
+                };
+            }
+            _ => {
+                let buffered = buffered_kind(&name);
+                let (header, escape) = match buffered {
+                    Some(EnvelopeKind::ServerToolResult) => {
+                        let id = attr(&attrs, "id").unwrap_or("");
+                        self.scopes.tool_result(id);
+                        let stem = name.strip_prefix("content-block-").unwrap_or(&name);
+                        let rname = attr(&attrs, "name").filter(|n| !n.is_empty()).unwrap_or(stem);
+                        let extras = Extras::new().str("id", id).str("name", rname);
+                        let agent = self.scopes.agent().to_owned();
+                        (
+                            BlockHeader::new(EnvelopeKind::ServerToolResult, &agent, extras),
+                            Escape::Formatter,
+                        )
+                    }
+                    Some(EnvelopeKind::MetaFiles) => (
+                        BlockHeader::new(EnvelopeKind::MetaFiles, &agent, Extras::new()),
+                        Escape::None,
+                    ),
+                    Some(kind) => (BlockHeader::new(kind, &agent, Extras::new()), Escape::Formatter),
+                    None => {
+                        obs.unknown_tag();
+                        let header = BlockHeader::new(EnvelopeKind::Text, &agent, Extras::new());
+                        if empty {
+                            self.item_done(obs);
+                            return;
+                        }
+                        let sink = match self.opts.unknown_tags {
+                            UnknownTags::Text => Sink::Chunked(Chunked::new(header).never_final()),
+                            UnknownTags::Drop => Sink::Drop,
+                        };
+                        let mut body = Body::new(&name, EndRule::First, Escape::Formatter, sink, Parent::Top);
+                        body.final_marker = self.opts.unknown_tags == UnknownTags::Text;
+                        self.state = State::Body(Box::new(body));
+                        return;
+                    }
+                };
+                if empty {
+                    emit::whole(out, obs, budget, header, "");
+                    self.item_done(obs);
+                    return;
+                }
+                let body = Body::new(
+                    &name,
+                    EndRule::AtEventEnd,
+                    escape,
+                    Sink::Chunked(Chunked::new(header)),
+                    Parent::Top,
+                );
+                self.state = State::Body(Box::new(body));
+            }
+        }
+        if empty {
+            self.item_done(obs);
+        }
+    }
+
+    fn meta_init(&mut self, data: &str, out: &mut Vec<u8>, obs: &mut impl Observer) {
+        let budget = self.opts.budget;
+        // Top-level fields only; values stay as their raw JSON text, so a
+        // large history is validated but never rebuilt.
+        let parsed: Result<IndexMap<String, Box<RawValue>>, _> = serde_json::from_str(data);
+        let delta = match parsed {
+            Err(e) => {
+                self.parse_error(ParseErrorKind::InvalidJson, &format!("meta_init data: {e}"), out, obs);
+                data.to_owned()
+            }
+            Ok(map) => {
+                let get = |k: &str| map.get(k).and_then(|v| serde_json::from_str::<String>(v.get()).ok());
+                let agent = get("agent_uuid");
+                let parent = get("parent_agent_uuid");
+                let format = get("format");
+                if self.scopes.meta_init(agent.as_deref(), parent.as_deref()) == super::scope::Opened::Conflict {
+                    obs.scope_conflict();
+                }
+                let rewrite = self.opts.rewrite_format && matches!(format.as_deref(), Some("xml" | "raw"));
+                if rewrite {
+                    let json_format = RawValue::from_string("\"json\"".to_owned()).ok();
+                    let mut map = map;
+                    if let (Some(slot), Some(v)) = (map.get_mut("format"), json_format) {
+                        *slot = v;
+                    }
+                    serde_json::to_string(&map).unwrap_or_else(|_| data.to_owned())
+                } else {
+                    data.to_owned()
+                }
+            }
+        };
+        let header = BlockHeader::new(EnvelopeKind::MetaInit, self.scopes.agent(), Extras::new());
+        emit::whole(out, obs, budget, header, &delta);
+    }
+
+    /// Reports a JSON payload that does not parse (it is still sent).
+    fn check_json(&mut self, json: &str, what: &str, out: &mut Vec<u8>, obs: &mut impl Observer) {
+        if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(json) {
+            self.parse_error(ParseErrorKind::InvalidJson, &format!("{what}: {e}"), out, obs);
+        }
+    }
+}
+
+/// Items read as a body (CDATA), by tag name.
+fn buffered_kind(name: &str) -> Option<EnvelopeKind> {
+    match name {
+        "content-block-error" => Some(EnvelopeKind::Error),
+        "content-block-meta_files" => Some(EnvelopeKind::MetaFiles),
+        n if n.starts_with("content-block-") && n.ends_with("_tool_result") => Some(EnvelopeKind::ServerToolResult),
+        _ => None,
+    }
+}

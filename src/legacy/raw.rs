@@ -1,0 +1,318 @@
+//! The raw dialect (DESIGN 3.4): model stream events as JSON, translated as
+//! the backend's native JSON formatter would. Also the backend failure JSON,
+//! which both dialects send.
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use super::emit;
+use super::scope::Scopes;
+use super::text::failure_shape;
+use super::Parser;
+use crate::envelope::{BlockHeader, EnvelopeKind, Extras};
+use crate::translate::{Dialect, Observer, ParseErrorKind};
+
+/// The outcome of reading one JSON event.
+#[derive(Debug)]
+pub enum JsonEvent {
+    Done,
+    /// The JSON ends early: it may continue in the next SSE event.
+    Incomplete,
+    Invalid(String),
+}
+
+#[derive(Deserialize)]
+struct RawEvent<'a> {
+    #[serde(rename = "type", borrow, default)]
+    ty: Option<Cow<'a, str>>,
+    #[serde(default)]
+    index: Option<u64>,
+    #[serde(borrow, default)]
+    delta: Option<RawDelta<'a>>,
+    #[serde(default)]
+    content_block: Option<Map<String, Value>>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct RawDelta<'a> {
+    #[serde(rename = "type", borrow, default)]
+    ty: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    text: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    thinking: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    partial_json: Option<Cow<'a, str>>,
+    #[serde(default)]
+    citation: Option<Map<String, Value>>,
+}
+
+#[derive(Debug)]
+enum RawBlock {
+    Streamed {
+        header: BlockHeader,
+        chunks: u32,
+        citations: Vec<(Extras, String)>,
+    },
+    Tool {
+        header: BlockHeader,
+        id: String,
+        input: String,
+    },
+    Ignored,
+}
+
+/// Open raw-dialect content blocks by index.
+#[derive(Debug, Default)]
+pub struct RawBlocks {
+    open: Vec<(u64, RawBlock)>,
+}
+
+impl RawBlocks {
+    pub fn buffered(&self) -> usize {
+        self.open
+            .iter()
+            .map(|(_, b)| match b {
+                RawBlock::Tool { input, .. } => input.capacity(),
+                RawBlock::Streamed { citations, .. } => citations.iter().map(|(_, t)| t.capacity()).sum(),
+                RawBlock::Ignored => 0,
+            })
+            .sum()
+    }
+
+    fn take(&mut self, index: u64) -> Option<RawBlock> {
+        let at = self.open.iter().position(|(i, _)| *i == index)?;
+        Some(self.open.remove(at).1)
+    }
+
+    fn get_mut(&mut self, index: u64) -> Option<&mut RawBlock> {
+        self.open.iter_mut().find(|(i, _)| *i == index).map(|(_, b)| b)
+    }
+
+    /// End of stream: streamed blocks get their final marker; tool input
+    /// received so far is sent.
+    pub fn close_all(&mut self, scopes: &mut Scopes, out: &mut Vec<u8>, obs: &mut impl Observer, budget: usize) {
+        for (_, block) in std::mem::take(&mut self.open) {
+            stop(block, scopes, out, obs, budget);
+        }
+    }
+}
+
+/// `content_block_stop`: close a block (DESIGN 3.4).
+fn stop(block: RawBlock, scopes: &mut Scopes, out: &mut Vec<u8>, obs: &mut impl Observer, budget: usize) {
+    match block {
+        RawBlock::Streamed {
+            header,
+            chunks,
+            citations,
+        } => {
+            emit::envelope(out, obs, budget, &header, true, "");
+            obs.block_closed(header.kind, chunks + 1);
+            // Citations on a stopped text block follow its final marker.
+            let n = citations.len();
+            for (i, (extras, text)) in citations.into_iter().enumerate() {
+                let h = BlockHeader::new(EnvelopeKind::Citation, scopes.agent(), extras);
+                emit::envelope(out, obs, budget, &h, i + 1 == n, &text);
+                obs.block_closed(EnvelopeKind::Citation, 1);
+            }
+        }
+        RawBlock::Tool { header, id, input } => {
+            let input = if input.trim().is_empty() {
+                "{}".to_owned()
+            } else {
+                input
+            };
+            scopes.tool_call(&id);
+            emit::whole(out, obs, budget, header, &input);
+        }
+        RawBlock::Ignored => {}
+    }
+}
+
+fn str_field<'m>(m: &'m Map<String, Value>, k: &str) -> &'m str {
+    m.get(k).and_then(Value::as_str).unwrap_or("")
+}
+
+/// Envelope extras of a raw `citations_delta` citation; returns them with
+/// the cited text.
+fn citation(mut c: Map<String, Value>) -> (Extras, String) {
+    let text = match c.remove("cited_text") {
+        Some(Value::String(s)) => s,
+        _ => String::new(),
+    };
+    let mut extras = Extras::new();
+    if let Some(Value::String(t)) = c.remove("type") {
+        extras = extras.str("citation_type", &t);
+    }
+    for (k, v) in &c {
+        let empty = v.is_null() || v.as_str().is_some_and(str::is_empty);
+        if !empty {
+            extras = extras.value(k, v);
+        }
+    }
+    (extras, text)
+}
+
+impl Parser {
+    /// One complete event of JSON: the failure object or a raw model event.
+    pub(super) fn json_event(&mut self, ev: &[u8], out: &mut Vec<u8>, obs: &mut impl Observer) -> JsonEvent {
+        if failure_shape(ev).is_some() {
+            self.backend_failure(ev, out, obs);
+            return JsonEvent::Done;
+        }
+        let event: RawEvent<'_> = match serde_json::from_slice(ev) {
+            Ok(e) => e,
+            Err(e) if e.is_eof() => return JsonEvent::Incomplete,
+            Err(e) => return JsonEvent::Invalid(e.to_string()),
+        };
+        if self.opts.dialect == Dialect::Xml {
+            self.parse_error(
+                ParseErrorKind::Unexpected,
+                "raw-dialect event in an xml stream",
+                out,
+                obs,
+            );
+            return JsonEvent::Done;
+        }
+        let budget = self.opts.budget;
+        let index = event.index.unwrap_or(0);
+        match event.ty.as_deref().unwrap_or("") {
+            "content_block_start" => {
+                let cb = event.content_block.unwrap_or_default();
+                self.raw_start(index, cb, out, obs);
+            }
+            "content_block_delta" => {
+                let Some(delta) = event.delta else {
+                    return JsonEvent::Done;
+                };
+                let max = self.opts.max_item_bytes;
+                let Some(block) = self.raw.get_mut(index) else {
+                    self.parse_error(
+                        ParseErrorKind::Unexpected,
+                        "delta for a block that is not open",
+                        out,
+                        obs,
+                    );
+                    return JsonEvent::Done;
+                };
+                match (delta.ty.as_deref().unwrap_or(""), block) {
+                    ("text_delta" | "thinking_delta", RawBlock::Streamed { header, chunks, .. }) => {
+                        let text = delta.text.or(delta.thinking).unwrap_or_default();
+                        *chunks += emit::streamed_delta(out, obs, budget, header, &text);
+                    }
+                    ("input_json_delta", RawBlock::Tool { input, .. }) => {
+                        let part = delta.partial_json.unwrap_or_default();
+                        if input.len() + part.len() > max {
+                            self.parse_error(
+                                ParseErrorKind::ItemTooLarge,
+                                "tool input larger than max_item_bytes",
+                                out,
+                                obs,
+                            );
+                        } else {
+                            input.push_str(&part);
+                        }
+                    }
+                    ("citations_delta", RawBlock::Streamed { citations, .. }) => {
+                        if let Some(c) = delta.citation {
+                            citations.push(citation(c));
+                        }
+                    }
+                    // Signatures emit nothing; other pairs are ignored.
+                    _ => {}
+                }
+            }
+            "content_block_stop" => {
+                if let Some(block) = self.raw.take(index) {
+                    stop(block, &mut self.scopes, out, obs, budget);
+                }
+            }
+            "message_start" | "message_delta" | "message_stop" | "ping" => {}
+            "error" => {
+                let delta = event.error.unwrap_or(Value::Null).to_string();
+                self.error_envelope(&delta, out, obs);
+            }
+            other => {
+                let msg = format!("unknown raw event type {other:?}");
+                self.parse_error(ParseErrorKind::Unexpected, &msg, out, obs);
+            }
+        }
+        JsonEvent::Done
+    }
+
+    fn raw_start(&mut self, index: u64, mut cb: Map<String, Value>, out: &mut Vec<u8>, obs: &mut impl Observer) {
+        let budget = self.opts.budget;
+        let agent = self.scopes.agent().to_owned();
+        let ty = str_field(&cb, "type").to_owned();
+        let block = match ty.as_str() {
+            "text" | "thinking" => {
+                let kind = if ty == "text" {
+                    EnvelopeKind::Text
+                } else {
+                    EnvelopeKind::Thinking
+                };
+                let header = BlockHeader::new(kind, &agent, Extras::new());
+                let initial = str_field(&cb, &ty);
+                let chunks = emit::streamed_delta(out, obs, budget, &header, initial);
+                RawBlock::Streamed {
+                    header,
+                    chunks,
+                    citations: Vec::new(),
+                }
+            }
+            "tool_use" | "server_tool_use" | "mcp_tool_use" => {
+                let kind = if ty == "tool_use" {
+                    EnvelopeKind::ToolCall
+                } else {
+                    EnvelopeKind::ServerToolCall
+                };
+                let id = str_field(&cb, "id").to_owned();
+                let extras = Extras::new().str("id", &id).str("name", str_field(&cb, "name"));
+                // Input usually streams as input_json_delta; a non-empty
+                // initial input is the whole of it.
+                let input = match cb.get("input") {
+                    Some(Value::Object(m)) if !m.is_empty() => Value::Object(m.clone()).to_string(),
+                    _ => String::new(),
+                };
+                RawBlock::Tool {
+                    header: BlockHeader::new(kind, &agent, extras),
+                    id,
+                    input,
+                }
+            }
+            t if t.ends_with("_tool_result") => {
+                let id = cb
+                    .get("tool_use_id")
+                    .or_else(|| cb.get("id"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned();
+                let name = cb.get("name").and_then(Value::as_str).unwrap_or(t).to_owned();
+                // Structured content stays structured JSON (DESIGN 3.6).
+                let content = match cb.remove("content") {
+                    Some(Value::String(s)) => s,
+                    Some(v) => v.to_string(),
+                    None => String::new(),
+                };
+                let extras = Extras::new().str("id", &id).str("name", &name);
+                let header = BlockHeader::new(EnvelopeKind::ServerToolResult, &agent, extras);
+                emit::whole(out, obs, budget, header, &content);
+                RawBlock::Ignored
+            }
+            "redacted_thinking" => RawBlock::Ignored,
+            _ => {
+                obs.unknown_tag();
+                RawBlock::Ignored
+            }
+        };
+        if let Some(old) = self.raw.take(index) {
+            obs.scope_conflict();
+            stop(old, &mut self.scopes, out, obs, budget);
+        }
+        self.raw.open.push((index, block));
+    }
+}

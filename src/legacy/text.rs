@@ -1,0 +1,303 @@
+//! Text and thinking blocks: model text streamed as it arrives.
+//!
+//! A text event goes out when it completes. Held back are only bytes that
+//! could start the block's closing tag (or split an escape or a UTF-8
+//! character) and, at the event level, the cases of DESIGN 3.6: an event
+//! that is exactly one complete item, a sibling block's open tag (conflict),
+//! and the backend failure JSON (held until we know it is the last event).
+
+use memchr::memrchr;
+
+use super::emit;
+use super::escape::{incomplete_utf8_tail, unescape_all, Escape};
+use super::{partial_suffix, Flow, Parser, State};
+use crate::envelope::{BlockHeader, EnvelopeKind, Extras};
+use crate::translate::{Observer, ParseErrorKind};
+
+const TEXT_OPEN: &[u8] = b"<content-block-text>";
+const TEXT_CLOSE: &[u8] = b"</content-block-text>";
+const THINKING_OPEN: &[u8] = b"<content-block-thinking>";
+const THINKING_CLOSE: &[u8] = b"</content-block-thinking>";
+
+/// Items that may interrupt an open text block as one complete event.
+const ITEM_NAMES: &[&[u8]] = &[
+    b"content-block-error",
+    b"content-block-tool_result",
+    b"content-block-tool_call",
+    b"content-block-server_tool_call",
+    b"content-block-meta_files",
+    b"meta_init",
+    b"meta_final",
+    b"awaiting_frontend_tools",
+    b"citations",
+];
+
+/// An open text or thinking block.
+#[derive(Debug)]
+pub struct Streamed {
+    header: BlockHeader,
+    chunks: u32,
+    invalid_utf8: bool,
+}
+
+impl Streamed {
+    fn close_tag(&self) -> &'static [u8] {
+        match self.header.kind {
+            EnvelopeKind::Thinking => THINKING_CLOSE,
+            _ => TEXT_CLOSE,
+        }
+    }
+}
+
+/// The streamed kind a tag name opens, if any.
+pub fn streamed_kind(name: &str) -> Option<EnvelopeKind> {
+    match name {
+        "content-block-text" => Some(EnvelopeKind::Text),
+        "content-block-thinking" => Some(EnvelopeKind::Thinking),
+        _ => None,
+    }
+}
+
+/// Whether `ev` is exactly one complete non-streamed item: `<name …>…</name>`.
+fn is_complete_item(ev: &[u8]) -> bool {
+    let Some(inner) = ev.strip_prefix(b"<") else {
+        return false;
+    };
+    let name_len = inner
+        .iter()
+        .position(|b| b.is_ascii_whitespace() || *b == b'>' || *b == b'/')
+        .unwrap_or(inner.len());
+    let name = &inner[..name_len];
+    let known = ITEM_NAMES.contains(&name) || (name.starts_with(b"content-block-") && name.ends_with(b"_tool_result"));
+    if !known || ev.len() < name.len() * 2 + 5 {
+        return false;
+    }
+    let close_at = ev.len() - name.len() - 3;
+    ev.ends_with(b">") && &ev[close_at..close_at + 2] == b"</" && &ev[close_at + 2..ev.len() - 1] == name
+}
+
+/// Whether `ev` is the backend failure JSON `{"error","message"[,"traceback"]}`.
+pub fn failure_shape(ev: &[u8]) -> Option<serde_json::Map<String, serde_json::Value>> {
+    let t = ev.trim_ascii();
+    if t.first() != Some(&b'{') || t.last() != Some(&b'}') {
+        return None;
+    }
+    let map: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(t).ok()?;
+    let shaped = map.get("error").is_some_and(|e| e.is_string())
+        && map.contains_key("message")
+        && map
+            .keys()
+            .all(|k| matches!(k.as_str(), "error" | "message" | "traceback"));
+    shaped.then_some(map)
+}
+
+impl Parser {
+    pub(super) fn open_streamed(&mut self, kind: EnvelopeKind, obs: &mut impl Observer) {
+        if !self.streamed.is_empty() {
+            // Parallel subagents: another block is open (DESIGN 3.5).
+            obs.scope_conflict();
+        }
+        self.streamed.push(Streamed {
+            header: BlockHeader::new(kind, self.scopes.agent(), Extras::new()),
+            chunks: 0,
+            invalid_utf8: false,
+        });
+        self.state = State::Text;
+    }
+
+    pub(super) fn text(&mut self, at_end: bool, out: &mut Vec<u8>, obs: &mut impl Observer) -> Flow {
+        let len = self.buf.len();
+        if !at_end {
+            if len - self.pos > self.opts.max_text_event_bytes {
+                // Too large to hold until the event ends: stream it now.
+                self.whole_event = false;
+                let to = len - self.hold_back(self.pos, len);
+                let from = self.pos;
+                self.emit_text_range(from, to, out, obs);
+                self.pos = to;
+            }
+            return Flow::Wait;
+        }
+        obs.item(1, 1);
+        // 1. The block's close tag ends the event (with held bytes before).
+        let region = &self.buf[self.pos..];
+        if let Some(i) = self.streamed.iter().rposition(|s| region.ends_with(s.close_tag())) {
+            let to = len - self.streamed[i].close_tag().len();
+            let from = self.pos;
+            self.emit_text_range_to(i, from, to, out, obs);
+            self.pos = len;
+            let block = self.streamed.remove(i);
+            self.close_block(block, out, obs);
+            self.state = State::Idle;
+            return Flow::Continue;
+        }
+        let ev_from = self.event_start.max(self.pos);
+        if self.whole_event {
+            let ev = &self.buf[ev_from..];
+            // 2. An item sent whole while the block is open (an error).
+            if is_complete_item(ev) {
+                let from = self.pos;
+                self.emit_text_range(from, ev_from, out, obs);
+                self.pos = ev_from;
+                self.state = State::Idle;
+                return Flow::Continue;
+            }
+            // 3. Another block opened while this one is open.
+            let sibling = if ev == TEXT_OPEN {
+                Some(EnvelopeKind::Text)
+            } else if ev == THINKING_OPEN {
+                Some(EnvelopeKind::Thinking)
+            } else {
+                None
+            };
+            if let Some(kind) = sibling {
+                let from = self.pos;
+                self.emit_text_range(from, ev_from, out, obs);
+                self.pos = len;
+                self.open_streamed(kind, obs);
+                return Flow::Wait;
+            }
+            // 4. Perhaps the backend's failure, if nothing follows it.
+            if failure_shape(ev).is_some() {
+                let from = self.pos;
+                self.emit_text_range(from, ev_from, out, obs);
+                self.pending_failure = Some(self.buf[ev_from..].to_vec());
+                self.pos = len;
+                return Flow::Wait;
+            }
+        }
+        // 5. Plain text: everything but a possible start of a close tag.
+        let to = len - self.hold_back(self.pos, len);
+        let from = self.pos;
+        self.emit_text_range(from, to, out, obs);
+        self.pos = to;
+        Flow::Wait
+    }
+
+    /// How many trailing bytes of `buf[from..to]` must wait for more input:
+    /// a possible start of an open block's close tag, an unpaired `\`, or an
+    /// incomplete UTF-8 character.
+    fn hold_back(&self, from: usize, to: usize) -> usize {
+        let region = &self.buf[from..to];
+        // A close tag's prefix starts at the last `<` near the end.
+        let window = region.len().saturating_sub(THINKING_CLOSE.len());
+        if let Some(lt) = memrchr(b'<', &region[window..]).map(|i| window + i) {
+            let tail = &region[lt..];
+            if self
+                .streamed
+                .iter()
+                .any(|s| partial_suffix(tail, s.close_tag()) == tail.len())
+            {
+                return region.len() - lt;
+            }
+        }
+        let backslashes = region.iter().rev().take_while(|&&b| b == b'\\').count();
+        if backslashes % 2 == 1 {
+            return 1;
+        }
+        incomplete_utf8_tail(region)
+    }
+
+    /// Emits `buf[from..to]` as text of the top block.
+    pub(super) fn emit_text_range(&mut self, from: usize, to: usize, out: &mut Vec<u8>, obs: &mut impl Observer) {
+        if let Some(top) = self.streamed.len().checked_sub(1) {
+            self.emit_text_range_to(top, from, to, out, obs);
+        }
+    }
+
+    fn emit_text_range_to(&mut self, block: usize, from: usize, to: usize, out: &mut Vec<u8>, obs: &mut impl Observer) {
+        if from >= to {
+            return;
+        }
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        scratch.extend_from_slice(&unescape_all(Escape::Formatter, &self.buf[from..to]));
+        self.emit_unescaped(block, &scratch, out, obs);
+        self.scratch = scratch;
+    }
+
+    /// Emits held raw bytes (not in `buf`) as text of the top block.
+    pub(super) fn emit_text_bytes(&mut self, raw: &[u8], out: &mut Vec<u8>, obs: &mut impl Observer) {
+        if let Some(top) = self.streamed.len().checked_sub(1) {
+            let text = unescape_all(Escape::Formatter, raw).into_owned();
+            self.emit_unescaped(top, &text, out, obs);
+        }
+    }
+
+    fn emit_unescaped(&mut self, block: usize, text: &[u8], out: &mut Vec<u8>, obs: &mut impl Observer) {
+        let budget = self.opts.budget;
+        let s = &mut self.streamed[block];
+        let delta = match std::str::from_utf8(text) {
+            Ok(t) => std::borrow::Cow::Borrowed(t),
+            Err(_) => {
+                s.invalid_utf8 = true;
+                String::from_utf8_lossy(text)
+            }
+        };
+        s.chunks += emit::streamed_delta(out, obs, budget, &s.header, &delta);
+    }
+
+    fn close_block(&mut self, block: Streamed, out: &mut Vec<u8>, obs: &mut impl Observer) {
+        emit::envelope(out, obs, self.opts.budget, &block.header, true, "");
+        obs.block_closed(block.header.kind, block.chunks + 1);
+        if block.invalid_utf8 {
+            self.parse_error(
+                ParseErrorKind::InvalidUtf8,
+                "block text is not UTF-8 (replaced with U+FFFD)",
+                out,
+                obs,
+            );
+        }
+        if !self.streamed.is_empty() {
+            self.state = State::Text;
+        }
+    }
+
+    /// Closes every open streamed block, innermost first.
+    pub(super) fn close_streamed(&mut self, out: &mut Vec<u8>, obs: &mut impl Observer) {
+        while let Some(block) = self.streamed.pop() {
+            self.close_block(block, out, obs);
+        }
+        if matches!(self.state, State::Text) {
+            self.state = State::Idle;
+        }
+    }
+
+    /// The backend failed (DESIGN 3.1): an `error` envelope with its JSON.
+    pub(super) fn backend_failure(&mut self, raw: &[u8], out: &mut Vec<u8>, obs: &mut impl Observer) {
+        let Some(mut map) = failure_shape(raw) else {
+            return;
+        };
+        if !self.opts.include_traceback {
+            map.remove("traceback");
+        }
+        self.error_envelope(&serde_json::Value::Object(map).to_string(), out, obs);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn complete_items_are_recognised_by_name_and_close_tag() {
+        assert!(is_complete_item(
+            b"<content-block-error><![CDATA[x]]></content-block-error>"
+        ));
+        assert!(is_complete_item(
+            b"<content-block-web_search_tool_result id=\"1\"></content-block-web_search_tool_result>"
+        ));
+        assert!(!is_complete_item(b"<content-block-error>"));
+        assert!(!is_complete_item(b"<chart>x</chart>"));
+        assert!(!is_complete_item(b"<content-block-error>x</content-block-errors>"));
+    }
+
+    #[test]
+    fn only_the_exact_failure_shape_counts() {
+        assert!(failure_shape(br#"{"error":"ValueError","message":"m","traceback":"t"}"#).is_some());
+        assert!(failure_shape(br#"{"error":"E","message":"m"}"#).is_some());
+        assert!(failure_shape(br#"{"error":"E"}"#).is_none());
+        assert!(failure_shape(br#"{"error":"E","message":"m","x":1}"#).is_none());
+        assert!(failure_shape(b"{not json}").is_none());
+    }
+}

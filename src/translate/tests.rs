@@ -1,0 +1,357 @@
+//! End-to-end checks of the pipeline on small hand-written streams; the
+//! generated scenarios and fixtures live in `tests/`.
+
+use serde_json::{json, Value};
+
+use super::*;
+use crate::envelope::EnvelopeKind;
+
+fn run(opts: Options, input: &str) -> Vec<Value> {
+    let (out, _) = translate_all(opts, "fallback", input.as_bytes());
+    parse(&out)
+}
+
+pub(crate) fn parse(out: &[u8]) -> Vec<Value> {
+    let s = std::str::from_utf8(out).expect("output is UTF-8");
+    s.split_terminator("\n\n")
+        .map(|ev| {
+            let data = ev.strip_prefix("data: ").expect("every event is one data line");
+            assert!(!data.contains('\n'));
+            if data == "[DONE]" {
+                json!("[DONE]")
+            } else {
+                serde_json::from_str(data).expect("every envelope is JSON")
+            }
+        })
+        .collect()
+}
+
+/// Blocks as (type, agent, joined delta, finals), merging consecutive
+/// envelopes of the same type and agent up to a final one.
+fn blocks(envs: &[Value]) -> Vec<(String, String, String)> {
+    let mut out: Vec<(String, String, String)> = Vec::new();
+    let mut open = false;
+    for e in envs {
+        if e == "[DONE]" {
+            out.push(("[DONE]".into(), String::new(), String::new()));
+            open = false;
+            continue;
+        }
+        let (t, a, d) = (
+            e["type"].as_str().unwrap().to_owned(),
+            e["agent"].as_str().unwrap().to_owned(),
+            e["delta"].as_str().unwrap().to_owned(),
+        );
+        match out.last_mut() {
+            Some(last) if open && last.0 == t && last.1 == a => last.2.push_str(&d),
+            _ => out.push((t, a, d)),
+        }
+        open = e["final"] == false;
+    }
+    out
+}
+
+fn b(t: &str, a: &str, d: &str) -> (String, String, String) {
+    (t.into(), a.into(), d.into())
+}
+
+/// Translates at every split point and checks the output never changes.
+fn split_invariant(input: &str) -> Vec<u8> {
+    let bytes = input.as_bytes();
+    let (whole, _) = translate_all(Options::default(), "fallback", bytes);
+    for i in 0..=bytes.len() {
+        let mut t = Translator::new(Options::default(), "fallback");
+        let mut out = Vec::new();
+        t.feed(&bytes[..i], &mut out);
+        t.feed(&bytes[i..], &mut out);
+        t.finish(&mut out);
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            String::from_utf8_lossy(&whole),
+            "split at {i}"
+        );
+    }
+    whole
+}
+
+const META: &str = r#"data: <meta_init data="{&quot;format&quot;: &quot;xml&quot;, &quot;agent_uuid&quot;: &quot;A&quot;, &quot;parent_agent_uuid&quot;: null}"></meta_init>"#;
+
+#[test]
+fn a_text_block_streams_its_deltas_and_closes_with_an_empty_final() {
+    let input = format!(
+        "{META}\n\ndata: <content-block-text>\n\ndata: Hel\n\ndata: lo\\nworld \\\\n\n\ndata: </content-block-text>\n\ndata: [DONE]\n\n"
+    );
+    let envs = run(Options::default(), &input);
+    assert_eq!(envs[0]["type"], "meta_init");
+    assert_eq!(envs[0]["agent"], "A");
+    let meta: Value = serde_json::from_str(envs[0]["delta"].as_str().unwrap()).unwrap();
+    assert_eq!(meta["format"], "json");
+    assert_eq!(envs[1], json!({"type":"text","agent":"A","final":false,"delta":"Hel"}));
+    assert_eq!(envs[2]["delta"], "lo\nworld \\n");
+    assert_eq!(envs[3], json!({"type":"text","agent":"A","final":true,"delta":""}));
+    assert_eq!(envs[4], "[DONE]");
+    split_invariant(&input);
+}
+
+#[test]
+fn a_text_delta_goes_out_when_its_event_completes() {
+    let mut t = Translator::new(Options::default(), "f");
+    let mut out = Vec::new();
+    t.feed(b"data: <content-block-text>\n\ndata: <chart>a < b & c\n", &mut out);
+    assert!(parse(&out).is_empty());
+    t.feed(b"\n", &mut out);
+    assert_eq!(parse(&out)[0]["delta"], "<chart>a < b & c");
+}
+
+#[test]
+fn a_close_tag_counts_only_where_it_ends_its_event() {
+    let input = "data: <content-block-text>\n\ndata: say </content-block-text> now\n\ndata: </content-block-text>\n\n";
+    let envs = run(Options::default(), input);
+    assert_eq!(blocks(&envs), [b("text", "fallback", "say </content-block-text> now")]);
+    // Split across events, the close tag still closes.
+    let input = "data: <content-block-text>x</conte\n\ndata: nt-block-text>\n\n";
+    assert_eq!(blocks(&run(Options::default(), input)), [b("text", "fallback", "x")]);
+    split_invariant(input);
+}
+
+#[test]
+fn tool_calls_unescape_arguments_and_empty_input_becomes_an_object() {
+    let input = r#"data: <content-block-tool_call id="t1" name="search" arguments="{&quot;q&quot;: &quot;a\\nb&quot;}"></content-block-tool_call>
+
+data: <content-block-tool_call id="t2" name="now" arguments="&quot;&quot;"></content-block-tool_call>
+
+"#;
+    let envs = run(Options::default(), input);
+    assert_eq!(
+        envs[0],
+        json!({"type":"tool_call","agent":"fallback","final":true,"delta":"{\"q\": \"a\\nb\"}","id":"t1","name":"search"})
+    );
+    assert_eq!(envs[1]["delta"], "{}");
+    split_invariant(input);
+}
+
+#[test]
+fn client_tool_results_join_cdata_sections_and_unescape_newlines_only() {
+    let input = "data: <content-block-tool_result id=\"t1\" name=\"f\"><![CDATA[a]]]]><![CDATA[>b\\nC:\\dir]]></content-block-tool_result>\n\n";
+    let envs = run(Options::default(), input);
+    assert_eq!(blocks(&envs), [b("tool_result", "fallback", "a]]>b\nC:\\dir")]);
+    assert_eq!(envs[0]["final"], true);
+    assert_eq!(envs[0]["id"], "t1");
+    split_invariant(input);
+    // Structured results keep their JSON escapes.
+    let input = "data: <content-block-tool_result id=\"t\" name=\"f\"><![CDATA[{\"a\": \"x\\ny\"}]]></content-block-tool_result>\n\n";
+    assert_eq!(run(Options::default(), input)[0]["delta"], "{\"a\": \"x\\ny\"}");
+}
+
+#[test]
+fn server_results_end_at_the_cdata_end_that_ends_the_event() {
+    let input = "data: <content-block-server_tool_result id=\"s\" name=\"web\"><![CDATA[x]]></content-block-server_tool_result>y\\\\]]></content-block-server_tool_result>\n\n";
+    let envs = run(Options::default(), input);
+    assert_eq!(
+        blocks(&envs),
+        [b(
+            "server_tool_result",
+            "fallback",
+            "x]]></content-block-server_tool_result>y\\"
+        )]
+    );
+    split_invariant(input);
+    let input = "data: <content-block-code_execution_tool_result id=\"c\"><![CDATA[ok]]></content-block-code_execution_tool_result>\n\n";
+    let envs = run(Options::default(), input);
+    assert_eq!(envs[0]["name"], "code_execution_tool_result");
+}
+
+#[test]
+fn multimodal_results_send_text_images_and_a_final_marker() {
+    let input = "data: <content-block-tool_result id=\"t\" name=\"shot\"><text><![CDATA[see\\n]]></text><image src=\"data:image/png;base64,AA==\" media_type=\"image/png\" /></content-block-tool_result>\n\n";
+    let envs = run(Options::default(), input);
+    let kinds: Vec<_> = envs
+        .iter()
+        .map(|e| (e["type"].as_str().unwrap(), e["final"].as_bool().unwrap()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("tool_result", false),
+            ("tool_result_image", false),
+            ("tool_result", true)
+        ]
+    );
+    assert_eq!(envs[0]["delta"], "see\n");
+    assert_eq!(envs[1]["src"], "data:image/png;base64,AA==");
+    assert_eq!(envs[2]["delta"], "");
+    split_invariant(input);
+}
+
+#[test]
+fn citations_become_one_envelope_each_with_numbers_and_the_last_final() {
+    let input = "data: <citations><citation type=\"char_location\" document_index=\"0\" document_title=\"\" start_char_index=\"3\" end_char_index=\"9\"><![CDATA[cited]]></citation><citation type=\"web_search_result_location\" url=\"https://x\" title=\"T\"><![CDATA[w]]></citation></citations>\n\n";
+    let envs = run(Options::default(), input);
+    assert_eq!(
+        envs[0],
+        json!({"type":"citation","agent":"fallback","final":false,"delta":"cited","citation_type":"char_location","document_index":0,"start_char_index":3,"end_char_index":9})
+    );
+    assert_eq!(envs[1]["final"], true);
+    assert_eq!(envs[1]["url"], "https://x");
+    split_invariant(input);
+}
+
+#[test]
+fn a_failure_inside_an_open_block_closes_it_and_becomes_an_error() {
+    let input = "data: <content-block-text>\n\ndata: partial\n\ndata: {\"error\": \"RuntimeError\", \"message\": \"boom\", \"traceback\": \"tb\"}\n\n";
+    let envs = run(Options::default(), input);
+    assert_eq!(
+        blocks(&envs),
+        [
+            b("text", "fallback", "partial"),
+            b("error", "fallback", r#"{"error":"RuntimeError","message":"boom"}"#)
+        ]
+    );
+    split_invariant(input);
+    // The same shape followed by more text was text.
+    let input = "data: <content-block-text>\n\ndata: {\"error\": \"E\", \"message\": \"m\"}\n\ndata: !\n\ndata: </content-block-text>\n\n";
+    assert_eq!(
+        blocks(&run(Options::default(), input)),
+        [b("text", "fallback", "{\"error\": \"E\", \"message\": \"m\"}!")]
+    );
+}
+
+#[test]
+fn an_error_item_inside_an_open_block_is_an_error_and_done_is_text() {
+    let input = "data: <content-block-text>\n\ndata: a\n\ndata: <content-block-error><![CDATA[bad\\nthing]]></content-block-error>\n\ndata: [DONE]\n\ndata: </content-block-text>\n\n";
+    let envs = run(Options::default(), input);
+    assert_eq!(
+        envs[1],
+        json!({"type":"error","agent":"fallback","final":true,"delta":"bad\nthing"})
+    );
+    assert_eq!(envs[2]["delta"], "[DONE]");
+    assert_eq!(envs[3]["final"], true);
+    split_invariant(input);
+}
+
+#[test]
+fn subagents_get_their_own_agent_until_the_parent_call_returns() {
+    let input = format!(
+        "{META}\n\n\
+data: <content-block-tool_call id=\"spawn\" name=\"spawn_subagent\" arguments=\"{{}}\"></content-block-tool_call>\n\n\
+data: <meta_init data=\"{{&quot;agent_uuid&quot;: &quot;B&quot;, &quot;parent_agent_uuid&quot;: &quot;A&quot;}}\"></meta_init>\n\n\
+data: <content-block-text>hi</content-block-text>\n\n\
+data: <content-block-tool_result id=\"spawn\" name=\"spawn_subagent\"><![CDATA[done]]></content-block-tool_result>\n\n"
+    );
+    let envs = run(Options::default(), &input);
+    let agents: Vec<_> = envs
+        .iter()
+        .map(|e| (e["type"].as_str().unwrap(), e["agent"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        agents,
+        [
+            ("meta_init", "A"),
+            ("tool_call", "A"),
+            ("meta_init", "B"),
+            ("text", "B"),
+            ("text", "B"),
+            ("tool_result", "A")
+        ]
+    );
+}
+
+#[test]
+fn raw_dialect_events_translate_like_the_json_formatter() {
+    let input = r#"data: <meta_init data="{&quot;format&quot;: &quot;raw&quot;, &quot;agent_uuid&quot;: &quot;A&quot;}"></meta_init>
+
+data: {"type":"message_start","message":{}}
+
+data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}
+
+data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi\n"}}
+
+data: {"type":"content_block_delta","index":0,"delta":{"type":"citations_delta","citation":{"type":"page_location","cited_text":"c","document_index":1,"start_page_number":2,"end_page_number":3,"document_title":null}}}
+
+data: {"type":"content_block_stop","index":0}
+
+data: {"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"t","name":"f","input":{}}}
+
+data: {"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"a\":"}}
+
+data: {"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"1}"}}
+
+data: {"type":"content_block_stop","index":1}
+
+data: {"type":"content_block_start","index":2,"content_block":{"type":"web_search_tool_result","tool_use_id":"s","content":[{"url":"u"}]}}
+
+data: {"type":"content_block_stop","index":2}
+
+data: {"type":"message_stop"}
+
+data: [DONE]
+
+"#;
+    let envs = run(Options::default(), input);
+    let got: Vec<_> = envs.iter().skip(1).cloned().collect();
+    assert_eq!(got[0], json!({"type":"text","agent":"A","final":false,"delta":"Hi\n"}));
+    assert_eq!(got[1]["final"], true);
+    assert_eq!(
+        got[2],
+        json!({"type":"citation","agent":"A","final":true,"delta":"c","citation_type":"page_location","document_index":1,"start_page_number":2,"end_page_number":3})
+    );
+    assert_eq!(
+        got[3],
+        json!({"type":"tool_call","agent":"A","final":true,"delta":"{\"a\":1}","id":"t","name":"f"})
+    );
+    assert_eq!(got[4]["type"], "server_tool_result");
+    assert_eq!(got[4]["delta"], "[{\"url\":\"u\"}]");
+    assert_eq!(got[4]["name"], "web_search_tool_result");
+    assert_eq!(got[5], "[DONE]");
+    split_invariant(input);
+}
+
+#[test]
+fn bad_input_yields_error_envelopes_and_the_stream_goes_on() {
+    let input = "data: <!DOCTYPE x [<!ENTITY e \"boom\">]>\n\ndata: <meta_final data=\"&e;\"></meta_final>\n\ndata: hello\n\ndata: <content-block-text>ok</content-block-text>\n\n";
+    let (out, stats) = translate_all(Options::default(), "f", input.as_bytes());
+    let envs = parse(&out);
+    let kinds: Vec<_> = envs
+        .iter()
+        .map(|e| {
+            if e["type"] == "error" {
+                let d: Value = serde_json::from_str(e["delta"].as_str().unwrap()).unwrap();
+                format!("error:{}", d["kind"].as_str().unwrap())
+            } else {
+                e["type"].as_str().unwrap().to_owned()
+            }
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        ["error:entity", "error:entity", "error:unexpected", "text", "text"]
+    );
+    assert_eq!(stats.total_parse_errors(), 3);
+}
+
+#[test]
+fn an_unterminated_cdata_at_end_of_input_is_flushed_then_reported() {
+    let input = "data: <content-block-server_tool_result id=\"s\"><![CDATA[abc\n\n";
+    let envs = run(Options::default(), input);
+    assert_eq!(envs[0]["delta"], "abc");
+    assert_eq!(envs[1]["type"], "error");
+    assert!(envs[1]["delta"].as_str().unwrap().contains("truncated"));
+}
+
+#[test]
+fn every_line_stays_within_the_budget() {
+    let delta = "\"\\\u{1}😀".repeat(500);
+    let escaped = delta.replace('\\', "\\\\");
+    let input = format!("data: <content-block-text>\n\ndata: {escaped}\n\ndata: </content-block-text>\n\n");
+    let opts = Options {
+        budget: 256,
+        ..Options::default()
+    };
+    let (out, stats) = translate_all(opts, "f", input.as_bytes());
+    for line in std::str::from_utf8(&out).unwrap().split_terminator("\n\n") {
+        assert!(line.len() - 6 <= 256, "{}", line.len());
+    }
+    assert_eq!(blocks(&parse(&out)), [b("text", "f", &delta)]);
+    assert_eq!(stats.oversize, 0);
+    assert!(stats.envelopes_of(EnvelopeKind::Text) > 10);
+}
