@@ -90,6 +90,8 @@ pub struct Parser {
     /// Events and lines seen so far, and where the current item began.
     seen: Mark,
     item_start: Option<Mark>,
+    /// Where the current event began.
+    event_mark: Mark,
     tag_scan: TagScan,
     /// Open text/thinking blocks; more than one only after a conflict.
     streamed: Vec<Streamed>,
@@ -122,6 +124,7 @@ impl Parser {
             whole_event: false,
             seen: Mark::default(),
             item_start: None,
+            event_mark: Mark::default(),
             tag_scan: TagScan::default(),
             streamed: Vec::new(),
             pending_failure: None,
@@ -194,6 +197,7 @@ impl Parser {
         self.event_fresh = false;
         self.seen.events += 1;
         self.seen.lines += 1;
+        self.event_mark = self.seen;
         if let Some(held) = self.pending_failure.take() {
             // Not the last event after all: it was model text.
             self.emit_text_bytes(&held, out, obs);
@@ -410,6 +414,11 @@ impl Parser {
                 }
             }
         }
+    }
+
+    /// `data:` lines of the current event so far.
+    fn event_lines(&self) -> u32 {
+        (self.seen.lines - self.event_mark.lines + 1) as u32
     }
 
     /// The current item is complete.

@@ -140,12 +140,13 @@ fn str_field<'m>(m: &'m Map<String, Value>, k: &str) -> &'m str {
 /// Envelope extras of a raw `citations_delta` citation; returns them with
 /// the cited text.
 fn citation(mut c: Map<String, Value>) -> (Extras, String) {
-    let text = match c.remove("cited_text") {
+    // shift_remove keeps the other fields in their order.
+    let text = match c.shift_remove("cited_text") {
         Some(Value::String(s)) => s,
         _ => String::new(),
     };
     let mut extras = Extras::new();
-    if let Some(Value::String(t)) = c.remove("type") {
+    if let Some(Value::String(t)) = c.shift_remove("type") {
         extras = extras.str("citation_type", &t);
     }
     for (k, v) in &c {
@@ -161,6 +162,9 @@ impl Parser {
     /// One complete event of JSON: the failure object or a raw model event.
     pub(super) fn json_event(&mut self, ev: &[u8], out: &mut Vec<u8>, obs: &mut impl Observer) -> JsonEvent {
         if failure_shape(ev).is_some() {
+            // The model stream failed: close what is open, then the error.
+            self.close_streamed(out, obs);
+            self.raw.close_all(&mut self.scopes, out, obs, self.opts.budget);
             self.backend_failure(ev, out, obs);
             return JsonEvent::Done;
         }
@@ -218,7 +222,15 @@ impl Parser {
                         }
                     }
                     ("citations_delta", RawBlock::Streamed { citations, .. }) => {
-                        if let Some(c) = delta.citation {
+                        let held: usize = citations.iter().map(|(e, t)| e.as_str().len() + t.len()).sum();
+                        if held > max {
+                            self.parse_error(
+                                ParseErrorKind::ItemTooLarge,
+                                "citations larger than max_item_bytes",
+                                out,
+                                obs,
+                            );
+                        } else if let Some(c) = delta.citation {
                             citations.push(citation(c));
                         }
                     }

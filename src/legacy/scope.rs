@@ -65,11 +65,14 @@ impl Scopes {
         let Some(agent) = agent.filter(|a| !a.is_empty()) else {
             return Opened::Same;
         };
-        if !self.root_known && self.stack.len() == 1 {
+        if !self.root_known && self.stack.len() == 1 && parent != Some(self.agent()) {
+            // The first meta_init names the stream's agent, unless it is a
+            // child of the fallback agent (a resumed run spawning one).
             self.root_known = true;
             self.stack[0].agent = agent.to_owned();
             return Opened::Root;
         }
+        self.root_known = true;
         if agent == self.agent() {
             return Opened::Same;
         }
@@ -136,6 +139,15 @@ mod tests {
         s.tool_result("spawn-1");
         assert_eq!(s.agent(), "root");
         assert_eq!(s.depth(), 1);
+    }
+
+    #[test]
+    fn a_resumed_run_keeps_its_agent_when_a_child_names_it_as_parent() {
+        let mut s = Scopes::new("resumed");
+        assert_eq!(s.meta_init(Some("child"), Some("resumed")), Opened::Child);
+        assert_eq!(s.agent(), "child");
+        s.meta_final();
+        assert_eq!(s.agent(), "resumed");
     }
 
     #[test]

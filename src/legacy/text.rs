@@ -118,7 +118,8 @@ impl Parser {
             }
             return Flow::Wait;
         }
-        obs.item(1, 1);
+        // Each text event is one item (a delta, or the close tag).
+        obs.item(1, self.event_lines());
         // 1. The block's close tag ends the event (with held bytes before).
         let region = &self.buf[self.pos..];
         if let Some(i) = self.streamed.iter().rposition(|s| region.ends_with(s.close_tag())) {

@@ -111,6 +111,10 @@ pub struct Decoder {
     pending_cr: bool,
     /// Strict line ends: the last line ended at a CR; skip one LF.
     skip_lf: bool,
+    /// Legacy line ends: whether the upstream frames with CRLF, decided by
+    /// its first line end. An LF-framed upstream's CR before LF is content
+    /// (a delta that ended in CR), so nothing is lost.
+    crlf_framed: Option<bool>,
     name: [u8; MAX_NAME],
     name_len: usize,
     value: Vec<u8>,
@@ -132,6 +136,7 @@ impl Decoder {
             state: State::Start,
             pending_cr: false,
             skip_lf: false,
+            crlf_framed: None,
             name: [0; MAX_NAME],
             name_len: 0,
             value: Vec::new(),
@@ -208,7 +213,7 @@ impl Decoder {
         }
         if self.pending_cr {
             self.pending_cr = false;
-            if input[0] == b'\n' {
+            if input[0] == b'\n' && self.crlf_is_line_end() {
                 input = &input[1..];
                 self.end_line(sink);
             } else {
@@ -250,7 +255,7 @@ impl Decoder {
                         self.pending_cr = true;
                         return &[];
                     }
-                    Some(b'\n') => {}
+                    Some(b'\n') if self.crlf_is_line_end() => {}
                     Some(_) => {
                         // A lone CR is content; keep scanning the same run.
                         from = i + 1;
@@ -263,6 +268,11 @@ impl Decoder {
             }
             return self.line_end_at(input, i, sink);
         }
+    }
+
+    /// Legacy line ends: a CRLF is a line end if the upstream frames so.
+    fn crlf_is_line_end(&mut self) -> bool {
+        *self.crlf_framed.get_or_insert(true)
     }
 
     /// Handles the EOL byte at `input[i]`; returns what follows it.
@@ -283,6 +293,7 @@ impl Decoder {
                 Some(_) => rest,
             }
         } else {
+            self.crlf_framed.get_or_insert(false);
             rest
         };
         self.end_line(sink);
@@ -299,7 +310,7 @@ impl Decoder {
                         self.pending_cr = true;
                         return &[];
                     }
-                    Some(b'\n') => {}
+                    Some(b'\n') if self.crlf_is_line_end() => {}
                     Some(_) => {
                         self.content_bytes(b"\r", sink);
                         return &input[1..];
@@ -588,6 +599,16 @@ mod tests {
         assert_eq!(datas(LEGACY, b"data: a\r\n\r\n"), ["a"]);
         let split = decode(LEGACY, &[b"data: a\r", b"b\r", b"\n\r", b"\n"]);
         assert_eq!(split[0].1, "a\rb");
+    }
+
+    #[test]
+    fn an_lf_framed_stream_keeps_a_cr_before_lf_as_content() {
+        // A delta ending in CR, from an upstream that frames with LF.
+        assert_eq!(datas(LEGACY, b"data: a\n\ndata: b\r\n\n"), ["a", "b\r"]);
+        // A CRLF-framed upstream: CRLF is its line end throughout.
+        assert_eq!(datas(LEGACY, b"data: a\r\n\r\ndata: b\r\n\r\n"), ["a", "b"]);
+        let split = decode(LEGACY, &[b"data: a\n\ndata: b\r", b"\n\n"]);
+        assert_eq!(split[1].1, "b\r");
     }
 
     #[test]
