@@ -5,6 +5,7 @@ use serde_json::{json, Value};
 
 use super::*;
 use crate::envelope::EnvelopeKind;
+use crate::sse::Framing;
 
 fn run(opts: Options, input: &str) -> Vec<Value> {
     let (out, _) = translate_all(opts, "fallback", input.as_bytes());
@@ -354,4 +355,95 @@ fn every_line_stays_within_the_budget() {
     assert_eq!(blocks(&parse(&out)), [b("text", "f", &delta)]);
     assert_eq!(stats.oversize, 0);
     assert!(stats.envelopes_of(EnvelopeKind::Text) > 10);
+}
+
+#[test]
+fn a_client_result_too_large_to_sniff_is_judged_by_its_first_byte() {
+    let opts = Options {
+        json_sniff_bytes: 64,
+        ..Options::default()
+    };
+    // Starts like JSON: kept as it stands, `\n` escapes included.
+    let json = format!("{{\"k\": \"{}\\n\"}}", "x".repeat(200));
+    let input = format!(
+        "data: <content-block-tool_result id=\"t\" name=\"f\"><![CDATA[{json}]]></content-block-tool_result>\n\n"
+    );
+    assert_eq!(
+        blocks(&run(opts.clone(), &input)),
+        [b("tool_result", "fallback", &json)]
+    );
+    // Starts like text: `\n` becomes a newline throughout.
+    let text = format!("{}\\nend", "y".repeat(200));
+    let input = format!(
+        "data: <content-block-tool_result id=\"t\" name=\"f\"><![CDATA[{text}]]></content-block-tool_result>\n\n"
+    );
+    let want = format!("{}\nend", "y".repeat(200));
+    assert_eq!(blocks(&run(opts, &input)), [b("tool_result", "fallback", &want)]);
+}
+
+#[test]
+fn multimodal_text_that_is_json_keeps_its_escapes() {
+    let input = "data: <content-block-tool_result id=\"t\" name=\"f\"><text><![CDATA[[\"a\\nb\"]]]></text></content-block-tool_result>\n\n";
+    let envs = run(Options::default(), input);
+    assert_eq!(envs[0]["delta"], "[\"a\\nb\"]");
+    assert_eq!(
+        envs[1],
+        json!({"type":"tool_result","agent":"fallback","final":true,"delta":"","id":"t","name":"f"})
+    );
+}
+
+#[test]
+fn the_old_dialect_recovers_raw_newlines_in_deltas() {
+    let opts = Options {
+        framing: Framing::UnescapedNewlines,
+        ..Options::default()
+    };
+    let input = "data: <content-block-text>\n\ndata: one\ntwo\n\n\nthree\n\ndata: </content-block-text>\n\n";
+    assert_eq!(
+        blocks(&run(opts, input)),
+        [b("text", "fallback", "one\ntwo\n\n\nthree")]
+    );
+    // The default dialect ignores the unprefixed lines, as any SSE parser would.
+    assert_eq!(blocks(&run(Options::default(), input)), [b("text", "fallback", "one")]);
+}
+
+#[test]
+fn data_lines_join_with_nothing_by_default_and_lf_when_configured() {
+    let input = "data: <content-block-text>\n\ndata: ab\ndata: cd\n\ndata: </content-block-text>\n\n";
+    assert_eq!(blocks(&run(Options::default(), input)), [b("text", "fallback", "abcd")]);
+    let opts = Options {
+        data_join: DataJoin::Newline,
+        ..Options::default()
+    };
+    assert_eq!(blocks(&run(opts, input)), [b("text", "fallback", "ab\ncd")]);
+}
+
+#[test]
+fn an_item_split_over_events_and_lines_is_counted_as_fragmented() {
+    let input = "data: <content-block-tool_result id=\"t\" na\ndata: me=\"f\"><![CDATA[ab\n\ndata: c]]></content-block-tool_result>\n\ndata: <content-block-error><![CDATA[e]]></content-block-error>\n\n";
+    let (out, stats) = translate_all(Options::default(), "f", input.as_bytes());
+    assert_eq!(blocks(&parse(&out))[0], b("tool_result", "f", "abc"));
+    assert_eq!((stats.items, stats.fragmented_items), (2, 1));
+}
+
+#[test]
+fn a_never_closing_tag_is_bounded_and_reported_once() {
+    let opts = Options {
+        max_item_bytes: 4096,
+        ..Options::default()
+    };
+    let mut t = Translator::new(opts, "f");
+    let mut out = Vec::new();
+    t.feed(b"data: <meta_init data=\"", &mut out);
+    let chunk = vec![b'x'; 1024];
+    for _ in 0..1024 {
+        t.feed(&chunk, &mut out);
+        assert!(t.buffered_bytes() < 64 << 10, "{}", t.buffered_bytes());
+    }
+    t.feed(b"\n\ndata: <content-block-text>ok</content-block-text>\n\n", &mut out);
+    t.finish(&mut out);
+    let envs = parse(&out);
+    assert_eq!(envs.len(), 3, "{envs:?}");
+    assert!(envs[0]["delta"].as_str().unwrap().contains("item_too_large"));
+    assert_eq!(blocks(&envs[1..]), [b("text", "f", "ok")]);
 }
