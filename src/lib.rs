@@ -18,3 +18,11 @@ pub mod envelope;
 pub mod legacy;
 pub mod sse;
 pub mod translate;
+
+// The daemon around the core (imports run proxy -> translate, never back).
+pub mod admin;
+pub mod cli;
+pub mod config;
+pub mod demo;
+pub mod proxy;
+pub mod telemetry;

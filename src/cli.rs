@@ -1,0 +1,251 @@
+//! Command line: `serve` (the default command) runs the daemon; `translate` converts a recorded legacy stream.
+
+use std::io::{self, Read, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::config::{ConfigError, Overrides, Settings};
+use crate::proxy::server::{banner, Gateway};
+use crate::translate::{self, Dialect, Translator};
+use crate::{demo, telemetry};
+
+/// Exit status for a configuration or usage error.
+pub const EXIT_CONFIG: u8 = 2;
+/// Bytes read from the input per `feed` in `translate`.
+const TRANSLATE_CHUNK: usize = 64 << 10;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "sse-gateway",
+    version,
+    about = "Reverse proxy translating legacy XML-in-SSE agent streams into JSON envelopes.",
+    args_conflicts_with_subcommands = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the gateway (the default command).
+    Serve(ServeArgs),
+    /// Translate a recorded legacy stream (FILE, or stdin) to the JSON envelope stream on stdout.
+    Translate(TranslateArgs),
+}
+
+#[derive(Debug, Clone, Default, Args)]
+pub struct ServeArgs {
+    /// TOML config file, layered over config/default.toml.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Upstream base URL (http://host:port[/prefix]); none starts the built-in demo backend.
+    #[arg(long, value_name = "URL")]
+    upstream: Option<String>,
+    /// Public listen address [default: 0.0.0.0:8080].
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<String>,
+    /// Admin listen address for /metrics, /healthz, /readyz [default: 127.0.0.1:9090].
+    #[arg(long, value_name = "ADDR")]
+    admin_listen: Option<String>,
+    /// Validate the configuration, print the effective configuration and exit.
+    #[arg(long)]
+    check_config: bool,
+    /// Start the built-in demo backend on loopback and use it as the upstream.
+    #[arg(long)]
+    demo: bool,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum DialectArg {
+    Xml,
+    Raw,
+    Auto,
+}
+
+#[derive(Debug, Args)]
+struct TranslateArgs {
+    /// Recorded legacy stream; stdin when absent or "-".
+    file: Option<PathBuf>,
+    /// Upstream dialect.
+    #[arg(long, value_enum, default_value = "auto")]
+    dialect: DialectArg,
+    /// Agent id used until the stream's meta_init names one [default: a fresh UUID].
+    #[arg(long, value_name = "ID")]
+    agent_id: Option<String>,
+    /// Max bytes of one envelope's JSON object.
+    #[arg(long, value_name = "BYTES", default_value_t = translate::DEFAULT_BUDGET)]
+    budget: usize,
+}
+
+/// Entry point of the binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::Translate(args)) => run_translate(&args),
+        Some(Command::Serve(args)) => run_serve(&args),
+        None => run_serve(&cli.serve),
+    }
+}
+
+fn run_serve(args: &ServeArgs) -> ExitCode {
+    let overrides = Overrides {
+        config_file: args.config.clone(),
+        upstream: args.upstream.clone(),
+        listen: args.listen.clone(),
+        admin_listen: args.admin_listen.clone(),
+    };
+    let mut settings = match Settings::load(&overrides) {
+        Ok(s) => s,
+        Err(e) => return config_error(&e),
+    };
+    if args.check_config {
+        print!("{}", settings.to_toml());
+        return ExitCode::SUCCESS;
+    }
+    telemetry::init_tracing(&settings.log);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("sse-gateway: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let demo_mode = args.demo || settings.upstream.url.is_empty();
+    runtime.block_on(async move {
+        if demo_mode {
+            match demo::start().await {
+                Ok(addr) => settings.upstream.url = format!("http://{addr}"),
+                Err(e) => {
+                    eprintln!("sse-gateway: cannot start the demo backend: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+        let gateway = match Gateway::bind(settings.clone(), prometheus::Registry::new()).await {
+            Ok(g) => g,
+            Err(e) => {
+                eprintln!("sse-gateway: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        println!("{}", banner(gateway.local_addr(), gateway.admin_addr()));
+        if demo_mode {
+            println!("{}", demo::instructions(gateway.local_addr()));
+        }
+        tracing::info!(
+            listen = %gateway.local_addr(),
+            admin = %gateway.admin_addr(),
+            upstream = %settings.upstream.url,
+            "started"
+        );
+        gateway.run(shutdown_signal()).await;
+        tracing::info!("stopped");
+        ExitCode::SUCCESS
+    })
+}
+
+fn config_error(e: &ConfigError) -> ExitCode {
+    eprintln!("sse-gateway: invalid configuration: {e}");
+    ExitCode::from(EXIT_CONFIG)
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {},
+                    _ = tokio::signal::ctrl_c() => {},
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    tracing::info!("shutdown signal received");
+}
+
+fn run_translate(args: &TranslateArgs) -> ExitCode {
+    if args.budget < translate::MIN_BUDGET {
+        eprintln!(
+            "sse-gateway: --budget {} is below the minimum {}",
+            args.budget,
+            translate::MIN_BUDGET
+        );
+        return ExitCode::from(EXIT_CONFIG);
+    }
+    let opts = translate::Options {
+        budget: args.budget,
+        dialect: match args.dialect {
+            DialectArg::Xml => Dialect::Xml,
+            DialectArg::Raw => Dialect::Raw,
+            DialectArg::Auto => Dialect::Auto,
+        },
+        ..translate::Options::default()
+    };
+    let agent = args
+        .agent_id
+        .clone()
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let input: Box<dyn Read> = match &args.file {
+        Some(p) if p.as_os_str() != "-" => match std::fs::File::open(p) {
+            Ok(f) => Box::new(f),
+            Err(e) => {
+                eprintln!("sse-gateway: cannot read {}: {e}", p.display());
+                return ExitCode::FAILURE;
+            }
+        },
+        _ => Box::new(io::stdin().lock()),
+    };
+    match translate_stream(opts, &agent, input, &mut io::stdout().lock()) {
+        Ok(()) => ExitCode::SUCCESS,
+        // `sse-gateway translate log.sse | head` is not a failure.
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sse-gateway: translate: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Feeds `input` to a translator chunk by chunk, writing each chunk's envelopes as soon as they exist.
+pub fn translate_stream(
+    opts: translate::Options,
+    agent: &str,
+    mut input: impl Read,
+    output: &mut impl Write,
+) -> io::Result<()> {
+    let mut t = Translator::new(opts, agent);
+    let mut buf = vec![0u8; TRANSLATE_CHUNK];
+    let mut out = Vec::with_capacity(TRANSLATE_CHUNK * 2);
+    loop {
+        let n = match input.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        t.feed(&buf[..n], &mut out);
+        if !out.is_empty() {
+            output.write_all(&out)?;
+            output.flush()?;
+            out.clear();
+        }
+    }
+    t.finish(&mut out);
+    output.write_all(&out)?;
+    output.flush()
+}

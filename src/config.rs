@@ -1,0 +1,569 @@
+//! The daemon's settings: one typed struct, loaded in layers and validated before any port is bound.
+//!
+//! Layers, lowest first: built-in defaults < `config/default.toml` (if present in the working directory)
+//! < `--config FILE` < environment `SSE_GATEWAY__SECTION__KEY` < command-line flags.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use http::uri::{Authority, Scheme};
+use http::Uri;
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::sse::{Framing, LineEnds};
+use crate::translate::{self, DataJoin, Dialect, UnknownTags};
+
+/// The committed defaults file, read from the working directory when it exists.
+pub const DEFAULT_FILE: &str = "config/default.toml";
+/// Prefix of environment overrides: `SSE_GATEWAY__UPSTREAM__URL`.
+pub const ENV_PREFIX: &str = "SSE_GATEWAY";
+/// hyper refuses an HTTP/1 read buffer smaller than this.
+const MIN_HEADER_BYTES: usize = 8192;
+/// Largest header block we let a client send (hyper's own ceiling is ~400 KiB).
+const MAX_HEADER_BYTES: usize = 1 << 20;
+/// A sanity ceiling on durations (one day): larger values are typos.
+const MAX_SECS: f64 = 86_400.0;
+
+/// Everything the daemon reads from configuration.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Settings {
+    pub server: Server,
+    pub upstream: Upstream,
+    pub translate: Translate,
+    pub log: Log,
+}
+
+/// Listeners and connection limits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Server {
+    /// Public listener (default "0.0.0.0:8080").
+    pub listen: String,
+    /// Admin listener for /metrics, /healthz, /readyz (default "127.0.0.1:9090").
+    pub admin_listen: String,
+    /// Seconds a client has to send a complete request head (default 10).
+    pub header_read_timeout_secs: f64,
+    /// Largest request head in bytes, HTTP/1 buffer and HTTP/2 header list (default 65536).
+    pub max_header_bytes: usize,
+    /// Seconds open streams may run after SIGTERM before the process exits (default 30).
+    pub drain_timeout_secs: f64,
+    /// Accept HTTP/2 (prior knowledge, h2c) besides HTTP/1.1 (default true).
+    pub http2: bool,
+    /// Keep X-Forwarded-Proto / X-Forwarded-Host set by a proxy in front instead of overwriting them
+    /// (default false: only trust it when a load balancer you run sits in front).
+    pub trust_forwarded_headers: bool,
+}
+
+impl Default for Server {
+    fn default() -> Self {
+        Self {
+            listen: "0.0.0.0:8080".into(),
+            admin_listen: "127.0.0.1:9090".into(),
+            header_read_timeout_secs: 10.0,
+            max_header_bytes: 64 << 10,
+            drain_timeout_secs: 30.0,
+            http2: true,
+            trust_forwarded_headers: false,
+        }
+    }
+}
+
+/// The one backend every request goes to.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Upstream {
+    /// Base URL, `http://host:port[/prefix]` (default "": none, which starts the built-in demo backend).
+    pub url: String,
+    /// Seconds to establish the TCP connection (default 5); past it: 502.
+    pub connect_timeout_secs: f64,
+    /// Seconds from sending the request to the response head (default 60); past it: 504.
+    pub response_timeout_secs: f64,
+    /// Seconds an idle pooled connection is kept (default 90).
+    pub pool_idle_timeout_secs: f64,
+    /// Idle pooled connections kept (default 64).
+    pub pool_max_idle: usize,
+}
+
+impl Default for Upstream {
+    fn default() -> Self {
+        Self {
+            url: String::new(),
+            connect_timeout_secs: 5.0,
+            response_timeout_secs: 60.0,
+            pool_idle_timeout_secs: 90.0,
+            pool_max_idle: 64,
+        }
+    }
+}
+
+/// The wire format a request gets when it does not say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StreamFormat {
+    /// JSON envelopes (translated).
+    #[default]
+    Json,
+    /// The legacy stream, unchanged.
+    Legacy,
+}
+
+/// Upstream line ends (mirrors `sse::LineEnds`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LineEndsSetting {
+    /// LF and CRLF; a lone CR is content.
+    #[default]
+    Legacy,
+    /// WHATWG: CR, LF and CRLF.
+    Strict,
+}
+
+/// Upstream event framing (mirrors `sse::Framing`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FramingSetting {
+    /// Current backends: a blank line ends an event.
+    #[default]
+    Current,
+    /// The old dialect that wrote raw newlines inside items.
+    UnescapedNewlines,
+}
+
+/// Negotiation and the translator's options.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Translate {
+    /// Format for requests without `X-Stream-Format` or `stream_format=` (default "json").
+    pub default_format: StreamFormat,
+    /// Translate and count, but send the original bytes (default false).
+    pub shadow: bool,
+    /// Max bytes of one envelope's JSON object (default 2048, at least 256).
+    pub budget: usize,
+    /// Upstream dialect: "auto", "xml" or "raw" (default "auto").
+    pub dialect: DialectSetting,
+    /// Upstream line ends: "legacy" or "strict" (default "legacy").
+    pub line_ends: LineEndsSetting,
+    /// Upstream framing: "current" or "unescaped_newlines" (default "current").
+    pub framing: FramingSetting,
+    /// Join of several `data:` lines of one event: "concat" or "newline" (default "concat").
+    pub data_join: DataJoinSetting,
+    /// Rewrite `meta_init.format` to "json" (default true).
+    pub rewrite_format: bool,
+    /// Keep the backend's traceback in failure envelopes (default false).
+    pub include_traceback: bool,
+    /// Content of unknown tags: "text" or "drop" (default "text").
+    pub unknown_tags: UnknownTagsSetting,
+    /// Bound on one buffered legacy item in bytes (default 16777216).
+    pub max_item_bytes: usize,
+    /// Bound on one text event held until it completes, in bytes (default 262144).
+    pub max_text_event_bytes: usize,
+    /// Client tool results up to this size are checked for JSON whole (default 32768).
+    pub json_sniff_bytes: usize,
+    /// Seconds of silence before a `: keepalive` comment on a translated stream; 0 disables (default 15).
+    pub keepalive_interval_secs: f64,
+    /// Request header naming the agent until the stream's `meta_init` does (default "x-agent-id").
+    pub agent_header: String,
+    /// JSON request bodies up to this size are read for `agent_uuid` (resumed runs); 0 disables (default 65536).
+    pub agent_body_max_bytes: usize,
+}
+
+/// Serde mirror of `translate::Dialect` (the core enum has no Serialize, which --check-config needs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DialectSetting {
+    #[default]
+    Auto,
+    Xml,
+    Raw,
+}
+
+/// Serde mirror of `translate::DataJoin`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DataJoinSetting {
+    #[default]
+    Concat,
+    Newline,
+}
+
+/// Serde mirror of `translate::UnknownTags`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnknownTagsSetting {
+    #[default]
+    Text,
+    Drop,
+}
+
+impl Default for Translate {
+    fn default() -> Self {
+        Self {
+            default_format: StreamFormat::Json,
+            shadow: false,
+            budget: translate::DEFAULT_BUDGET,
+            dialect: DialectSetting::Auto,
+            line_ends: LineEndsSetting::Legacy,
+            framing: FramingSetting::Current,
+            data_join: DataJoinSetting::Concat,
+            rewrite_format: true,
+            include_traceback: false,
+            unknown_tags: UnknownTagsSetting::Text,
+            max_item_bytes: translate::DEFAULT_MAX_ITEM_BYTES,
+            max_text_event_bytes: translate::DEFAULT_MAX_TEXT_EVENT_BYTES,
+            json_sniff_bytes: translate::DEFAULT_JSON_SNIFF_BYTES,
+            keepalive_interval_secs: 15.0,
+            agent_header: "x-agent-id".into(),
+            agent_body_max_bytes: 64 << 10,
+        }
+    }
+}
+
+/// Log output.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Log {
+    /// "text" or "json" (default "text").
+    pub format: LogFormat,
+    /// A tracing filter such as "info" or "sse_gateway=debug" (default "info"); RUST_LOG wins when set.
+    pub level: String,
+}
+
+impl Default for Log {
+    fn default() -> Self {
+        Self {
+            format: LogFormat::Text,
+            level: "info".into(),
+        }
+    }
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// Values given on the command line; they override every other layer.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub config_file: Option<PathBuf>,
+    pub upstream: Option<String>,
+    pub listen: Option<String>,
+    pub admin_listen: Option<String>,
+}
+
+/// Why the configuration was rejected; `Display` is the one line printed before exit 2.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error("config file {path}: {message}")]
+    File { path: String, message: String },
+    #[error("{0}")]
+    Load(String),
+    #[error("{key}: {problem}")]
+    Invalid { key: &'static str, problem: String },
+}
+
+fn invalid(key: &'static str, problem: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key,
+        problem: problem.into(),
+    }
+}
+
+/// The upstream target, parsed once.
+#[derive(Debug, Clone)]
+pub struct UpstreamTarget {
+    pub scheme: Scheme,
+    pub authority: Authority,
+    /// Path prefix without a trailing slash ("" for none).
+    pub prefix: String,
+}
+
+impl UpstreamTarget {
+    /// Parses `http://host:port[/prefix]`; only plain HTTP is spoken to the upstream.
+    pub fn parse(url: &str) -> Result<Self, String> {
+        let uri: Uri = url.parse().map_err(|e| format!("not a URL ({e})"))?;
+        let scheme = uri.scheme().cloned().ok_or("needs a scheme, e.g. http://host:port")?;
+        if scheme != Scheme::HTTP {
+            return Err(format!(
+                "scheme {scheme} is not supported (plain http only; terminate TLS in front)"
+            ));
+        }
+        let authority = uri.authority().cloned().ok_or("needs a host")?;
+        if authority.host().is_empty() {
+            return Err("needs a host".into());
+        }
+        if uri.query().is_some() {
+            return Err("must not have a query".into());
+        }
+        let prefix = uri.path().trim_end_matches('/').to_owned();
+        Ok(Self {
+            scheme,
+            authority,
+            prefix,
+        })
+    }
+}
+
+impl Settings {
+    /// Loads every layer and validates the result.
+    pub fn load(overrides: &Overrides) -> Result<Settings, ConfigError> {
+        Self::load_with_env(overrides, std::env::vars())
+    }
+
+    /// As `load`, with the environment given (tests).
+    pub fn load_with_env(
+        overrides: &Overrides,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Settings, ConfigError> {
+        let mut builder = config::Config::builder();
+        if Path::new(DEFAULT_FILE).is_file() {
+            builder = builder.add_source(config::File::new(DEFAULT_FILE, config::FileFormat::Toml));
+        }
+        if let Some(path) = &overrides.config_file {
+            let text = std::fs::read_to_string(path).map_err(|e| ConfigError::File {
+                path: path.display().to_string(),
+                message: e.to_string(),
+            })?;
+            builder = builder.add_source(config::File::from_str(&text, config::FileFormat::Toml));
+        }
+        let env_map: config::Map<String, String> = env
+            .into_iter()
+            .filter(|(k, _)| k.starts_with(&format!("{ENV_PREFIX}__")))
+            .collect();
+        builder = builder.add_source(
+            config::Environment::with_prefix(ENV_PREFIX)
+                .prefix_separator("__")
+                .separator("__")
+                .try_parsing(true)
+                .source(Some(env_map)),
+        );
+        let set = |b: config::ConfigBuilder<_>, key: &str, v: &Option<String>| match v {
+            Some(v) => b.set_override(key, v.as_str()),
+            None => Ok(b),
+        };
+        let err = |e: config::ConfigError| ConfigError::Load(one_line(&e.to_string()));
+        builder = set(builder, "upstream.url", &overrides.upstream).map_err(err)?;
+        builder = set(builder, "server.listen", &overrides.listen).map_err(err)?;
+        builder = set(builder, "server.admin_listen", &overrides.admin_listen).map_err(err)?;
+        let cfg = builder.build().map_err(err)?;
+        // Through a plain value so that serde_path_to_error can name the key (`translate.dialect`), which
+        // config's own messages leave out for unknown keys and bad enum values.
+        let value: serde_json::Value = cfg.try_deserialize().map_err(err)?;
+        let settings: Settings = serde_path_to_error::deserialize(value).map_err(|e| {
+            let path = e.path().to_string();
+            let inner = one_line(&e.into_inner().to_string());
+            if path.is_empty() || path == "." {
+                ConfigError::Load(inner)
+            } else {
+                ConfigError::Load(format!("{path}: {inner}"))
+            }
+        })?;
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    /// Checks every value a type cannot express.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        parse_addr("server.listen", &self.server.listen)?;
+        parse_addr("server.admin_listen", &self.server.admin_listen)?;
+        secs(
+            "server.header_read_timeout_secs",
+            self.server.header_read_timeout_secs,
+            false,
+        )?;
+        secs("server.drain_timeout_secs", self.server.drain_timeout_secs, true)?;
+        if !(MIN_HEADER_BYTES..=MAX_HEADER_BYTES).contains(&self.server.max_header_bytes) {
+            return Err(invalid(
+                "server.max_header_bytes",
+                format!("must be between {MIN_HEADER_BYTES} and {MAX_HEADER_BYTES}"),
+            ));
+        }
+        if !self.upstream.url.is_empty() {
+            UpstreamTarget::parse(&self.upstream.url).map_err(|p| invalid("upstream.url", p))?;
+        }
+        secs(
+            "upstream.connect_timeout_secs",
+            self.upstream.connect_timeout_secs,
+            false,
+        )?;
+        secs(
+            "upstream.response_timeout_secs",
+            self.upstream.response_timeout_secs,
+            false,
+        )?;
+        secs(
+            "upstream.pool_idle_timeout_secs",
+            self.upstream.pool_idle_timeout_secs,
+            true,
+        )?;
+        let t = &self.translate;
+        if t.budget < translate::MIN_BUDGET {
+            return Err(invalid(
+                "translate.budget",
+                format!("{} is below the minimum {}", t.budget, translate::MIN_BUDGET),
+            ));
+        }
+        for (key, v) in [
+            ("translate.max_item_bytes", t.max_item_bytes),
+            ("translate.max_text_event_bytes", t.max_text_event_bytes),
+            ("translate.json_sniff_bytes", t.json_sniff_bytes),
+        ] {
+            if v == 0 {
+                return Err(invalid(key, "must be greater than 0"));
+            }
+        }
+        secs("translate.keepalive_interval_secs", t.keepalive_interval_secs, true)?;
+        if http::HeaderName::from_bytes(t.agent_header.as_bytes()).is_err() {
+            return Err(invalid(
+                "translate.agent_header",
+                format!("{:?} is not a header name", t.agent_header),
+            ));
+        }
+        if tracing_subscriber::EnvFilter::try_new(&self.log.level).is_err() {
+            return Err(invalid(
+                "log.level",
+                format!("{:?} is not a tracing filter", self.log.level),
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn listen_addr(&self) -> SocketAddr {
+        parse_addr("", &self.server.listen).unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 8080)))
+    }
+
+    pub fn admin_addr(&self) -> SocketAddr {
+        parse_addr("", &self.server.admin_listen).unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 9090)))
+    }
+
+    /// The translator options these settings describe.
+    pub fn translate_options(&self) -> translate::Options {
+        let t = &self.translate;
+        translate::Options {
+            budget: t.budget,
+            dialect: match t.dialect {
+                DialectSetting::Auto => Dialect::Auto,
+                DialectSetting::Xml => Dialect::Xml,
+                DialectSetting::Raw => Dialect::Raw,
+            },
+            line_ends: match t.line_ends {
+                LineEndsSetting::Legacy => LineEnds::Legacy,
+                LineEndsSetting::Strict => LineEnds::Strict,
+            },
+            framing: match t.framing {
+                FramingSetting::Current => Framing::Current,
+                FramingSetting::UnescapedNewlines => Framing::UnescapedNewlines,
+            },
+            data_join: match t.data_join {
+                DataJoinSetting::Concat => DataJoin::Concat,
+                DataJoinSetting::Newline => DataJoin::Newline,
+            },
+            rewrite_format: t.rewrite_format,
+            include_traceback: t.include_traceback,
+            unknown_tags: match t.unknown_tags {
+                UnknownTagsSetting::Text => UnknownTags::Text,
+                UnknownTagsSetting::Drop => UnknownTags::Drop,
+            },
+            max_item_bytes: t.max_item_bytes,
+            max_text_event_bytes: t.max_text_event_bytes,
+            json_sniff_bytes: t.json_sniff_bytes,
+        }
+    }
+
+    /// The effective configuration as TOML (for `--check-config`).
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).unwrap_or_else(|e| format!("# cannot render: {e}\n"))
+    }
+}
+
+/// Converts validated seconds to a `Duration`.
+pub fn duration(secs: f64) -> Duration {
+    Duration::try_from_secs_f64(secs).unwrap_or(Duration::ZERO)
+}
+
+fn parse_addr(key: &'static str, v: &str) -> Result<SocketAddr, ConfigError> {
+    v.parse()
+        .map_err(|_| invalid(key, format!("{v:?} is not an address like 127.0.0.1:8080")))
+}
+
+fn secs(key: &'static str, v: f64, zero_ok: bool) -> Result<(), ConfigError> {
+    if !v.is_finite() || !(0.0..=MAX_SECS).contains(&v) {
+        return Err(invalid(
+            key,
+            format!("{v} is not a number of seconds between 0 and {MAX_SECS}"),
+        ));
+    }
+    if !zero_ok && v == 0.0 {
+        return Err(invalid(key, "must be greater than 0"));
+    }
+    Ok(())
+}
+
+/// The `config` crate's messages can span lines; the exit message is one.
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(env: &[(&str, &str)], o: Overrides) -> Result<Settings, ConfigError> {
+        Settings::load_with_env(&o, env.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+    }
+
+    #[test]
+    fn defaults_validate() {
+        let s = load(&[], Overrides::default()).unwrap();
+        assert_eq!(s.translate.budget, 2048);
+        assert_eq!(s.server.listen, "0.0.0.0:8080");
+    }
+
+    #[test]
+    fn env_overrides_nested_keys() {
+        let s = load(
+            &[
+                ("SSE_GATEWAY__TRANSLATE__BUDGET", "4096"),
+                ("SSE_GATEWAY__TRANSLATE__SHADOW", "true"),
+                ("SSE_GATEWAY__UPSTREAM__URL", "http://127.0.0.1:9/x/"),
+            ],
+            Overrides::default(),
+        )
+        .unwrap();
+        assert_eq!(s.translate.budget, 4096);
+        assert!(s.translate.shadow);
+        assert_eq!(UpstreamTarget::parse(&s.upstream.url).unwrap().prefix, "/x");
+    }
+
+    #[test]
+    fn flags_beat_env() {
+        let s = load(
+            &[("SSE_GATEWAY__SERVER__LISTEN", "127.0.0.1:1")],
+            Overrides {
+                listen: Some("127.0.0.1:2".into()),
+                ..Overrides::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(s.server.listen, "127.0.0.1:2");
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let e = load(&[("SSE_GATEWAY__TRANSLATE__BUDGET", "12")], Overrides::default()).unwrap_err();
+        assert!(e.to_string().starts_with("translate.budget:"), "{e}");
+        let e = load(&[("SSE_GATEWAY__TRANSLATE__BUDGETT", "3000")], Overrides::default()).unwrap_err();
+        assert!(e.to_string().contains("budgett"), "{e}");
+        let e = load(&[("SSE_GATEWAY__TRANSLATE__BUDGET", "lots")], Overrides::default()).unwrap_err();
+        assert!(e.to_string().contains("budget"), "{e}");
+        let e = load(&[("SSE_GATEWAY__UPSTREAM__URL", "https://x")], Overrides::default()).unwrap_err();
+        assert!(e.to_string().starts_with("upstream.url:"), "{e}");
+    }
+}

@@ -1,0 +1,284 @@
+//! The built-in legacy backend for `--demo`: answers `POST /agent/run` on loopback with a realistic legacy stream.
+//!
+//! The stream follows DESIGN 3 exactly (framing and per-kind escaping): thinking, streamed text, a server tool
+//! call and result with citations, a client tool call answered by a subagent (nested `meta_init`, its own tool
+//! call and result, closed by the parent's `tool_result`), `meta_final` and `[DONE]`.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{header, Method, Request, Response, StatusCode};
+use http_body::{Body, Frame};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::time::Sleep;
+
+/// Pause between two events of the demo stream, so the stream visibly streams.
+pub const EVENT_PAUSE: Duration = Duration::from_millis(40);
+/// Largest request body the demo reads.
+const MAX_BODY: usize = 64 << 10;
+
+/// Starts the demo backend on 127.0.0.1 (ephemeral port); returns its address. Runs until the process ends.
+pub async fn start() -> std::io::Result<SocketAddr> {
+    let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            tokio::spawn(async move {
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(Duration::from_secs(10))
+                    .serve_connection(TokioIo::new(stream), service_fn(answer))
+                    .await;
+            });
+        }
+    });
+    Ok(addr)
+}
+
+/// The curl commands printed at start-up, for a gateway listening on `public`.
+pub fn instructions(public: SocketAddr) -> String {
+    let host = if public.ip().is_unspecified() {
+        SocketAddr::from(([127, 0, 0, 1], public.port()))
+    } else {
+        public
+    };
+    format!(
+        "sse-gateway: demo backend running (no upstream configured). Watch a translated stream:\n  \
+         curl -N -X POST http://{host}/agent/run -H 'content-type: application/json' \
+         -d '{{\"query\":\"What is the weather in Paris?\"}}'\n\
+         sse-gateway: the same stream untranslated: add -H 'X-Stream-Format: legacy'"
+    )
+}
+
+async fn answer(req: Request<Incoming>) -> Result<Response<DemoBody>, Infallible> {
+    if req.method() != Method::POST || req.uri().path() != "/agent/run" {
+        let mut r = Response::new(DemoBody::once("the demo backend answers POST /agent/run\n"));
+        *r.status_mut() = StatusCode::NOT_FOUND;
+        return Ok(r);
+    }
+    let body = Limited::new(req.into_body(), MAX_BODY)
+        .collect()
+        .await
+        .map(|c| c.to_bytes())
+        .unwrap_or_default();
+    let parsed: serde_json::Value = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+    let query = parsed
+        .get("query")
+        .and_then(|q| q.as_str())
+        .unwrap_or("What is the weather in Paris?")
+        .to_owned();
+    let agent = parsed
+        .get("agent_uuid")
+        .and_then(|q| q.as_str())
+        .map(str::to_owned)
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let events = legacy_stream(&agent, &query);
+    let mut r = Response::new(DemoBody::events(events, EVENT_PAUSE));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/event-stream"),
+    );
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, header::HeaderValue::from_static("no-cache"));
+    Ok(r)
+}
+
+/// Formatter escape (DESIGN 3.3): `\` doubled, then newlines written as `\n`.
+fn fmt_escape(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('\n', "\\n")
+}
+
+/// HTML escape of an attribute value, as the backend writes it.
+fn attr(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('"', "&quot;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('\'', "&#x27;")
+}
+
+/// A client tool result body: newlines as `\n`, backslashes kept, `]]>` split across CDATA sections.
+fn client_cdata(s: &str) -> String {
+    let s = s.replace("\r\n", "\n").replace('\r', "\n").replace('\n', "\\n");
+    format!("<![CDATA[{}]]>", s.replace("]]>", "]]]]><![CDATA[>"))
+}
+
+/// The legacy stream's SSE events (`data: …\n\n` each) for one run.
+pub fn legacy_stream(agent: &str, query: &str) -> Vec<String> {
+    let sub = "5f0c9a52-8d1b-4e0f-9a57-2b3c4d5e6f70";
+    let meta_init = |agent: &str, parent: Option<&str>, q: &str| {
+        let data = json!({
+            "format": "xml",
+            "user_query": q,
+            "agent_uuid": agent,
+            "parent_agent_uuid": parent,
+            "model": "claude-sonnet-4",
+        });
+        format!("<meta_init data=\"{}\"></meta_init>", attr(&data.to_string()))
+    };
+    let mut items: Vec<String> = Vec::new();
+    let streamed = |items: &mut Vec<String>, kind: &str, deltas: &[&str]| {
+        items.push(format!("<content-block-{kind}>"));
+        items.extend(deltas.iter().map(|d| fmt_escape(d)));
+        items.push(format!("</content-block-{kind}>"));
+    };
+    let tool_call = |kind: &str, id: &str, name: &str, args: serde_json::Value| {
+        format!(
+            "<content-block-{kind} id=\"{id}\" name=\"{name}\" arguments=\"{}\"></content-block-{kind}>",
+            attr(&args.to_string())
+        )
+    };
+
+    items.push(meta_init(agent, None, query));
+    streamed(
+        &mut items,
+        "thinking",
+        &[
+            "The user asks about the weather.",
+            " I should search the web,\nthen ask a helper agent",
+            " to convert units.",
+        ],
+    );
+    streamed(&mut items, "text", &["Let me look that up", " for you."]);
+    items.push(tool_call(
+        "server_tool_call",
+        "srvtoolu_01",
+        "web_search",
+        json!({"query": "weather Paris today"}),
+    ));
+    let results = json!([
+        {"type": "web_search_result", "title": "Paris weather", "url": "https://weather.example/paris",
+         "page_age": "1 hour ago"}
+    ]);
+    items.push(format!(
+        "<content-block-web_search_tool_result id=\"srvtoolu_01\" name=\"web_search\">\
+         <![CDATA[{}]]></content-block-web_search_tool_result>",
+        fmt_escape(&results.to_string())
+    ));
+    streamed(
+        &mut items,
+        "text",
+        &["It is ", "18 °C and sunny in Paris", " right now."],
+    );
+    items.push(
+        "<citations><citation type=\"web_search_result_location\" url=\"https://weather.example/paris\" \
+         title=\"Paris weather\"><![CDATA[Sunny, 18 °C]]></citation><citation type=\"char_location\" \
+         document_index=\"0\" document_title=\"notes.txt\" start_char_index=\"0\" end_char_index=\"12\">\
+         <![CDATA[Sunny & mild]]></citation></citations>"
+            .to_owned(),
+    );
+    items.push(tool_call(
+        "tool_call",
+        "toolu_02",
+        "spawn_subagent",
+        json!({"task": "Convert 18 °C to Fahrenheit"}),
+    ));
+    // The subagent writes into the parent's stream (DESIGN 3.5).
+    items.push(meta_init(sub, Some(agent), "Convert 18 °C to Fahrenheit"));
+    streamed(&mut items, "text", &["Computing 18 × 9/5 + 32."]);
+    items.push(tool_call(
+        "tool_call",
+        "toolu_03",
+        "calculator",
+        json!({"expression": "18*9/5+32"}),
+    ));
+    items.push(format!(
+        "<content-block-tool_result id=\"toolu_03\" name=\"calculator\">{}</content-block-tool_result>",
+        client_cdata("64.4")
+    ));
+    streamed(&mut items, "text", &["18 °C is 64.4 °F."]);
+    // The parent's tool_result for the spawn call closes the child scope.
+    items.push(format!(
+        "<content-block-tool_result id=\"toolu_02\" name=\"spawn_subagent\">{}</content-block-tool_result>",
+        client_cdata("18 °C = 64.4 °F\n(subagent finished)")
+    ));
+    streamed(
+        &mut items,
+        "text",
+        &[
+            "Summary:\n",
+            "| city | °C | °F |\n|---|---|---|\n| Paris | 18 | 64.4 |\n",
+            "Note: 18 < 20, so bring a <jacket> & an umbrella \\ just in case.",
+        ],
+    );
+    let final_data = json!({
+        "stop_reason": "end_turn",
+        "total_steps": 3,
+        "generated_files": [],
+        "cost": 0.0123,
+        "cumulative_usage": {"input_tokens": 1520, "output_tokens": 230},
+        "conversation_history": [],
+    });
+    items.push(format!(
+        "<meta_final data=\"{}\"></meta_final>",
+        attr(&final_data.to_string())
+    ));
+    items.push("[DONE]".to_owned());
+    items.into_iter().map(|i| format!("data: {i}\n\n")).collect()
+}
+
+/// The demo's response body: events handed out one per pause.
+pub struct DemoBody {
+    events: VecDeque<Bytes>,
+    pause: Duration,
+    sleep: Option<Pin<Box<Sleep>>>,
+}
+
+impl DemoBody {
+    fn once(text: &'static str) -> Self {
+        Self {
+            events: VecDeque::from([Bytes::from_static(text.as_bytes())]),
+            pause: Duration::ZERO,
+            sleep: None,
+        }
+    }
+
+    fn events(events: Vec<String>, pause: Duration) -> Self {
+        Self {
+            events: events.into_iter().map(Bytes::from).collect(),
+            pause,
+            sleep: None,
+        }
+    }
+}
+
+impl Body for DemoBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let this = &mut *self;
+        if let Some(s) = this.sleep.as_mut() {
+            if s.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+        }
+        match this.events.pop_front() {
+            None => Poll::Ready(None),
+            Some(e) => {
+                if !this.pause.is_zero() {
+                    this.sleep = Some(Box::pin(tokio::time::sleep(this.pause)));
+                }
+                Poll::Ready(Some(Ok(Frame::data(e))))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.events.is_empty()
+    }
+}

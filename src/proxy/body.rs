@@ -1,0 +1,386 @@
+//! The response body adapter: polls the upstream body, feeds the translator, yields frames, records metrics.
+//!
+//! No task or channel per stream: the client connection polls this body only when it can write, so a slow
+//! client stops the reads from the upstream socket (backpressure) and nothing is buffered beyond one frame.
+//! How the stream ended (completed, upstream error, client gone) is recorded exactly once, on drop at the latest.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use tokio::time::Sleep;
+
+use super::observe::StreamObserver;
+use crate::sse::encoder::KEEPALIVE;
+use crate::telemetry::{Metrics, Mode, Outcome, UpstreamErrorKind};
+use crate::translate::Translator;
+
+/// Error type of response bodies: an upstream failure in a pass-through body aborts the client response.
+pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A response body: a small body made by the gateway, or an upstream body passed on or translated.
+pub enum ResponseBody {
+    Full(Full<Bytes>),
+    Upstream(Box<GatewayBody>),
+}
+
+impl ResponseBody {
+    pub fn full(b: impl Into<Bytes>) -> Self {
+        ResponseBody::Full(Full::new(b.into()))
+    }
+}
+
+impl Body for ResponseBody {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        match self.get_mut() {
+            ResponseBody::Full(b) => Pin::new(b)
+                .poll_frame(cx)
+                .map(|o| o.map(|r| r.map_err(|e: Infallible| match e {}))),
+            ResponseBody::Upstream(b) => Pin::new(&mut **b).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            ResponseBody::Full(b) => b.is_end_stream(),
+            ResponseBody::Upstream(b) => b.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            ResponseBody::Full(b) => b.size_hint(),
+            ResponseBody::Upstream(b) => b.size_hint(),
+        }
+    }
+}
+
+/// What the adapter knows about the stream it carries.
+pub struct StreamInfo {
+    pub mode: Mode,
+    /// A `text/event-stream` response: stream metrics and the end-of-stream log line apply.
+    pub event_stream: bool,
+    /// When the request arrived (downstream time to first byte).
+    pub request_start: Instant,
+    /// The request's span, for the end-of-stream log line.
+    pub span: tracing::Span,
+}
+
+/// Keepalive state of a translated stream.
+struct Keepalive {
+    interval: Duration,
+    sleep: Pin<Box<Sleep>>,
+    last_output: Instant,
+}
+
+enum State {
+    Streaming,
+    /// The upstream ended; `None` next.
+    Done,
+}
+
+/// The adapter over one upstream response body.
+pub struct GatewayBody {
+    /// Dropped as soon as the stream ends, so the upstream connection is released (or closed) at once.
+    inner: Option<Incoming>,
+    /// Present in translate and shadow modes.
+    translator: Option<Box<Translator<StreamObserver>>>,
+    info: StreamInfo,
+    metrics: Arc<Metrics>,
+    keepalive: Option<Keepalive>,
+    state: State,
+    outcome: Option<Outcome>,
+    started: Instant,
+    first_byte_sent: bool,
+    bytes_in: u64,
+    bytes_out: u64,
+}
+
+impl GatewayBody {
+    /// Wraps `inner`. `translator` must be given in translate and shadow modes; `keepalive` applies to
+    /// translate mode only (shadow and pass-through streams stay byte-identical).
+    pub fn new(
+        inner: Incoming,
+        translator: Option<Translator<StreamObserver>>,
+        info: StreamInfo,
+        metrics: Arc<Metrics>,
+        keepalive: Option<Duration>,
+    ) -> Self {
+        let now = Instant::now();
+        let keepalive = match (info.mode, keepalive) {
+            (Mode::Translate, Some(interval)) if !interval.is_zero() => Some(Keepalive {
+                interval,
+                sleep: Box::pin(tokio::time::sleep(interval)),
+                last_output: now,
+            }),
+            _ => None,
+        };
+        if info.event_stream {
+            metrics.mode(info.mode).active_streams.inc();
+        }
+        Self {
+            inner: Some(inner),
+            translator: translator.map(Box::new),
+            info,
+            metrics,
+            keepalive,
+            state: State::Streaming,
+            outcome: None,
+            started: now,
+            first_byte_sent: false,
+            bytes_in: 0,
+            bytes_out: 0,
+        }
+    }
+
+    /// Hands `bytes` to the client, with the accounting every outgoing frame needs.
+    fn emit(&mut self, bytes: Bytes) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        self.account(&bytes);
+        Poll::Ready(Some(Ok(Frame::data(bytes))))
+    }
+
+    fn account(&mut self, bytes: &Bytes) {
+        let n = bytes.len() as u64;
+        self.bytes_out += n;
+        self.metrics.mode(self.info.mode).bytes_out.inc_by(n);
+        if !self.first_byte_sent {
+            self.first_byte_sent = true;
+            self.metrics
+                .downstream_ttfb
+                .observe(self.info.request_start.elapsed().as_secs_f64());
+        }
+        if let Some(k) = &mut self.keepalive {
+            k.last_output = Instant::now();
+        }
+    }
+
+    /// Sends the stream's last bytes (if any) after recording its end, so the log line counts them.
+    fn end_with(&mut self, outcome: Outcome, last: Vec<u8>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        if last.is_empty() {
+            self.end(outcome);
+            return Poll::Ready(None);
+        }
+        let bytes = Bytes::from(last);
+        self.account(&bytes);
+        self.end(outcome);
+        Poll::Ready(Some(Ok(Frame::data(bytes))))
+    }
+
+    /// Records how the stream ended, once; later calls are ignored.
+    fn end(&mut self, outcome: Outcome) {
+        if self.outcome.is_some() {
+            return;
+        }
+        self.outcome = Some(outcome);
+        self.state = State::Done;
+        // Release the upstream now: on client_gone this closes the upstream connection at once.
+        self.inner = None;
+        self.keepalive = None;
+        let m = self.metrics.mode(self.info.mode);
+        if outcome == Outcome::ClientGone {
+            self.metrics.client_disconnects.inc();
+        }
+        if let Some(t) = &mut self.translator {
+            t.observer_mut().flush();
+        }
+        if !self.info.event_stream {
+            return;
+        }
+        let duration = self.started.elapsed();
+        m.active_streams.dec();
+        m.stream_duration.observe(duration.as_secs_f64());
+        match outcome {
+            Outcome::Completed => m.completed.inc(),
+            Outcome::UpstreamError => m.upstream_error.inc(),
+            Outcome::ClientGone => m.client_gone.inc(),
+        }
+        let (envelopes, parse_errors) = self
+            .translator
+            .as_ref()
+            .map_or((0, 0), |t| (t.observer().envelopes, t.observer().parse_errors));
+        let _g = self.info.span.enter();
+        tracing::info!(
+            mode = self.info.mode.as_str(),
+            outcome = outcome.as_str(),
+            duration_ms = duration.as_millis() as u64,
+            envelopes,
+            parse_errors,
+            bytes_in = self.bytes_in,
+            bytes_out = self.bytes_out,
+            "stream ended"
+        );
+    }
+
+    /// Polls the keepalive timer while the upstream is idle; `Some(frame)` when a comment is due.
+    fn poll_keepalive(&mut self, cx: &mut Context<'_>) -> Option<Bytes> {
+        let k = self.keepalive.as_mut()?;
+        loop {
+            if k.sleep.as_mut().poll(cx).is_pending() {
+                return None;
+            }
+            // The timer is not reset per frame (cheaper); when it fires early relative to the last output, it
+            // is re-armed for the real deadline.
+            let due = k.last_output + k.interval;
+            let now = Instant::now();
+            if now >= due {
+                k.sleep.as_mut().reset((now + k.interval).into());
+                self.metrics.keepalives.inc();
+                return Some(Bytes::from_static(KEEPALIVE));
+            }
+            k.sleep.as_mut().reset(due.into());
+        }
+    }
+}
+
+impl Body for GatewayBody {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        let this = &mut *self;
+        loop {
+            if matches!(this.state, State::Done) {
+                return Poll::Ready(None);
+            }
+            let Some(inner) = this.inner.as_mut() else {
+                return Poll::Ready(None);
+            };
+            match Pin::new(inner).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => {
+                    let frame = match frame.into_data() {
+                        Ok(data) => data,
+                        Err(trailers) => {
+                            // Trailers belong to the original body: kept in pass-through and shadow, dropped
+                            // from a translated stream.
+                            if this.info.mode == Mode::Translate {
+                                continue;
+                            }
+                            return Poll::Ready(Some(Ok(trailers)));
+                        }
+                    };
+                    let arrived = Instant::now();
+                    let n = frame.len() as u64;
+                    this.bytes_in += n;
+                    this.metrics.mode(this.info.mode).bytes_in.inc_by(n);
+                    match (this.info.mode, this.translator.as_mut()) {
+                        (Mode::Translate, Some(t)) => {
+                            let mut out = Vec::with_capacity(frame.len() + frame.len() / 2 + 64);
+                            t.feed(&frame, &mut out);
+                            t.observer_mut().flush();
+                            if out.is_empty() {
+                                // Held bytes (a partial item): read on rather than send an empty frame.
+                                continue;
+                            }
+                            this.metrics
+                                .translator
+                                .event_translation
+                                .observe(arrived.elapsed().as_secs_f64());
+                            return this.emit(Bytes::from(out));
+                        }
+                        (Mode::Shadow, Some(t)) => {
+                            let mut out = Vec::new();
+                            t.feed(&frame, &mut out);
+                            t.observer_mut().flush();
+                            this.metrics
+                                .translator
+                                .event_translation
+                                .observe(arrived.elapsed().as_secs_f64());
+                            return this.emit(frame);
+                        }
+                        _ => return this.emit(frame),
+                    }
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    this.metrics.upstream_error(UpstreamErrorKind::Reset);
+                    let message = upstream_error_message(&e);
+                    tracing::warn!(parent: &this.info.span, error = %e, "upstream body failed mid-stream");
+                    let translated = match (this.info.mode, this.translator.as_mut()) {
+                        (Mode::Translate, Some(t)) => {
+                            let mut out = Vec::new();
+                            t.abort(&message, &mut out);
+                            Some(out)
+                        }
+                        (_, Some(t)) => {
+                            // Shadow: count what the translated stream would have ended with.
+                            t.abort(&message, &mut Vec::new());
+                            None
+                        }
+                        _ => None,
+                    };
+                    return match translated {
+                        // The client gets a well-formed end: error envelope, then a clean end of body.
+                        Some(out) => this.end_with(Outcome::UpstreamError, out),
+                        // A byte-exact body cannot say "error" in-band: abort the client response.
+                        None => {
+                            this.end(Outcome::UpstreamError);
+                            Poll::Ready(Some(Err(Box::new(e))))
+                        }
+                    };
+                }
+                Poll::Ready(None) => {
+                    let mut out = Vec::new();
+                    if let Some(t) = this.translator.as_mut() {
+                        let started = Instant::now();
+                        t.finish(&mut out);
+                        if this.info.mode == Mode::Translate && !out.is_empty() {
+                            this.metrics
+                                .translator
+                                .event_translation
+                                .observe(started.elapsed().as_secs_f64());
+                        }
+                    }
+                    if this.info.mode != Mode::Translate {
+                        out.clear();
+                    }
+                    return this.end_with(Outcome::Completed, out);
+                }
+                Poll::Pending => {
+                    if let Some(comment) = this.poll_keepalive(cx) {
+                        return this.emit(comment);
+                    }
+                    return Poll::Pending;
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self.state, State::Done)
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match (&self.inner, self.info.mode) {
+            // Pass-through and shadow send the upstream's bytes: its length is ours.
+            (Some(inner), Mode::Passthrough | Mode::Shadow) => inner.size_hint(),
+            _ => SizeHint::default(),
+        }
+    }
+}
+
+impl Drop for GatewayBody {
+    fn drop(&mut self) {
+        // Dropped before its end: the client connection went away (or was closed at the drain deadline).
+        self.end(Outcome::ClientGone);
+    }
+}
+
+/// A short, payload-free description of an upstream body failure for the error envelope.
+fn upstream_error_message(e: &hyper::Error) -> String {
+    if e.is_incomplete_message() {
+        "upstream connection closed before the response ended".into()
+    } else if e.is_timeout() {
+        "upstream timed out".into()
+    } else {
+        format!("upstream connection failed: {e}")
+    }
+}

@@ -1,0 +1,283 @@
+//! The reverse proxy: one request in, forwarded to the upstream, its response passed on or translated.
+
+pub mod body;
+pub mod forward;
+pub mod headers;
+pub mod negotiate;
+pub mod observe;
+pub mod server;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::header::{self, HeaderName, HeaderValue};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use serde::Deserialize;
+use tracing::Instrument;
+
+use crate::config::{duration, Settings, StreamFormat};
+use crate::telemetry::{Metrics, Mode, UpstreamErrorKind};
+use crate::translate::{self, Translator};
+use body::{GatewayBody, ResponseBody, StreamInfo};
+use forward::{ForwardError, Upstream, UpstreamBody};
+use headers::{X_ACCEL_BUFFERING, X_REQUEST_ID, X_STREAM_FORMAT};
+use observe::StreamObserver;
+
+/// Longest `X-Request-Id` taken from a client; longer ones are replaced.
+const MAX_REQUEST_ID: usize = 128;
+
+/// What every request handler shares.
+pub struct Shared {
+    pub upstream: Upstream,
+    pub metrics: Arc<Metrics>,
+    pub options: translate::Options,
+    pub default_format: StreamFormat,
+    pub shadow: bool,
+    pub keepalive: Option<Duration>,
+    pub agent_header: HeaderName,
+    pub agent_body_max: usize,
+    pub trust_forwarded: bool,
+}
+
+impl Shared {
+    pub fn new(settings: &Settings, metrics: Arc<Metrics>) -> Result<Self, String> {
+        let t = &settings.translate;
+        Ok(Self {
+            upstream: Upstream::new(settings)?,
+            metrics,
+            options: settings.translate_options(),
+            default_format: t.default_format,
+            shadow: t.shadow,
+            keepalive: (t.keepalive_interval_secs > 0.0).then(|| duration(t.keepalive_interval_secs)),
+            agent_header: HeaderName::from_bytes(t.agent_header.as_bytes()).map_err(|e| e.to_string())?,
+            agent_body_max: t.agent_body_max_bytes,
+            trust_forwarded: settings.server.trust_forwarded_headers,
+        })
+    }
+}
+
+/// Handles one client request end to end (the service function).
+pub async fn handle(req: Request<Incoming>, peer: SocketAddr, shared: Arc<Shared>) -> Response<ResponseBody> {
+    let request_start = Instant::now();
+    let request_id = request_id(&req);
+    let span = tracing::info_span!(
+        "request",
+        id = %request_id,
+        method = %req.method(),
+        path = %req.uri().path(),
+    );
+    let mut resp = proxy(req, peer, &shared, request_start, span.clone(), &request_id)
+        .instrument(span)
+        .await;
+    if let Ok(v) = HeaderValue::from_str(&request_id) {
+        resp.headers_mut().insert(X_REQUEST_ID, v);
+    }
+    resp
+}
+
+async fn proxy(
+    req: Request<Incoming>,
+    peer: SocketAddr,
+    shared: &Shared,
+    request_start: Instant,
+    span: tracing::Span,
+    request_id: &str,
+) -> Response<ResponseBody> {
+    let metrics = &shared.metrics;
+    if req.method() == Method::CONNECT {
+        // Not an open proxy: no tunnels.
+        return gateway_error(
+            metrics,
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            "CONNECT is not supported",
+        );
+    }
+    let wants = match negotiate::requested(req.headers(), req.uri(), shared.default_format) {
+        Ok(f) => f,
+        Err(e) => return gateway_error(metrics, StatusCode::BAD_REQUEST, "bad_stream_format", &e.to_string()),
+    };
+    let may_translate = wants == StreamFormat::Json;
+    let method = req.method().clone();
+    let client_host = headers::client_host(&req);
+    let (mut parts, body) = req.into_parts();
+
+    // The fallback agent for this stream (DESIGN 3.5 / 3.6): agent_uuid of a small JSON body (resumed runs send
+    // no meta_init), else the agent header, else a fresh id.
+    let (body, body_agent) = if may_translate {
+        match sniff_agent(&parts, body, shared.agent_body_max).await {
+            Ok(r) => r,
+            Err(()) => {
+                return gateway_error(
+                    metrics,
+                    StatusCode::BAD_REQUEST,
+                    "bad_request_body",
+                    "request body failed",
+                );
+            }
+        }
+    } else {
+        (body.boxed(), None)
+    };
+    let agent = body_agent
+        .or_else(|| {
+            parts
+                .headers
+                .get(&shared.agent_header)
+                .and_then(|v| v.to_str().ok())
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+        })
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+
+    let h = &mut parts.headers;
+    headers::strip_hop_by_hop(h);
+    headers::set_forwarded(h, peer.ip(), client_host.as_deref(), shared.trust_forwarded);
+    h.remove(X_STREAM_FORMAT);
+    if may_translate {
+        // We must read the event stream to translate it: ask for it uncompressed. (Other responses to these
+        // requests then come uncompressed too; the hop to the upstream is local.)
+        h.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("identity"));
+    }
+    if let Ok(v) = HeaderValue::from_str(request_id) {
+        h.insert(X_REQUEST_ID, v);
+    }
+
+    let sent = Instant::now();
+    let upstream_resp = match shared.upstream.send(Request::from_parts(parts, body)).await {
+        Ok(r) => r,
+        Err(e) => return forward_failed(metrics, e),
+    };
+    metrics.upstream_ttfb.observe(sent.elapsed().as_secs_f64());
+    let (mut parts, body) = upstream_resp.into_parts();
+    if parts.status.is_server_error() {
+        metrics.upstream_error(UpstreamErrorKind::Status);
+    }
+    headers::strip_hop_by_hop(&mut parts.headers);
+    let event_stream = negotiate::is_event_stream(&parts.headers);
+    let translatable = negotiate::is_translatable(&method, parts.status, &parts.headers);
+    if event_stream && may_translate && !translatable {
+        tracing::warn!(status = %parts.status, "event stream not translatable (status or content encoding): passed through");
+    }
+    let mode = negotiate::body_mode(wants, shared.shadow, translatable);
+    let translator = match mode {
+        Mode::Passthrough => None,
+        Mode::Translate | Mode::Shadow => Some(Translator::with_observer(
+            shared.options.clone(),
+            &agent,
+            StreamObserver::new(Arc::clone(metrics)),
+        )),
+    };
+    if mode == Mode::Translate {
+        let h = &mut parts.headers;
+        h.remove(header::CONTENT_LENGTH);
+        h.remove(header::CONTENT_ENCODING);
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        h.insert(X_ACCEL_BUFFERING, HeaderValue::from_static("no"));
+        h.insert(X_STREAM_FORMAT, HeaderValue::from_static("json"));
+    }
+    metrics.request(mode, parts.status);
+    tracing::debug!(status = %parts.status, mode = mode.as_str(), "upstream responded");
+    let info = StreamInfo {
+        mode,
+        event_stream,
+        request_start,
+        span,
+    };
+    let body = GatewayBody::new(body, translator, info, Arc::clone(metrics), shared.keepalive);
+    Response::from_parts(parts, ResponseBody::Upstream(Box::new(body)))
+}
+
+#[derive(Deserialize)]
+struct AgentField {
+    agent_uuid: Option<String>,
+}
+
+/// Reads `agent_uuid` from a small JSON body (bounded by `max` and by its declared Content-Length) and returns
+/// the body to forward; any other body is streamed untouched. `Err` when the client's body fails.
+async fn sniff_agent(
+    parts: &http::request::Parts,
+    body: Incoming,
+    max: usize,
+) -> Result<(UpstreamBody, Option<String>), ()> {
+    let is_json = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .map(|t| t.trim().to_ascii_lowercase())
+        .is_some_and(|t| t == "application/json" || t.ends_with("+json"));
+    let len = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    let small = matches!(len, Some(n) if n > 0 && n <= max);
+    if !is_json || !small {
+        return Ok((body.boxed(), None));
+    }
+    let bytes = Limited::new(body, max).collect().await.map_err(|_| ())?.to_bytes();
+    let agent = serde_json::from_slice::<AgentField>(&bytes)
+        .ok()
+        .and_then(|f| f.agent_uuid)
+        .filter(|s| !s.is_empty());
+    let body = Full::new(bytes).map_err(|never| match never {}).boxed();
+    Ok((body, agent))
+}
+
+fn request_id<B>(req: &Request<B>) -> String {
+    req.headers()
+        .get(X_REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .filter(|s| !s.is_empty() && s.len() <= MAX_REQUEST_ID)
+        .map(str::to_owned)
+        .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string())
+}
+
+fn forward_failed(metrics: &Metrics, e: ForwardError) -> Response<ResponseBody> {
+    let (status, kind, code) = match &e {
+        ForwardError::Connect(_) => (
+            StatusCode::BAD_GATEWAY,
+            Some(UpstreamErrorKind::Connect),
+            "upstream_unreachable",
+        ),
+        ForwardError::Timeout(_) => (
+            StatusCode::GATEWAY_TIMEOUT,
+            Some(UpstreamErrorKind::Timeout),
+            "upstream_timeout",
+        ),
+        ForwardError::Protocol(_) => (
+            StatusCode::BAD_GATEWAY,
+            Some(UpstreamErrorKind::Protocol),
+            "upstream_failed",
+        ),
+        ForwardError::BadTarget => (StatusCode::BAD_REQUEST, None, "bad_request_target"),
+    };
+    if let Some(k) = kind {
+        metrics.upstream_error(k);
+    }
+    tracing::warn!(error = %e, status = status.as_u16(), "no upstream response");
+    gateway_error(metrics, status, code, &e.to_string())
+}
+
+/// A response made by the gateway itself: a small JSON body `{"error": code, "message": ...}`.
+pub fn gateway_error(metrics: &Metrics, status: StatusCode, code: &str, message: &str) -> Response<ResponseBody> {
+    metrics.request(Mode::Passthrough, status);
+    let body = serde_json::json!({ "error": code, "message": message }).to_string();
+    let mut resp = Response::new(ResponseBody::full(Bytes::from(body)));
+    *resp.status_mut() = status;
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    if status == StatusCode::METHOD_NOT_ALLOWED {
+        h.insert(
+            header::ALLOW,
+            HeaderValue::from_static("GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"),
+        );
+    }
+    resp
+}

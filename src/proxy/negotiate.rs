@@ -1,0 +1,130 @@
+//! Per-request choice of wire format, and which responses are translated.
+
+use http::header::{self, HeaderMap};
+use http::{Method, StatusCode, Uri};
+use thiserror::Error;
+
+use super::headers::X_STREAM_FORMAT;
+use crate::config::StreamFormat;
+use crate::telemetry::Mode;
+
+/// The query parameter that chooses the format when the header is absent.
+pub const QUERY_PARAM: &str = "stream_format";
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum NegotiateError {
+    #[error("X-Stream-Format must be json or legacy")]
+    BadHeader,
+    #[error("stream_format must be json or legacy")]
+    BadQuery,
+}
+
+fn parse_format(v: &str) -> Option<StreamFormat> {
+    if v.eq_ignore_ascii_case("json") {
+        Some(StreamFormat::Json)
+    } else if v.eq_ignore_ascii_case("legacy") {
+        Some(StreamFormat::Legacy)
+    } else {
+        None
+    }
+}
+
+/// What the client asked for: the `X-Stream-Format` header, else `stream_format=` in the query, else the default.
+pub fn requested(headers: &HeaderMap, uri: &Uri, default: StreamFormat) -> Result<StreamFormat, NegotiateError> {
+    if let Some(v) = headers.get(&X_STREAM_FORMAT) {
+        return v
+            .to_str()
+            .ok()
+            .and_then(|s| parse_format(s.trim()))
+            .ok_or(NegotiateError::BadHeader);
+    }
+    let query = uri.query().unwrap_or("");
+    for pair in query.split('&') {
+        if let Some(v) = pair.strip_prefix(QUERY_PARAM).and_then(|r| r.strip_prefix('=')) {
+            return parse_format(v).ok_or(NegotiateError::BadQuery);
+        }
+    }
+    Ok(default)
+}
+
+/// Whether a response head is an event stream we can translate (uncompressed, with a body).
+pub fn is_translatable(method: &Method, status: StatusCode, headers: &HeaderMap) -> bool {
+    if method == Method::HEAD || !status.is_success() || status == StatusCode::NO_CONTENT {
+        return false;
+    }
+    if !is_event_stream(headers) {
+        return false;
+    }
+    // An encoded body is opaque to us: pass it through rather than translate garbage.
+    match headers.get(header::CONTENT_ENCODING).and_then(|v| v.to_str().ok()) {
+        None => true,
+        Some(enc) => enc.trim().eq_ignore_ascii_case("identity"),
+    }
+}
+
+/// `Content-Type: text/event-stream` (parameters ignored).
+pub fn is_event_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case("text/event-stream"))
+}
+
+/// The body mode for a response: translated event streams for JSON requests (or shadowed), else pass-through.
+pub fn body_mode(wants: StreamFormat, shadow: bool, translatable: bool) -> Mode {
+    match (translatable, wants, shadow) {
+        (true, StreamFormat::Json, false) => Mode::Translate,
+        (true, StreamFormat::Json, true) => Mode::Shadow,
+        _ => Mode::Passthrough,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    fn uri(s: &str) -> Uri {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn header_beats_query_beats_default() {
+        let mut h = HeaderMap::new();
+        let u = uri("/agent/run?a=1&stream_format=legacy");
+        assert_eq!(requested(&h, &u, StreamFormat::Json), Ok(StreamFormat::Legacy));
+        h.insert(X_STREAM_FORMAT, HeaderValue::from_static("JSON"));
+        assert_eq!(requested(&h, &u, StreamFormat::Legacy), Ok(StreamFormat::Json));
+        assert_eq!(
+            requested(&HeaderMap::new(), &uri("/x"), StreamFormat::Legacy),
+            Ok(StreamFormat::Legacy)
+        );
+        assert_eq!(
+            requested(&HeaderMap::new(), &uri("/x?stream_format=xml"), StreamFormat::Json),
+            Err(NegotiateError::BadQuery)
+        );
+        // A parameter that merely starts with the name is not it.
+        assert_eq!(
+            requested(&HeaderMap::new(), &uri("/x?stream_formats=legacy"), StreamFormat::Json),
+            Ok(StreamFormat::Json)
+        );
+    }
+
+    #[test]
+    fn only_plain_successful_event_streams_translate() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream; charset=utf-8"),
+        );
+        assert!(is_translatable(&Method::POST, StatusCode::OK, &h));
+        assert!(!is_translatable(&Method::HEAD, StatusCode::OK, &h));
+        assert!(!is_translatable(&Method::GET, StatusCode::BAD_GATEWAY, &h));
+        h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+        assert!(!is_translatable(&Method::GET, StatusCode::OK, &h));
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        h.remove(header::CONTENT_ENCODING);
+        assert!(!is_translatable(&Method::GET, StatusCode::OK, &h));
+    }
+}

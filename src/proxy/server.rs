@@ -1,0 +1,193 @@
+//! Listeners and connections: HTTP/1.1 and h2c via hyper-util's auto builder, limits, and the graceful drain.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use prometheus::Registry;
+use thiserror::Error;
+use tokio::net::TcpListener;
+
+use super::{handle, Shared};
+use crate::admin::{self, Health};
+use crate::config::{duration, Settings};
+use crate::telemetry::Metrics;
+
+/// Pause after a failed accept (EMFILE and the like) so the loop does not spin.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+
+#[derive(Debug, Error)]
+pub enum ServeError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("upstream: {0}")]
+    Upstream(String),
+    #[error("metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+}
+
+/// A gateway with both listeners bound, not yet serving.
+pub struct Gateway {
+    listener: TcpListener,
+    admin_listener: TcpListener,
+    shared: Arc<Shared>,
+    health: Arc<Health>,
+    registry: Registry,
+    settings: Settings,
+}
+
+impl Gateway {
+    /// Binds the public and admin listeners. `settings.upstream.url` must be set (main starts the demo backend
+    /// first when it is not).
+    pub async fn bind(settings: Settings, registry: Registry) -> Result<Self, ServeError> {
+        let metrics = Arc::new(Metrics::register(&registry)?);
+        let shared = Arc::new(Shared::new(&settings, Arc::clone(&metrics)).map_err(ServeError::Upstream)?);
+        let addr = settings.listen_addr();
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| ServeError::Bind { addr, source })?;
+        let addr = settings.admin_addr();
+        let admin_listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| ServeError::Bind { addr, source })?;
+        let health = Arc::new(Health::new(metrics));
+        Ok(Self {
+            listener,
+            admin_listener,
+            shared,
+            health,
+            registry,
+            settings,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .unwrap_or_else(|_| self.settings.listen_addr())
+    }
+
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.admin_listener
+            .local_addr()
+            .unwrap_or_else(|_| self.settings.admin_addr())
+    }
+
+    /// Serves until `shutdown` resolves, then drains: readiness off at once, no new connections, open streams
+    /// run to their end for up to the drain timeout.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+        let Gateway {
+            listener,
+            admin_listener,
+            shared,
+            health,
+            registry,
+            settings,
+        } = self;
+        let admin_task = tokio::spawn(admin::serve(admin_listener, registry, Arc::clone(&health)));
+        let builder = connection_builder(&settings);
+        let first_request_timeout = duration(settings.server.header_read_timeout_secs);
+        let graceful = GracefulShutdown::new();
+        health.set_ready(true);
+        let mut shutdown = std::pin::pin!(shutdown);
+        loop {
+            let (stream, peer) = tokio::select! {
+                biased;
+                () = &mut shutdown => break,
+                accepted = listener.accept() => match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(ACCEPT_BACKOFF).await;
+                        continue;
+                    }
+                },
+            };
+            // Latency over throughput: each envelope is its own small write.
+            let _ = stream.set_nodelay(true);
+            let seen_request = Arc::new(AtomicBool::new(false));
+            let service = {
+                let shared = Arc::clone(&shared);
+                let seen_request = Arc::clone(&seen_request);
+                service_fn(move |req| {
+                    seen_request.store(true, Ordering::Relaxed);
+                    let shared = Arc::clone(&shared);
+                    async move { Ok::<_, Infallible>(handle(req, peer, shared).await) }
+                })
+            };
+            let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
+            let conn = graceful.watch(conn);
+            tokio::spawn(async move {
+                tokio::select! {
+                    r = conn => if let Err(e) = r {
+                        tracing::debug!(error = %e, %peer, "connection ended with an error");
+                    },
+                    () = first_request_guard(seen_request, first_request_timeout) => {
+                        tracing::debug!(%peer, "no request within the header read timeout: closed");
+                    }
+                }
+            });
+        }
+        health.set_ready(false);
+        health.set_draining(true);
+        drop(listener);
+        let drain = duration(settings.server.drain_timeout_secs);
+        tracing::info!(
+            drain_timeout_secs = drain.as_secs_f64(),
+            "shutting down: draining open streams"
+        );
+        tokio::select! {
+            () = graceful.shutdown() => tracing::info!("drained"),
+            () = tokio::time::sleep(drain) => tracing::warn!("drain timeout reached: closing remaining streams"),
+        }
+        admin_task.abort();
+    }
+}
+
+/// hyper's header read timeout starts once it knows the protocol; a client that stalls before that (inside
+/// hyper-util's protocol sniffing, or before its first byte) is covered here: no request within the timeout
+/// closes the connection. Later requests on a kept-alive connection are covered by hyper's own timer.
+async fn first_request_guard(seen: Arc<AtomicBool>, timeout: Duration) {
+    tokio::time::sleep(timeout).await;
+    if seen.load(Ordering::Relaxed) {
+        std::future::pending::<()>().await;
+    }
+}
+
+fn connection_builder(settings: &Settings) -> auto::Builder<TokioExecutor> {
+    let s = &settings.server;
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        // hyper enforces header_read_timeout only with a timer.
+        .timer(TokioTimer::new())
+        .header_read_timeout(duration(s.header_read_timeout_secs))
+        .max_buf_size(s.max_header_bytes.max(8192))
+        .keep_alive(true);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(u32::try_from(s.max_header_bytes).unwrap_or(u32::MAX))
+        .keep_alive_interval(Some(Duration::from_secs(30)));
+    if s.http2 {
+        builder
+    } else {
+        builder.http1_only()
+    }
+}
+
+/// Addresses a running gateway listens on (printed at start).
+pub fn banner(public: SocketAddr, admin: SocketAddr) -> String {
+    format!("sse-gateway: proxy listening on http://{public}\nsse-gateway: admin listening on http://{admin}")
+}

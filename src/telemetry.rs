@@ -1,0 +1,400 @@
+//! Metric families (registered on the one `Registry` made in main, then handed out) and tracing setup.
+
+use std::io::IsTerminal;
+
+use prometheus::{
+    exponential_buckets, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
+    Opts, Registry,
+};
+
+use crate::config::{Log, LogFormat};
+use crate::envelope::EnvelopeKind;
+use crate::translate::ParseErrorKind;
+
+/// Every metric name starts with this.
+pub const PREFIX: &str = "sse_gateway";
+
+/// What the gateway did with a response body; the `mode` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Translate,
+    Passthrough,
+    Shadow,
+}
+
+impl Mode {
+    pub const ALL: [Mode; 3] = [Mode::Translate, Mode::Passthrough, Mode::Shadow];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Mode::Translate => "translate",
+            Mode::Passthrough => "passthrough",
+            Mode::Shadow => "shadow",
+        }
+    }
+}
+
+/// How a stream ended; the `outcome` label. Recorded exactly once per stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Completed,
+    UpstreamError,
+    ClientGone,
+}
+
+impl Outcome {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Completed => "completed",
+            Outcome::UpstreamError => "upstream_error",
+            Outcome::ClientGone => "client_gone",
+        }
+    }
+}
+
+/// The `kind` label of `upstream_errors_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamErrorKind {
+    /// TCP connect failed or timed out.
+    Connect,
+    /// No response head within `upstream.response_timeout_secs`.
+    Timeout,
+    /// The response body failed mid-stream.
+    Reset,
+    /// Any other HTTP-level failure before the response head.
+    Protocol,
+    /// The upstream answered with a 5xx status.
+    Status,
+}
+
+impl UpstreamErrorKind {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            UpstreamErrorKind::Connect => "connect",
+            UpstreamErrorKind::Timeout => "timeout",
+            UpstreamErrorKind::Reset => "reset",
+            UpstreamErrorKind::Protocol => "protocol",
+            UpstreamErrorKind::Status => "status",
+        }
+    }
+}
+
+/// Per-mode handles resolved once, so the hot path never looks labels up.
+#[derive(Clone)]
+pub struct ModeMetrics {
+    pub active_streams: IntGauge,
+    pub stream_duration: Histogram,
+    pub bytes_in: IntCounter,
+    pub bytes_out: IntCounter,
+    pub completed: IntCounter,
+    pub upstream_error: IntCounter,
+    pub client_gone: IntCounter,
+}
+
+/// Translator-level families, resolved per envelope kind.
+#[derive(Clone)]
+pub struct TranslatorMetrics {
+    pub envelopes: [IntCounter; 13],
+    pub oversize: [IntCounter; 13],
+    pub block_chunks: [Histogram; 13],
+    pub envelope_bytes: Histogram,
+    pub items: IntCounter,
+    pub fragmented_items: IntCounter,
+    pub item_upstream_events: Histogram,
+    pub parse_errors: [IntCounter; 7],
+    pub unknown_tags: IntCounter,
+    pub scope_conflicts: IntCounter,
+    pub event_translation: Histogram,
+}
+
+/// All the daemon's metrics.
+#[derive(Clone)]
+pub struct Metrics {
+    pub requests: IntCounterVec,
+    pub modes: [ModeMetrics; 3],
+    pub upstream_ttfb: Histogram,
+    pub downstream_ttfb: Histogram,
+    pub translator: TranslatorMetrics,
+    pub upstream_errors: IntCounterVec,
+    pub client_disconnects: IntCounter,
+    pub keepalives: IntCounter,
+    pub ready: IntGauge,
+    pub draining: IntGauge,
+}
+
+fn name(n: &str) -> String {
+    format!("{PREFIX}_{n}")
+}
+
+fn reg<T: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: T) -> prometheus::Result<T> {
+    r.register(Box::new(c.clone()))?;
+    Ok(c)
+}
+
+/// Latency buckets from 10 µs to ~40 s.
+fn latency_buckets() -> Vec<f64> {
+    exponential_buckets(0.000_01, 4.0, 12).unwrap_or_default()
+}
+
+impl Metrics {
+    /// Creates every family and registers it on `r`.
+    pub fn register(r: &Registry) -> prometheus::Result<Self> {
+        let requests = reg(
+            r,
+            IntCounterVec::new(
+                Opts::new(
+                    name("requests_total"),
+                    "Requests answered, by body mode and status class.",
+                ),
+                &["mode", "status_class"],
+            )?,
+        )?;
+        let streams = reg(
+            r,
+            IntCounterVec::new(
+                Opts::new(name("streams_total"), "Event streams ended, by mode and outcome."),
+                &["mode", "outcome"],
+            )?,
+        )?;
+        let active = reg(
+            r,
+            IntGaugeVec::new(Opts::new(name("active_streams"), "Event streams open now."), &["mode"])?,
+        )?;
+        let duration = reg(
+            r,
+            HistogramVec::new(
+                HistogramOpts::new(name("stream_duration_seconds"), "Event stream lifetime.")
+                    .buckets(exponential_buckets(0.01, 3.0, 12)?),
+                &["mode"],
+            )?,
+        )?;
+        let bytes_in = reg(
+            r,
+            IntCounterVec::new(
+                Opts::new(name("bytes_in_total"), "Response body bytes read from the upstream."),
+                &["mode"],
+            )?,
+        )?;
+        let bytes_out = reg(
+            r,
+            IntCounterVec::new(
+                Opts::new(name("bytes_out_total"), "Response body bytes sent to clients."),
+                &["mode"],
+            )?,
+        )?;
+        let modes = Mode::ALL.map(|m| {
+            let l = m.as_str();
+            ModeMetrics {
+                active_streams: active.with_label_values(&[l]),
+                stream_duration: duration.with_label_values(&[l]),
+                bytes_in: bytes_in.with_label_values(&[l]),
+                bytes_out: bytes_out.with_label_values(&[l]),
+                completed: streams.with_label_values(&[l, Outcome::Completed.as_str()]),
+                upstream_error: streams.with_label_values(&[l, Outcome::UpstreamError.as_str()]),
+                client_gone: streams.with_label_values(&[l, Outcome::ClientGone.as_str()]),
+            }
+        });
+        let hist = |n: &str, help: &str, buckets: Vec<f64>| -> prometheus::Result<Histogram> {
+            reg(
+                r,
+                Histogram::with_opts(HistogramOpts::new(name(n), help).buckets(buckets))?,
+            )
+        };
+        let upstream_ttfb = hist(
+            "upstream_ttfb_seconds",
+            "Request sent upstream to response head received.",
+            latency_buckets(),
+        )?;
+        let downstream_ttfb = hist(
+            "downstream_ttfb_seconds",
+            "Request received to first response body byte handed to the client connection.",
+            latency_buckets(),
+        )?;
+        let event_translation = hist(
+            "event_translation_seconds",
+            "Upstream body frame arrival to its translated output being yielded.",
+            latency_buckets(),
+        )?;
+        let envelope_bytes = hist(
+            "envelope_bytes",
+            "Size of each envelope's JSON object.",
+            exponential_buckets(32.0, 2.0, 12)?,
+        )?;
+        let item_upstream_events = hist(
+            "item_upstream_events",
+            "Upstream SSE events one legacy item spanned.",
+            exponential_buckets(1.0, 2.0, 12)?,
+        )?;
+        let envelopes = reg(
+            r,
+            IntCounterVec::new(
+                Opts::new(name("envelopes_total"), "Envelopes written, by type."),
+                &["type"],
+            )?,
+        )?;
+        let oversize = reg(
+            r,
+            IntCounterVec::new(
+                Opts::new(
+                    name("oversize_envelopes_total"),
+                    "Envelopes sent over the byte budget (citations, oversized fixed fields).",
+                ),
+                &["type"],
+            )?,
+        )?;
+        let block_chunks = reg(
+            r,
+            HistogramVec::new(
+                HistogramOpts::new(name("block_chunks"), "Envelopes per closed block.")
+                    .buckets(exponential_buckets(1.0, 2.0, 14)?),
+                &["type"],
+            )?,
+        )?;
+        let parse_errors = reg(
+            r,
+            IntCounterVec::new(
+                Opts::new(
+                    name("parse_errors_total"),
+                    "Bad upstream input answered by an error envelope.",
+                ),
+                &["kind"],
+            )?,
+        )?;
+        let counter = |n: &str, help: &str| reg(r, IntCounter::new(name(n), help)?);
+        let translator = TranslatorMetrics {
+            envelopes: EnvelopeKind::ALL.map(|k| envelopes.with_label_values(&[k.as_str()])),
+            oversize: EnvelopeKind::ALL.map(|k| oversize.with_label_values(&[k.as_str()])),
+            block_chunks: EnvelopeKind::ALL.map(|k| block_chunks.with_label_values(&[k.as_str()])),
+            envelope_bytes,
+            items: counter("items_total", "Legacy items translated.")?,
+            fragmented_items: counter(
+                "fragmented_items_total",
+                "Legacy items that spanned more than one upstream event or data: line.",
+            )?,
+            item_upstream_events,
+            parse_errors: ParseErrorKind::ALL.map(|k| parse_errors.with_label_values(&[k.as_str()])),
+            unknown_tags: counter("unknown_tags_total", "Unknown legacy tags seen.")?,
+            scope_conflicts: counter(
+                "scope_conflicts_total",
+                "Blocks opened while another was open, or sibling subagents interleaved.",
+            )?,
+            event_translation,
+        };
+        let upstream_errors = reg(
+            r,
+            IntCounterVec::new(
+                Opts::new(name("upstream_errors_total"), "Upstream failures, by kind."),
+                &["kind"],
+            )?,
+        )?;
+        for k in [
+            UpstreamErrorKind::Connect,
+            UpstreamErrorKind::Timeout,
+            UpstreamErrorKind::Reset,
+            UpstreamErrorKind::Protocol,
+            UpstreamErrorKind::Status,
+        ] {
+            upstream_errors.with_label_values(&[k.as_str()]);
+        }
+        Ok(Self {
+            requests,
+            modes,
+            upstream_ttfb,
+            downstream_ttfb,
+            translator,
+            upstream_errors,
+            client_disconnects: counter(
+                "client_disconnects_total",
+                "Responses whose client went away before the end.",
+            )?,
+            keepalives: counter(
+                "keepalives_total",
+                "Keepalive comments sent on idle translated streams.",
+            )?,
+            ready: reg(r, IntGauge::new(name("ready"), "1 while the gateway accepts traffic.")?)?,
+            draining: reg(
+                r,
+                IntGauge::new(name("draining"), "1 while shutting down and draining streams.")?,
+            )?,
+        })
+    }
+
+    pub fn mode(&self, m: Mode) -> &ModeMetrics {
+        &self.modes[m as usize]
+    }
+
+    pub fn upstream_error(&self, k: UpstreamErrorKind) {
+        self.upstream_errors.with_label_values(&[k.as_str()]).inc();
+    }
+
+    pub fn request(&self, m: Mode, status: http::StatusCode) {
+        let class = match status.as_u16() / 100 {
+            1 => "1xx",
+            2 => "2xx",
+            3 => "3xx",
+            4 => "4xx",
+            _ => "5xx",
+        };
+        self.requests.with_label_values(&[m.as_str(), class]).inc();
+    }
+}
+
+/// Installs the global tracing subscriber (logs go to stderr; stdout is for the startup banner).
+pub fn init_tracing(log: &Log) {
+    let filter = std::env::var("RUST_LOG")
+        .ok()
+        .and_then(|v| tracing_subscriber::EnvFilter::try_new(v).ok())
+        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new(&log.level));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let result = match log.format {
+        LogFormat::Json => builder.json().flatten_event(true).with_current_span(true).try_init(),
+        LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).try_init(),
+    };
+    // A second init (tests starting several gateways in one process) keeps the first subscriber.
+    drop(result);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_contract_family_is_registered() {
+        let r = Registry::new();
+        let m = Metrics::register(&r).unwrap();
+        m.request(Mode::Translate, http::StatusCode::OK);
+        m.translator.items.inc();
+        m.translator.event_translation.observe(0.001);
+        let names: Vec<String> = r.gather().iter().map(|f| f.get_name().to_owned()).collect();
+        for n in [
+            "requests_total",
+            "streams_total",
+            "active_streams",
+            "stream_duration_seconds",
+            "upstream_ttfb_seconds",
+            "downstream_ttfb_seconds",
+            "event_translation_seconds",
+            "envelopes_total",
+            "envelope_bytes",
+            "oversize_envelopes_total",
+            "block_chunks",
+            "items_total",
+            "fragmented_items_total",
+            "item_upstream_events",
+            "parse_errors_total",
+            "unknown_tags_total",
+            "scope_conflicts_total",
+            "upstream_errors_total",
+            "client_disconnects_total",
+            "keepalives_total",
+            "bytes_in_total",
+            "bytes_out_total",
+            "ready",
+            "draining",
+        ] {
+            assert!(names.contains(&format!("sse_gateway_{n}")), "missing {n}: {names:?}");
+        }
+    }
+}

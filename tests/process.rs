@@ -1,0 +1,325 @@
+//! The `sse-gateway` binary as a subprocess: drain on SIGTERM, bounded memory, config layering and exits,
+//! `--check-config`, the `translate` command and the demo.
+
+mod gateway_support;
+use gateway_support as support;
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use sse_gateway::translate::{translate_all, Options};
+use support::legacy::corpus;
+use support::*;
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_sse-gateway"));
+    c.env_remove("SSE_GATEWAY__UPSTREAM__URL");
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_an_open_stream_then_exits_0() {
+    let mut events = Vec::new();
+    for i in 0..8 {
+        events.push(format!("data: <content-block-text>part {i}</content-block-text>\n\n"));
+    }
+    events.push("data: [DONE]\n\n".into());
+    let whole: Vec<u8> = events.concat().into_bytes();
+    let expected = translate_all(Options::default(), "drain", &whole).0;
+    let up = Emulator::start(move |_| {
+        let mut steps = vec![sse_head()];
+        for e in &events {
+            steps.push(Step::WriteAll(e.clone().into_bytes()));
+            steps.push(Step::Pause(Duration::from_millis(150)));
+        }
+        steps.push(Step::EndChunks);
+        steps
+    })
+    .await;
+    let mut gw = Process::start(&["--upstream", &up.url()], &[]);
+    let req = http::Request::post(format!("http://{}/agent/run", gw.addr))
+        .header("x-agent-id", "drain")
+        .body(http_body_util::Full::new(Bytes::from_static(b"{}")))
+        .unwrap();
+    let resp = tokio::time::timeout(PATIENCE, client().request(req))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    let mut got = Vec::new();
+    let first = tokio::time::timeout(PATIENCE, body.frame())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    got.extend_from_slice(&first.into_data().unwrap());
+
+    gw.signal("TERM");
+    // Readiness turns false at once (the admin port stays up while draining) ...
+    let mut ready = 200;
+    for _ in 0..200 {
+        ready = get(&format!("http://{}/readyz", gw.admin)).await.0.status.as_u16();
+        if ready == 503 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(ready, 503, "readyz still ready after SIGTERM");
+    // ... and no new connections are accepted.
+    assert!(
+        tokio::net::TcpStream::connect(gw.addr).await.is_err(),
+        "still accepting"
+    );
+    // The open stream runs to its end.
+    while let Some(frame) = tokio::time::timeout(PATIENCE, body.frame()).await.unwrap() {
+        got.extend_from_slice(&frame.unwrap().into_data().unwrap_or_default());
+    }
+    assert_eq!(String::from_utf8_lossy(&got), String::from_utf8_lossy(&expected));
+    let status = tokio::task::spawn_blocking(move || gw.wait()).await.unwrap();
+    assert_eq!(status.and_then(|s| s.code()), Some(0), "exit status");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_client_memory_stays_bounded_and_backpressure_reaches_the_upstream() {
+    const TOTAL: u64 = 100 * 1024 * 1024;
+    let up = Emulator::start(|r| {
+        if r.target == "/warm" {
+            return vec![
+                sse_head(),
+                Step::WriteAll(b"data: [DONE]\n\n".to_vec()),
+                Step::EndChunks,
+            ];
+        }
+        vec![
+            sse_head(),
+            Step::WriteAll(b"data: <content-block-text>\n\n".to_vec()),
+            Step::Flood { total: TOTAL },
+            Step::EndChunks,
+        ]
+    })
+    .await;
+    let gw = Process::start(&["--upstream", &up.url()], &[]);
+    let _ = send("POST", &format!("http://{}/warm", gw.addr), &[], "{}").await;
+    let before = gw.rss_kib();
+    // A client that sends its request and then reads nothing.
+    let _client = raw(
+        gw.addr,
+        b"POST /agent/run HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}",
+    )
+    .await;
+    // Wait until the upstream cannot write any more (backpressure) or has sent everything.
+    let deadline = Instant::now() + PATIENCE;
+    let mut last = 0;
+    let mut still_since = Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = up.flooded.load(Ordering::Relaxed);
+        if now != last {
+            last = now;
+            still_since = Instant::now();
+        } else if now > 0 && still_since.elapsed() > Duration::from_millis(700) {
+            break;
+        }
+        if now >= TOTAL || Instant::now() > deadline {
+            break;
+        }
+    }
+    let after = gw.rss_kib();
+    let growth_mib = after.saturating_sub(before) as f64 / 1024.0;
+    println!(
+        "RSS before {before} KiB, after {after} KiB, growth {growth_mib:.1} MiB; upstream wrote {:.1} MiB",
+        last as f64 / 1048576.0
+    );
+    assert!(growth_mib < 32.0, "gateway RSS grew {growth_mib:.1} MiB");
+    assert!(
+        last < TOTAL,
+        "no backpressure: the upstream wrote all {TOTAL} bytes to a client reading nothing"
+    );
+}
+
+#[test]
+fn config_layers_file_then_env_then_flags() {
+    let dir = std::env::temp_dir().join(format!("sse-gw-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("gw.toml");
+    std::fs::write(
+        &file,
+        "[server]\nlisten = \"127.0.0.1:7001\"\ndrain_timeout_secs = 5\n[translate]\nbudget = 4096\nshadow = true\n",
+    )
+    .unwrap();
+    let out = bin()
+        .args([
+            "--config",
+            file.to_str().unwrap(),
+            "--check-config",
+            "--listen",
+            "127.0.0.1:7003",
+        ])
+        .env("SSE_GATEWAY__TRANSLATE__BUDGET", "3000")
+        .env("SSE_GATEWAY__SERVER__LISTEN", "127.0.0.1:7002")
+        .env("SSE_GATEWAY__UPSTREAM__URL", "http://127.0.0.1:9999/api")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let v: toml::Value = toml::from_str(&text).expect("--check-config prints TOML");
+    assert_eq!(v["server"]["listen"].as_str(), Some("127.0.0.1:7003"), "flag wins");
+    assert_eq!(v["server"]["drain_timeout_secs"].as_float(), Some(5.0), "file value");
+    assert_eq!(v["translate"]["budget"].as_integer(), Some(3000), "env beats file");
+    assert_eq!(v["translate"]["shadow"].as_bool(), Some(true), "file value");
+    assert_eq!(v["upstream"]["url"].as_str(), Some("http://127.0.0.1:9999/api"));
+    assert_eq!(
+        v["server"]["admin_listen"].as_str(),
+        Some("127.0.0.1:9090"),
+        "built-in default"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn check_config_prints_every_key_of_the_committed_defaults() {
+    let out = bin().arg("--check-config").output().unwrap();
+    assert!(out.status.success());
+    let printed: toml::Value = toml::from_str(&String::from_utf8(out.stdout).unwrap()).unwrap();
+    // Every key in config/default.toml is documented there, commented out with its default.
+    let committed = std::fs::read_to_string("config/default.toml").unwrap();
+    let uncommented: String = committed
+        .lines()
+        .map(|l| l.strip_prefix("# ").filter(|r| r.contains(" = ")).unwrap_or(l))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let documented: toml::Value = toml::from_str(&uncommented).expect("defaults file parses uncommented");
+    assert_eq!(
+        printed, documented,
+        "config/default.toml and the built-in defaults disagree"
+    );
+}
+
+#[test]
+fn bad_config_exits_2_with_one_line_naming_the_key() {
+    // Hold the port: a gateway that bound before validating would fail differently (exit 1).
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = held.local_addr().unwrap().to_string();
+    for (env, key) in [
+        (("SSE_GATEWAY__TRANSLATE__BUDGET", "12"), "translate.budget"),
+        (("SSE_GATEWAY__TRANSLATE__BUDGET", "lots"), "translate.budget"),
+        (("SSE_GATEWAY__TRANSLATE__DIALECT", "html"), "translate.dialect"),
+        (("SSE_GATEWAY__TRANSLATE__NO_SUCH_KEY", "1"), "translate.no_such_key"),
+        (("SSE_GATEWAY__UPSTREAM__URL", "ftp://x"), "upstream.url"),
+        (("SSE_GATEWAY__SERVER__ADMIN_LISTEN", "nowhere"), "server.admin_listen"),
+        (
+            ("SSE_GATEWAY__TRANSLATE__KEEPALIVE_INTERVAL_SECS", "-1"),
+            "translate.keepalive_interval_secs",
+        ),
+    ] {
+        let out = bin().args(["--listen", &addr]).env(env.0, env.1).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{env:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.trim_end().lines().count(), 1, "{env:?}: {err}");
+        assert!(err.contains(key), "{env:?}: message does not name {key}: {err}");
+    }
+    let out = bin().args(["--config", "/nonexistent/gw.toml"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    drop(held);
+}
+
+#[test]
+fn translate_command_converts_a_file_or_stdin() {
+    let sc = corpus().remove(1);
+    let expected = translate_all(Options::default(), "offline", &sc.stream).0;
+    let path = std::env::temp_dir().join(format!("sse-gw-translate-{}.sse", std::process::id()));
+    std::fs::write(&path, &sc.stream).unwrap();
+    let out = bin()
+        .args([
+            "translate",
+            path.to_str().unwrap(),
+            "--agent-id",
+            "offline",
+            "--dialect",
+            "auto",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&expected));
+    let mut child = bin()
+        .args(["translate", "--agent-id", "offline", "--budget", "2048"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(&sc.stream).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(out.stdout, expected);
+    // Bad input is not an I/O error: error envelopes, exit 0.
+    let mut child = bin()
+        .args(["translate", "--dialect", "xml"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"data: <content-block-tool_result id=\"x\"><![CDATA[oops\n\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert!(envelopes(&out.stdout).iter().any(|e| e["type"] == "error"));
+    // A missing file is.
+    let out = bin().args(["translate", "/nonexistent/x.sse"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let _ = std::fs::remove_file(&path);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_mode_serves_a_translated_legacy_stream() {
+    let gw = Process::start(&["--demo"], &[]);
+    // The curl line follows the banner.
+    let deadline = Instant::now() + PATIENCE;
+    let printed = loop {
+        let printed = gw.stdout_lines.lock().unwrap().join("\n");
+        if printed.contains("curl -N -X POST") || Instant::now() > deadline {
+            break printed;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(printed.contains("curl -N -X POST"), "{printed}");
+    let (parts, body) = send(
+        "POST",
+        &format!("http://{}/agent/run", gw.addr),
+        &[("content-type", "application/json")],
+        r#"{"query":"hello"}"#,
+    )
+    .await;
+    assert_eq!(parts.status, 200);
+    let envs = envelopes(&body);
+    let kinds: std::collections::BTreeSet<String> = envs
+        .iter()
+        .filter_map(|e| e.get("type").and_then(|t| t.as_str()).map(str::to_owned))
+        .collect();
+    for k in [
+        "meta_init",
+        "thinking",
+        "text",
+        "citation",
+        "tool_call",
+        "server_tool_call",
+        "tool_result",
+        "server_tool_result",
+        "meta_final",
+    ] {
+        assert!(kinds.contains(k), "demo stream lacks {k}: {kinds:?}");
+    }
+    assert!(!kinds.contains("error"), "demo stream translated with errors: {envs:?}");
+    let agents: std::collections::BTreeSet<&str> = envs.iter().filter_map(|e| e.get("agent")?.as_str()).collect();
+    assert_eq!(agents.len(), 2, "main agent and one subagent: {agents:?}");
+    assert_eq!(envs.last().and_then(|e| e.as_str()), Some("[DONE]"));
+}

@@ -1,0 +1,712 @@
+//! The proxy end to end, in process: a real gateway on 127.0.0.1 in front of the upstream emulator.
+
+mod gateway_support;
+use gateway_support as support;
+// The core's own emitter and scenario generator (tests/support), reused for the end-to-end corpus.
+#[path = "support/mod.rs"]
+mod core_support;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use sse_gateway::config::StreamFormat;
+use sse_gateway::translate::{translate_all, Options};
+use support::legacy::{assert_blocks, blocks, corpus};
+use support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn sse_script(body: Vec<u8>) -> Vec<Step> {
+    vec![sse_head(), Step::Write(body), Step::EndChunks]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn end_to_end_translation_matches_the_contract_block_by_block() {
+    let scenarios = corpus();
+    let streams: Vec<Vec<u8>> = scenarios.iter().map(|s| s.stream.clone()).collect();
+    let up = Emulator::start(move |r| {
+        let i: usize = r.target.trim_start_matches("/run/").parse().unwrap_or(0);
+        sse_script(streams[i].clone())
+    })
+    .await;
+    let gw = TestGateway::start(&up.url(), |_| {}).await;
+    for (i, sc) in scenarios.iter().enumerate() {
+        let (parts, body) = send(
+            "POST",
+            &gw.url(&format!("/run/{i}")),
+            &[("x-agent-id", "fallback")],
+            "{}",
+        )
+        .await;
+        assert_eq!(parts.status, 200, "{}", sc.name);
+        assert_eq!(parts.headers["content-type"], "text/event-stream", "{}", sc.name);
+        // Whatever the split the emulator chose, the bytes equal translating the whole stream at once.
+        let (whole, _) = translate_all(Options::default(), "fallback", &sc.stream);
+        assert_eq!(
+            String::from_utf8_lossy(&body),
+            String::from_utf8_lossy(&whole),
+            "{}: gateway output differs from translate_all",
+            sc.name
+        );
+        let envs = envelopes(&body);
+        for e in &envs {
+            if let Some(o) = e.as_object() {
+                let keys: Vec<&str> = o.keys().map(String::as_str).take(4).collect();
+                assert_eq!(keys, ["type", "agent", "final", "delta"], "{}: field order", sc.name);
+                let json_len = serde_json::to_string(e).map(|s| s.len()).unwrap_or(0);
+                if o["type"] != "citation" {
+                    assert!(json_len <= 2048, "{}: envelope over budget: {json_len}", sc.name);
+                }
+            }
+        }
+        println!("scenario {}: {} envelopes", sc.name, envs.len());
+        assert_blocks(&blocks(&envs), &sc.expected);
+    }
+    let m = gw.metrics().await;
+    assert!(metric(&m, "sse_gateway_envelopes_total", &["type=\"text\""]) > 0.0);
+    assert_eq!(
+        metric(
+            &m,
+            "sse_gateway_streams_total",
+            &["mode=\"translate\"", "outcome=\"completed\""]
+        ),
+        scenarios.len() as f64
+    );
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn end_to_end_generated_corpus_of_the_core_in_both_dialects() {
+    use core_support::emitter::{emit, EmitOpts};
+    use core_support::envelopes::{check, FALLBACK};
+    use core_support::{gen, rng::Rng};
+    const SCENARIOS: u64 = 24;
+    let mut streams = Vec::new();
+    let mut expected = Vec::new();
+    for seed in 0..SCENARIOS {
+        let raw = seed % 2 == 1;
+        let items = gen::scenario(&mut Rng::new(seed), raw);
+        let eo = EmitOpts {
+            fragment: if seed % 3 == 0 { 0.0 } else { 0.35 },
+            ..EmitOpts::default()
+        };
+        let em = emit(&items, &eo, FALLBACK, seed);
+        streams.push(em.sse);
+        expected.push(em.expected);
+    }
+    let up = Emulator::start(move |r| {
+        let i: usize = r.target.trim_start_matches("/gen/").parse().unwrap_or(0);
+        sse_script(streams[i].clone())
+    })
+    .await;
+    let gw = TestGateway::start(&up.url(), |_| {}).await;
+    for (i, want) in expected.iter().enumerate() {
+        let (parts, body) = send("POST", &gw.url(&format!("/gen/{i}")), &[("x-agent-id", FALLBACK)], "{}").await;
+        assert_eq!(parts.status, 200);
+        if let Err(e) = check(want, &body, 2048) {
+            panic!("generated scenario {i}: {e}\n{}", String::from_utf8_lossy(&body));
+        }
+    }
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_prior_knowledge_client_gets_a_translated_stream() {
+    let stream = corpus().remove(0).stream;
+    let expected = translate_all(Options::default(), "a", &stream).0;
+    let up = Emulator::start(move |_| sse_script(stream.clone())).await;
+    let gw = TestGateway::start(&up.url(), |_| {}).await;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(true)
+        .build_http::<http_body_util::Full<Bytes>>();
+    let req = http::Request::post(gw.url("/agent/run"))
+        .header("x-agent-id", "a")
+        .body(http_body_util::Full::new(Bytes::from_static(b"{}")))
+        .unwrap();
+    let resp = tokio::time::timeout(PATIENCE, client.request(req))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(resp.version(), http::Version::HTTP_2);
+    assert_eq!(resp.status(), 200);
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(body.as_ref(), expected.as_slice());
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn translated_response_headers_are_streaming_safe() {
+    let up = Emulator::start(|_| {
+        vec![
+            Step::Head {
+                status: 200,
+                headers: vec![
+                    ("Content-Type".into(), "text/event-stream".into()),
+                    ("Content-Length".into(), "24".into()),
+                    ("Cache-Control".into(), "private".into()),
+                ],
+                chunked: false,
+            },
+            Step::WriteAll(b"data: [DONE]\n\ndata: x\n\n".to_vec()),
+        ]
+    })
+    .await;
+    let gw = TestGateway::start(&up.url(), |_| {}).await;
+    let (parts, _) = send("GET", &gw.url("/s"), &[], Bytes::new()).await;
+    let h = &parts.headers;
+    assert!(h.get("content-length").is_none(), "{h:?}");
+    assert_eq!(h["cache-control"], "no-cache");
+    assert_eq!(h["x-accel-buffering"], "no");
+    assert!(h.get("content-encoding").is_none());
+    assert_eq!(up.recorded()[0].header("accept-encoding"), Some("identity"));
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn non_event_stream_responses_pass_through_byte_identical() {
+    let json = br#"{"ok":true,"items":[1,2,3],"text":"data: not an event"}"#.to_vec();
+    let mut rng = fastrand::Rng::with_seed(42);
+    let binary: Vec<u8> = (0..10 * 1024 * 1024).map(|_| rng.u8(..)).collect();
+    let (j, b) = (json.clone(), binary.clone());
+    let up = Emulator::start(move |r| match r.target.as_str() {
+        "/json" => vec![
+            Step::Head {
+                status: 201,
+                headers: vec![
+                    ("Content-Type".into(), "application/json".into()),
+                    ("Content-Length".into(), j.len().to_string()),
+                    ("X-Custom".into(), "kept".into()),
+                ],
+                chunked: false,
+            },
+            Step::WriteAll(j.clone()),
+        ],
+        _ => vec![
+            Step::Head {
+                status: 200,
+                headers: vec![("Content-Type".into(), "application/octet-stream".into())],
+                chunked: true,
+            },
+            Step::WriteAll(b.clone()),
+            Step::EndChunks,
+        ],
+    })
+    .await;
+    let gw = TestGateway::start(&up.url(), |_| {}).await;
+    let (parts, body) = send("GET", &gw.url("/json"), &[("accept-encoding", "gzip")], Bytes::new()).await;
+    assert_eq!(parts.status, 201);
+    assert_eq!(parts.headers["x-custom"], "kept");
+    assert_eq!(parts.headers["content-length"], json.len().to_string());
+    assert_eq!(body, json);
+    let (parts, body) = send("GET", &gw.url("/bin"), &[], Bytes::new()).await;
+    assert_eq!(parts.status, 200);
+    assert!(
+        body == binary,
+        "10 MB binary differs (len {} vs {})",
+        body.len(),
+        binary.len()
+    );
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn legacy_format_requests_get_the_original_stream() {
+    let stream = corpus().remove(1).stream;
+    let s2 = stream.clone();
+    let up = Emulator::start(move |_| sse_script(s2.clone())).await;
+    let gw = TestGateway::start(&up.url(), |_| {}).await;
+    let (parts, body) = send(
+        "POST",
+        &gw.url("/agent/run"),
+        &[("x-stream-format", "legacy"), ("accept-encoding", "gzip")],
+        "{}",
+    )
+    .await;
+    assert_eq!(parts.status, 200);
+    assert!(body == stream, "legacy stream altered");
+    // The negotiation header is the gateway's; the client's Accept-Encoding is kept for pass-through.
+    let rec = &up.recorded()[0];
+    assert_eq!(rec.header("x-stream-format"), None);
+    assert_eq!(rec.header("accept-encoding"), Some("gzip"));
+    // The query parameter works the same, and default_format = legacy flips the default.
+    let (_, body) = send("POST", &gw.url("/agent/run?stream_format=legacy"), &[], "{}").await;
+    assert!(body == stream);
+    gw.stop().await;
+    let gw = TestGateway::start(&up.url(), |s| s.translate.default_format = StreamFormat::Legacy).await;
+    let (_, body) = send("POST", &gw.url("/agent/run"), &[], "{}").await;
+    assert!(body == stream);
+    let (parts, _) = send("POST", &gw.url("/agent/run"), &[("x-stream-format", "yaml")], "{}").await;
+    assert_eq!(parts.status, 400);
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shadow_mode_counts_translation_but_sends_original_bytes() {
+    let stream = corpus().remove(0).stream;
+    let s2 = stream.clone();
+    let up = Emulator::start(move |_| sse_script(s2.clone())).await;
+    let gw = TestGateway::start(&up.url(), |s| s.translate.shadow = true).await;
+    let (_, body) = send("POST", &gw.url("/agent/run"), &[], "{}").await;
+    assert!(body == stream, "shadow mode altered the stream");
+    let m = gw.metrics().await;
+    assert_eq!(
+        metric(
+            &m,
+            "sse_gateway_streams_total",
+            &["mode=\"shadow\"", "outcome=\"completed\""]
+        ),
+        1.0
+    );
+    assert!(
+        metric(&m, "sse_gateway_envelopes_total", &[]) > 0.0,
+        "shadow translation not counted"
+    );
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn headers_minus_hop_by_hop_are_preserved_both_ways() {
+    let up = Emulator::start(|_| {
+        vec![
+            Step::Head {
+                status: 200,
+                headers: vec![
+                    ("Content-Type".into(), "text/plain".into()),
+                    ("X-Upstream".into(), "u".into()),
+                    ("Set-Cookie".into(), "a=1".into()),
+                    ("Keep-Alive".into(), "timeout=5".into()),
+                    ("X-Hop".into(), "drop".into()),
+                    ("Connection".into(), "X-Hop".into()),
+                ],
+                chunked: false,
+            },
+            Step::WriteAll(b"hello".to_vec()),
+        ]
+    })
+    .await;
+    let gw = TestGateway::start(&up.url(), |_| {}).await;
+    let (parts, body) = send(
+        "GET",
+        &gw.url("/h?q=1"),
+        &[
+            ("x-client", "c"),
+            ("authorization", "Bearer t"),
+            ("connection", "x-drop-me"),
+            ("x-drop-me", "1"),
+            ("te", "trailers"),
+            ("proxy-authorization", "secret"),
+            ("x-forwarded-for", "10.1.1.1"),
+            ("x-request-id", "req-123"),
+        ],
+        Bytes::new(),
+    )
+    .await;
+    assert_eq!(body, b"hello");
+    let h = &parts.headers;
+    assert_eq!(h["x-upstream"], "u");
+    assert_eq!(h["set-cookie"], "a=1");
+    assert_eq!(h["x-request-id"], "req-123");
+    assert!(h.get("x-hop").is_none() && h.get("keep-alive").is_none(), "{h:?}");
+    let rec = &up.recorded()[0];
+    assert_eq!(rec.target, "/h?q=1");
+    assert_eq!(rec.header("x-client"), Some("c"));
+    assert_eq!(rec.header("authorization"), Some("Bearer t"));
+    assert_eq!(rec.header("x-drop-me"), None);
+    assert_eq!(rec.header("te"), None);
+    assert_eq!(rec.header("proxy-authorization"), None);
+    assert_eq!(rec.header("x-forwarded-for"), Some("10.1.1.1, 127.0.0.1"));
+    assert_eq!(rec.header("x-forwarded-proto"), Some("http"));
+    assert_eq!(rec.header("x-forwarded-host"), Some(gw.addr.to_string().as_str()));
+    assert_eq!(rec.header("host"), Some(up.addr.to_string().as_str()));
+    assert_eq!(rec.header("x-request-id"), Some("req-123"));
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn never_forwards_to_a_host_named_in_the_request() {
+    let up = Emulator::start(|_| {
+        vec![Step::Head {
+            status: 200,
+            headers: vec![],
+            chunked: false,
+        }]
+    })
+    .await;
+    let gw = TestGateway::start(&up.url(), |_| {}).await;
+    let mut s = raw(
+        gw.addr,
+        b"GET http://evil.invalid/steal HTTP/1.1\r\nHost: evil.invalid\r\n\r\n",
+    )
+    .await;
+    let resp = read_to_eof(&mut s).await.expect("response");
+    assert!(resp.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&resp));
+    assert_eq!(up.recorded()[0].target, "/steal");
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_bodies_stream_through_unchanged() {
+    let up = Emulator::start(|r| {
+        vec![
+            Step::Head {
+                status: 200,
+                headers: vec![("Content-Type".into(), "text/plain".into())],
+                chunked: false,
+            },
+            Step::WriteAll(r.body.len().to_string().into_bytes()),
+        ]
+    })
+    .await;
+    let gw = TestGateway::start(&up.url(), |_| {}).await;
+    let mut rng = fastrand::Rng::with_seed(3);
+    let body: Vec<u8> = (0..20 * 1024 * 1024).map(|_| rng.u8(..)).collect();
+    let (parts, resp) = send(
+        "POST",
+        &gw.url("/upload"),
+        &[("content-type", "multipart/form-data; boundary=x")],
+        body.clone(),
+    )
+    .await;
+    assert_eq!(parts.status, 200);
+    assert_eq!(resp, body.len().to_string().as_bytes());
+    assert!(up.recorded()[0].body == body, "upload altered");
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resumed_runs_take_the_agent_from_the_json_body_then_the_header() {
+    // No meta_init (a resumed run): envelopes carry the fallback agent.
+    let stream =
+        b"data: <content-block-text>\n\ndata: resumed\n\ndata: </content-block-text>\n\ndata: [DONE]\n\n".to_vec();
+    let up = Emulator::start(move |_| sse_script(stream.clone())).await;
+    let gw = TestGateway::start(&up.url(), |_| {}).await;
+    let agent_of = |body: &[u8]| -> Vec<String> {
+        envelopes(body)
+            .iter()
+            .filter_map(|e| e.get("agent").and_then(|a| a.as_str()).map(str::to_owned))
+            .collect()
+    };
+    let (_, body) = send(
+        "POST",
+        &gw.url("/agent/tool_results"),
+        &[("content-type", "application/json"), ("x-agent-id", "from-header")],
+        r#"{"agent_uuid":"from-body","results":[]}"#,
+    )
+    .await;
+    let agents = agent_of(&body);
+    assert!(
+        !agents.is_empty() && agents.iter().all(|a| a == "from-body"),
+        "{agents:?}"
+    );
+    assert_eq!(up.recorded()[0].body, br#"{"agent_uuid":"from-body","results":[]}"#);
+    let (_, body) = send("POST", &gw.url("/x"), &[("x-agent-id", "from-header")], "not json").await;
+    let agents = agent_of(&body);
+    assert!(
+        !agents.is_empty() && agents.iter().all(|a| a == "from-header"),
+        "{agents:?}"
+    );
+    let (_, body) = send("POST", &gw.url("/x"), &[], "").await;
+    let agents = agent_of(&body);
+    assert!(
+        !agents.is_empty() && agents.iter().all(|a| uuid::Uuid::parse_str(a).is_ok()),
+        "{agents:?}"
+    );
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failure_unreachable_upstream_is_502_json() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let gw = TestGateway::start(&format!("http://127.0.0.1:{port}"), |_| {}).await;
+    let (parts, body) = send("POST", &gw.url("/agent/run"), &[], "{}").await;
+    assert_eq!(parts.status, 502);
+    assert_eq!(parts.headers["content-type"], "application/json");
+    let v: serde_json::Value = serde_json::from_slice(&body).expect("JSON body");
+    assert_eq!(v["error"], "upstream_unreachable");
+    let m = gw.metrics().await;
+    assert_eq!(
+        metric(&m, "sse_gateway_upstream_errors_total", &["kind=\"connect\""]),
+        1.0
+    );
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failure_slow_upstream_head_is_504_json() {
+    let up = Emulator::start(|_| vec![Step::Hang]).await;
+    let gw = TestGateway::start(&up.url(), |s| s.upstream.response_timeout_secs = 0.3).await;
+    let (parts, body) = send("POST", &gw.url("/agent/run"), &[], "{}").await;
+    assert_eq!(parts.status, 504);
+    let v: serde_json::Value = serde_json::from_slice(&body).expect("JSON body");
+    assert_eq!(v["error"], "upstream_timeout");
+    let m = gw.metrics().await;
+    assert_eq!(
+        metric(&m, "sse_gateway_upstream_errors_total", &["kind=\"timeout\""]),
+        1.0
+    );
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failure_mid_stream_reset_ends_with_an_upstream_error_envelope() {
+    let up = Emulator::start(|_| {
+        vec![
+            sse_head(),
+            Step::Write(b"data: <content-block-text>\n\ndata: partial answer\n\ndata: more".to_vec()),
+            Step::Pause(Duration::from_millis(50)),
+            Step::Reset,
+        ]
+    })
+    .await;
+    let gw = TestGateway::start(&up.url(), |_| {}).await;
+    let (parts, body) = send("POST", &gw.url("/agent/run"), &[("x-agent-id", "a1")], "{}").await;
+    assert_eq!(parts.status, 200);
+    let envs = envelopes(&body);
+    let last = envs.last().expect("some envelopes");
+    assert_eq!(last["type"], "error", "{envs:?}");
+    assert_eq!(last["final"], true);
+    let delta: serde_json::Value = serde_json::from_str(last["delta"].as_str().unwrap()).unwrap();
+    assert_eq!(delta["type"], "upstream_error");
+    // The open text block was closed before the error.
+    assert!(
+        envs.iter().any(|e| e["type"] == "text" && e["final"] == true),
+        "text block not closed: {envs:?}"
+    );
+    let m = gw.metrics().await;
+    assert_eq!(
+        metric(
+            &m,
+            "sse_gateway_streams_total",
+            &["mode=\"translate\"", "outcome=\"upstream_error\""]
+        ),
+        1.0
+    );
+    assert_eq!(
+        metric(&m, "sse_gateway_upstream_errors_total", &["kind=\"reset\""]),
+        1.0
+    );
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failure_client_hang_up_closes_the_upstream_within_a_second() {
+    let mut up = Emulator::start(|_| {
+        vec![
+            sse_head(),
+            Step::WriteAll(b"data: <content-block-text>\n\ndata: hi\n\n".to_vec()),
+            Step::AwaitClose,
+        ]
+    })
+    .await;
+    let gw = TestGateway::start(&up.url(), |_| {}).await;
+    let mut s = raw(
+        gw.addr,
+        b"POST /agent/run HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}",
+    )
+    .await;
+    let mut buf = vec![0u8; 4096];
+    let mut got = Vec::new();
+    while find(&got, b"\r\n\r\n").is_none() {
+        let n = tokio::time::timeout(PATIENCE, s.read(&mut buf)).await.unwrap().unwrap();
+        assert!(n > 0, "gateway closed early");
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert!(got.starts_with(b"HTTP/1.1 200"));
+    drop(s);
+    let closed = tokio::time::timeout(Duration::from_secs(1), up.closed.recv()).await;
+    assert!(
+        closed.is_ok(),
+        "upstream connection still open 1 s after the client left"
+    );
+    // The outcome is recorded once the body adapter is dropped.
+    let mut m = String::new();
+    for _ in 0..100 {
+        m = gw.metrics().await;
+        if metric(&m, "sse_gateway_streams_total", &["outcome=\"client_gone\""]) == 1.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        metric(&m, "sse_gateway_streams_total", &["outcome=\"client_gone\""]),
+        1.0
+    );
+    assert_eq!(metric(&m, "sse_gateway_client_disconnects_total", &[]), 1.0);
+    assert_eq!(metric(&m, "sse_gateway_active_streams", &[]), 0.0);
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failure_slowloris_half_request_line_is_cut_off() {
+    let up = Emulator::start(|_| vec![]).await;
+    let gw = TestGateway::start(&up.url(), |s| s.server.header_read_timeout_secs = 0.5).await;
+    let mut half_line = raw(gw.addr, b"GET /agent/ru").await;
+    let mut nothing = raw(gw.addr, b"").await;
+    let mut h2_preface_start = raw(gw.addr, b"PRI * HTTP/2").await;
+    let mut half_headers = raw(gw.addr, b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: ").await;
+    for (name, s) in [
+        ("half request line", &mut half_line),
+        ("no bytes", &mut nothing),
+        ("partial h2 preface", &mut h2_preface_start),
+        ("half headers", &mut half_headers),
+    ] {
+        assert!(read_to_eof(s).await.is_some(), "{name}: connection not closed");
+    }
+    assert!(up.recorded().is_empty());
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failure_oversized_request_head_is_refused() {
+    let up = Emulator::start(|_| {
+        vec![Step::Head {
+            status: 200,
+            headers: vec![],
+            chunked: false,
+        }]
+    })
+    .await;
+    let gw = TestGateway::start(&up.url(), |s| s.server.max_header_bytes = 16384).await;
+    let big = format!("GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n", "a".repeat(64 * 1024));
+    let mut s = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
+    let _ = s.write_all(big.as_bytes()).await;
+    let resp = read_to_eof(&mut s).await.expect("closed");
+    assert!(
+        resp.is_empty() || resp.starts_with(b"HTTP/1.1 431"),
+        "{}",
+        String::from_utf8_lossy(&resp)
+    );
+    assert!(up.recorded().is_empty());
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failure_connect_is_refused() {
+    let up = Emulator::start(|_| {
+        vec![Step::Head {
+            status: 200,
+            headers: vec![],
+            chunked: false,
+        }]
+    })
+    .await;
+    let gw = TestGateway::start(&up.url(), |_| {}).await;
+    let mut s = raw(
+        gw.addr,
+        b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n",
+    )
+    .await;
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(PATIENCE, s.read(&mut buf)).await.unwrap().unwrap();
+    let resp = String::from_utf8_lossy(&buf[..n]);
+    assert!(resp.starts_with("HTTP/1.1 405"), "{resp}");
+    assert!(up.recorded().is_empty(), "CONNECT reached the upstream");
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failure_redirects_are_passed_back_not_followed() {
+    let up = Emulator::start(|_| {
+        vec![Step::Head {
+            status: 302,
+            headers: vec![
+                ("Location".into(), "/elsewhere".into()),
+                ("Content-Length".into(), "0".into()),
+            ],
+            chunked: false,
+        }]
+    })
+    .await;
+    let gw = TestGateway::start(&up.url(), |_| {}).await;
+    let (parts, _) = send("GET", &gw.url("/old"), &[], Bytes::new()).await;
+    assert_eq!(parts.status, 302);
+    assert_eq!(parts.headers["location"], "/elsewhere");
+    let rec = up.recorded();
+    assert_eq!(rec.len(), 1, "redirect followed: {rec:?}");
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_translated_streams_get_keepalive_comments() {
+    let up = Emulator::start(|_| {
+        vec![
+            sse_head(),
+            Step::WriteAll(b"data: <content-block-text>\n\n".to_vec()),
+            Step::Pause(Duration::from_millis(900)),
+            Step::WriteAll(b"data: </content-block-text>\n\ndata: [DONE]\n\n".to_vec()),
+            Step::EndChunks,
+        ]
+    })
+    .await;
+    let gw = TestGateway::start(&up.url(), |s| s.translate.keepalive_interval_secs = 0.2).await;
+    let (_, body) = send("POST", &gw.url("/agent/run"), &[], "{}").await;
+    let text = String::from_utf8_lossy(&body);
+    assert!(text.contains(": keepalive\n\n"), "{text}");
+    let m = gw.metrics().await;
+    assert!(metric(&m, "sse_gateway_keepalives_total", &[]) >= 1.0);
+    gw.stop().await;
+    // Disabled with 0; pass-through streams never get them.
+    let gw = TestGateway::start(&up.url(), |s| s.translate.keepalive_interval_secs = 0.0).await;
+    let (_, body) = send("POST", &gw.url("/agent/run"), &[], "{}").await;
+    assert!(!String::from_utf8_lossy(&body).contains("keepalive"));
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_endpoints_and_every_metric_family() {
+    let stream = corpus().remove(0).stream;
+    let up = Emulator::start(move |_| sse_script(stream.clone())).await;
+    let gw = TestGateway::start(&up.url(), |_| {}).await;
+    let (_, _) = send("POST", &gw.url("/agent/run"), &[], "{}").await;
+    let (p, _) = get(&format!("http://{}/healthz", gw.admin)).await;
+    assert_eq!(p.status, 200);
+    let (p, _) = get(&format!("http://{}/readyz", gw.admin)).await;
+    assert_eq!(p.status, 200);
+    let m = gw.metrics().await;
+    for name in [
+        "requests_total",
+        "streams_total",
+        "active_streams",
+        "stream_duration_seconds_count",
+        "upstream_ttfb_seconds_count",
+        "downstream_ttfb_seconds_count",
+        "event_translation_seconds_count",
+        "envelopes_total",
+        "envelope_bytes_count",
+        "oversize_envelopes_total",
+        "block_chunks_count",
+        "items_total",
+        "fragmented_items_total",
+        "item_upstream_events_count",
+        "parse_errors_total",
+        "unknown_tags_total",
+        "scope_conflicts_total",
+        "upstream_errors_total",
+        "client_disconnects_total",
+        "keepalives_total",
+        "bytes_in_total",
+        "bytes_out_total",
+        "ready",
+        "draining",
+    ] {
+        assert!(
+            m.lines().any(|l| l.starts_with(&format!("sse_gateway_{name}"))),
+            "metric {name} missing"
+        );
+    }
+    assert_eq!(metric(&m, "sse_gateway_ready", &[]), 1.0);
+    assert_eq!(
+        metric(
+            &m,
+            "sse_gateway_requests_total",
+            &["mode=\"translate\"", "status_class=\"2xx\""]
+        ),
+        1.0
+    );
+    assert!(metric(&m, "sse_gateway_items_total", &[]) > 0.0);
+    assert!(metric(&m, "sse_gateway_bytes_out_total", &["mode=\"translate\""]) > 0.0);
+    gw.stop().await;
+}
