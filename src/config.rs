@@ -110,28 +110,6 @@ pub enum StreamFormat {
     Legacy,
 }
 
-/// Upstream line ends (mirrors `sse::LineEnds`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LineEndsSetting {
-    /// LF and CRLF; a lone CR is content.
-    #[default]
-    Legacy,
-    /// WHATWG: CR, LF and CRLF.
-    Strict,
-}
-
-/// Upstream event framing (mirrors `sse::Framing`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FramingSetting {
-    /// Current backends: a blank line ends an event.
-    #[default]
-    Current,
-    /// The old dialect that wrote raw newlines inside items.
-    UnescapedNewlines,
-}
-
 /// Negotiation and the translator's options.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -143,19 +121,19 @@ pub struct Translate {
     /// Max bytes of one envelope's JSON object (default 2048, at least 256).
     pub budget: usize,
     /// Upstream dialect: "auto", "xml" or "raw" (default "auto").
-    pub dialect: DialectSetting,
+    pub dialect: Dialect,
     /// Upstream line ends: "legacy" or "strict" (default "legacy").
-    pub line_ends: LineEndsSetting,
+    pub line_ends: LineEnds,
     /// Upstream framing: "current" or "unescaped_newlines" (default "current").
-    pub framing: FramingSetting,
+    pub framing: Framing,
     /// Join of several `data:` lines of one event: "concat" or "newline" (default "concat").
-    pub data_join: DataJoinSetting,
+    pub data_join: DataJoin,
     /// Rewrite `meta_init.format` to "json" (default true).
     pub rewrite_format: bool,
     /// Keep the backend's traceback in failure envelopes (default false).
     pub include_traceback: bool,
     /// Content of unknown tags: "text" or "drop" (default "text").
-    pub unknown_tags: UnknownTagsSetting,
+    pub unknown_tags: UnknownTags,
     /// Bound on one buffered legacy item in bytes (default 16777216).
     pub max_item_bytes: usize,
     /// Bound on one text event held until it completes, in bytes (default 262144).
@@ -168,34 +146,9 @@ pub struct Translate {
     pub agent_header: String,
     /// JSON request bodies up to this size are read for `agent_uuid` (resumed runs); 0 disables (default 65536).
     pub agent_body_max_bytes: usize,
-}
-
-/// Serde mirror of `translate::Dialect` (the core enum has no Serialize, which --check-config needs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DialectSetting {
-    #[default]
-    Auto,
-    Xml,
-    Raw,
-}
-
-/// Serde mirror of `translate::DataJoin`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DataJoinSetting {
-    #[default]
-    Concat,
-    Newline,
-}
-
-/// Serde mirror of `translate::UnknownTags`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum UnknownTagsSetting {
-    #[default]
-    Text,
-    Drop,
+    /// A translated stream that ends without `[DONE]` (or the backend's failure JSON) gets an
+    /// `upstream_error` envelope and counts as an upstream error (default true).
+    pub require_done: bool,
 }
 
 impl Default for Translate {
@@ -204,19 +157,20 @@ impl Default for Translate {
             default_format: StreamFormat::Json,
             shadow: false,
             budget: translate::DEFAULT_BUDGET,
-            dialect: DialectSetting::Auto,
-            line_ends: LineEndsSetting::Legacy,
-            framing: FramingSetting::Current,
-            data_join: DataJoinSetting::Concat,
+            dialect: Dialect::Auto,
+            line_ends: LineEnds::Legacy,
+            framing: Framing::Current,
+            data_join: DataJoin::Concat,
             rewrite_format: true,
             include_traceback: false,
-            unknown_tags: UnknownTagsSetting::Text,
+            unknown_tags: UnknownTags::Text,
             max_item_bytes: translate::DEFAULT_MAX_ITEM_BYTES,
             max_text_event_bytes: translate::DEFAULT_MAX_TEXT_EVENT_BYTES,
             json_sniff_bytes: translate::DEFAULT_JSON_SNIFF_BYTES,
             keepalive_interval_secs: 15.0,
             agent_header: "x-agent-id".into(),
             agent_body_max_bytes: 64 << 10,
+            require_done: true,
         }
     }
 }
@@ -448,32 +402,17 @@ impl Settings {
         let t = &self.translate;
         translate::Options {
             budget: t.budget,
-            dialect: match t.dialect {
-                DialectSetting::Auto => Dialect::Auto,
-                DialectSetting::Xml => Dialect::Xml,
-                DialectSetting::Raw => Dialect::Raw,
-            },
-            line_ends: match t.line_ends {
-                LineEndsSetting::Legacy => LineEnds::Legacy,
-                LineEndsSetting::Strict => LineEnds::Strict,
-            },
-            framing: match t.framing {
-                FramingSetting::Current => Framing::Current,
-                FramingSetting::UnescapedNewlines => Framing::UnescapedNewlines,
-            },
-            data_join: match t.data_join {
-                DataJoinSetting::Concat => DataJoin::Concat,
-                DataJoinSetting::Newline => DataJoin::Newline,
-            },
+            dialect: t.dialect,
+            line_ends: t.line_ends,
+            framing: t.framing,
+            data_join: t.data_join,
             rewrite_format: t.rewrite_format,
             include_traceback: t.include_traceback,
-            unknown_tags: match t.unknown_tags {
-                UnknownTagsSetting::Text => UnknownTags::Text,
-                UnknownTagsSetting::Drop => UnknownTags::Drop,
-            },
+            unknown_tags: t.unknown_tags,
             max_item_bytes: t.max_item_bytes,
             max_text_event_bytes: t.max_text_event_bytes,
             json_sniff_bytes: t.json_sniff_bytes,
+            require_done: t.require_done,
         }
     }
 

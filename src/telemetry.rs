@@ -65,6 +65,8 @@ pub enum UpstreamErrorKind {
     Protocol,
     /// The upstream answered with a 5xx status.
     Status,
+    /// An event stream ended without `[DONE]` or the backend's failure JSON.
+    Truncated,
 }
 
 impl UpstreamErrorKind {
@@ -75,6 +77,7 @@ impl UpstreamErrorKind {
             UpstreamErrorKind::Reset => "reset",
             UpstreamErrorKind::Protocol => "protocol",
             UpstreamErrorKind::Status => "status",
+            UpstreamErrorKind::Truncated => "truncated",
         }
     }
 }
@@ -293,6 +296,7 @@ impl Metrics {
             UpstreamErrorKind::Reset,
             UpstreamErrorKind::Protocol,
             UpstreamErrorKind::Status,
+            UpstreamErrorKind::Truncated,
         ] {
             upstream_errors.with_label_values(&[k.as_str()]);
         }

@@ -492,6 +492,44 @@ async fn failure_mid_stream_reset_ends_with_an_upstream_error_envelope() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failure_upstream_closing_without_done_ends_with_an_upstream_error_envelope() {
+    let up = Emulator::start(|_| {
+        vec![
+            sse_head(),
+            Step::Write(b"data: <content-block-text>\n\ndata: cut here\n\n".to_vec()),
+            // A clean end of the body, but no [DONE].
+            Step::EndChunks,
+        ]
+    })
+    .await;
+    let gw = TestGateway::start(&up.url(), |_| {}).await;
+    let (parts, body) = send("POST", &gw.url("/agent/run"), &[], "{}").await;
+    assert_eq!(parts.status, 200);
+    let envs = envelopes(&body);
+    let kinds: Vec<_> = envs
+        .iter()
+        .map(|e| (e["type"].as_str().unwrap(), e["final"] == true))
+        .collect();
+    assert_eq!(kinds, [("text", false), ("text", true), ("error", true)], "{envs:?}");
+    let delta: serde_json::Value = serde_json::from_str(envs[2]["delta"].as_str().unwrap()).unwrap();
+    assert_eq!(delta["type"], "upstream_error");
+    let m = gw.metrics().await;
+    assert_eq!(
+        metric(&m, "sse_gateway_upstream_errors_total", &["kind=\"truncated\""]),
+        1.0
+    );
+    assert_eq!(
+        metric(
+            &m,
+            "sse_gateway_streams_total",
+            &["mode=\"translate\"", "outcome=\"upstream_error\""]
+        ),
+        1.0
+    );
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failure_client_hang_up_closes_the_upstream_within_a_second() {
     let mut up = Emulator::start(|_| {
         vec![

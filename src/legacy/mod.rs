@@ -31,7 +31,7 @@ use memchr::memmem;
 use crate::envelope::{BlockHeader, EnvelopeKind, Extras};
 use crate::sse::encoder::DONE;
 use crate::sse::SseEvent;
-use crate::translate::{DataJoin, Observer, Options, ParseErrorKind};
+use crate::translate::{DataJoin, Observer, Options, ParseErrorKind, StreamEnd};
 
 use body::{Body, CitationsCtx, ToolResultCtx};
 use raw::RawBlocks;
@@ -107,6 +107,8 @@ pub struct Parser {
     raw: RawBlocks,
     /// Reused scratch for unescaped text.
     scratch: Vec<u8>,
+    /// The last stream-ending item seen (`[DONE]`, a backend failure).
+    end: StreamEnd,
 }
 
 /// Prefix of a CDATA section.
@@ -133,7 +135,12 @@ impl Parser {
             scopes: Scopes::new(fallback_agent),
             raw: RawBlocks::default(),
             scratch: Vec::new(),
+            end: StreamEnd::Cut,
         }
+    }
+
+    pub fn end(&self) -> StreamEnd {
+        self.end
     }
 
     pub fn agent(&self) -> &str {
@@ -351,6 +358,7 @@ impl Parser {
         }
         if trimmed == b"[DONE]" {
             out.extend_from_slice(DONE);
+            self.end = StreamEnd::Done;
             self.pos = end;
             self.item_done(obs);
             self.state = State::Idle;
@@ -469,7 +477,7 @@ impl Parser {
     }
 
     /// End of input.
-    pub fn finish(&mut self, out: &mut Vec<u8>, obs: &mut impl Observer) {
+    pub fn finish(&mut self, out: &mut Vec<u8>, obs: &mut impl Observer) -> StreamEnd {
         if !self.event_fresh {
             // Data without a dispatch never reaches here (the decoder
             // discards it), but be safe.
@@ -496,8 +504,14 @@ impl Parser {
         if truncated {
             self.parse_error(ParseErrorKind::Truncated, "input ended inside an item", out, obs);
         }
+        if self.end == StreamEnd::Cut && self.opts.require_done {
+            let delta =
+                serde_json::json!({"type": "upstream_error", "message": "upstream ended the stream without [DONE]"});
+            self.error_envelope(&delta.to_string(), out, obs);
+        }
         self.buf.clear();
         self.pos = 0;
+        self.end
     }
 
     /// The upstream failed: close what is open and say so.

@@ -270,8 +270,9 @@ impl Parser {
             return;
         };
         if !self.opts.include_traceback {
-            map.remove("traceback");
+            map.shift_remove("traceback");
         }
+        self.end = crate::translate::StreamEnd::Failed;
         self.error_envelope(&serde_json::Value::Object(map).to_string(), out, obs);
     }
 }

@@ -20,7 +20,7 @@ use tokio::time::Sleep;
 use super::observe::StreamObserver;
 use crate::sse::encoder::KEEPALIVE;
 use crate::telemetry::{Metrics, Mode, Outcome, UpstreamErrorKind};
-use crate::translate::Translator;
+use crate::translate::{StreamEnd, Translator};
 
 /// Error type of response bodies: an upstream failure in a pass-through body aborts the client response.
 pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
@@ -329,9 +329,14 @@ impl Body for GatewayBody {
                 }
                 Poll::Ready(None) => {
                     let mut out = Vec::new();
+                    let mut outcome = Outcome::Completed;
                     if let Some(t) = this.translator.as_mut() {
                         let started = Instant::now();
-                        t.finish(&mut out);
+                        if t.finish(&mut out) == StreamEnd::Cut && this.info.event_stream {
+                            // Legacy streams end with [DONE] or the failure JSON; anything else was cut short.
+                            this.metrics.upstream_error(UpstreamErrorKind::Truncated);
+                            outcome = Outcome::UpstreamError;
+                        }
                         if this.info.mode == Mode::Translate && !out.is_empty() {
                             this.metrics
                                 .translator
@@ -342,7 +347,7 @@ impl Body for GatewayBody {
                     if this.info.mode != Mode::Translate {
                         out.clear();
                     }
-                    return this.end_with(Outcome::Completed, out);
+                    return this.end_with(outcome, out);
                 }
                 Poll::Pending => {
                     if let Some(comment) = this.poll_keepalive(cx) {

@@ -14,6 +14,7 @@
 //! ```
 
 use memchr::memchr2;
+use serde::{Deserialize, Serialize};
 
 /// Longest `event`, `id` or `retry` value kept; a longer one is ignored.
 pub const MAX_FIELD_VALUE: usize = 4096;
@@ -25,7 +26,8 @@ const MAX_NAME: usize = 5;
 const BOM: &[u8; 3] = b"\xEF\xBB\xBF";
 
 /// Which bytes end a line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum LineEnds {
     /// LF and CRLF; a lone CR is content (the legacy backend frames with LF
     /// and leaves raw CRs from model text in its items, DESIGN 3.6).
@@ -36,7 +38,8 @@ pub enum LineEnds {
 }
 
 /// How event boundaries are found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Framing {
     /// The current dialect: a blank line ends the event.
     #[default]

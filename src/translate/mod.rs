@@ -9,13 +9,24 @@ mod stats;
 
 pub use stats::{Observer, ParseErrorKind, Stats};
 
-use serde::Deserialize;
+/// How the upstream stream ended, as far as its content tells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamEnd {
+    /// `[DONE]` was the last item.
+    Done,
+    /// The backend reported a failure (its error JSON).
+    Failed,
+    /// Neither: the stream was cut short.
+    Cut,
+}
+
+use serde::{Deserialize, Serialize};
 
 use crate::legacy::Parser;
 use crate::sse::{Decoder, DecoderOptions, Framing, LineEnds};
 
 /// Which upstream dialect to expect.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Dialect {
     /// XML items, plus raw-dialect JSON model events wherever they appear.
@@ -28,7 +39,7 @@ pub enum Dialect {
 }
 
 /// How the `data:` lines of one event are joined.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DataJoin {
     /// No separator: a proxy that split an item across lines added nothing
@@ -40,7 +51,7 @@ pub enum DataJoin {
 }
 
 /// What happens to the content of an unknown tag.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum UnknownTags {
     /// Passed on as text (of the enclosing block, or a text block of its own).
@@ -89,6 +100,9 @@ pub struct Options {
     /// Client tool results up to this size are checked for JSON whole;
     /// larger ones are judged by their first byte (default 32 KiB).
     pub json_sniff_bytes: usize,
+    /// An input that ends without `[DONE]` or a backend failure gets an
+    /// `upstream_error` envelope (default false; the daemon sets it).
+    pub require_done: bool,
 }
 
 impl Default for Options {
@@ -105,6 +119,7 @@ impl Default for Options {
             max_item_bytes: DEFAULT_MAX_ITEM_BYTES,
             max_text_event_bytes: DEFAULT_MAX_TEXT_EVENT_BYTES,
             json_sniff_bytes: DEFAULT_JSON_SNIFF_BYTES,
+            require_done: false,
         }
     }
 }
@@ -154,9 +169,10 @@ impl<O: Observer> Translator<O> {
     }
 
     /// End of the upstream body: flushes held bytes and closes open blocks.
-    pub fn finish(&mut self, out: &mut Vec<u8>) {
+    /// Returns how the stream ended.
+    pub fn finish(&mut self, out: &mut Vec<u8>) -> StreamEnd {
         if std::mem::replace(&mut self.finished, true) {
-            return;
+            return self.parser.end();
         }
         let Self {
             decoder,
@@ -165,7 +181,7 @@ impl<O: Observer> Translator<O> {
             ..
         } = self;
         decoder.finish(&mut |ev| parser.on_sse(ev, out, observer));
-        parser.finish(out, observer);
+        parser.finish(out, observer)
     }
 
     /// The upstream failed mid-stream: closes open blocks and writes an
