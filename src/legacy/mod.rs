@@ -194,6 +194,8 @@ impl Parser {
                 if matches!(self.state, State::Text | State::EventItem | State::Idle) {
                     let keep = self.event_start.max(self.pos).min(self.buf.len());
                     self.buf.truncate(keep);
+                    // A tag being scanned may have lost its tail.
+                    self.tag_scan = TagScan::default();
                 }
                 self.event_fresh = true;
             }

@@ -18,7 +18,8 @@ impl TagScan {
     /// `tag` starts at its `<`. Returns the tag's length (through `>`) once
     /// complete.
     pub fn end(&mut self, tag: &[u8]) -> Option<usize> {
-        let mut i = self.scanned.max(1);
+        // Clamped: the caller may have dropped bytes it had shown us.
+        let mut i = self.scanned.clamp(1, tag.len().max(1));
         loop {
             match self.quote {
                 Some(q) => match memchr::memchr(q, &tag[i..]) {

@@ -447,3 +447,24 @@ fn a_never_closing_tag_is_bounded_and_reported_once() {
     assert!(envs[0]["delta"].as_str().unwrap().contains("item_too_large"));
     assert_eq!(blocks(&envs[1..]), [b("text", "f", "ok")]);
 }
+
+/// Found by fuzzing: the old dialect discards an unfinished event under a
+/// partly scanned tag.
+#[test]
+fn fuzz_regression_discarded_event_under_a_partial_tag() {
+    let opts = Options {
+        framing: Framing::UnescapedNewlines,
+        ..Options::default()
+    };
+    let input = b"data:<\n\ndata:u";
+    for i in 0..=input.len() {
+        let mut t = Translator::new(opts.clone(), "f");
+        let mut out = Vec::new();
+        t.feed(&input[..i], &mut out);
+        t.feed(&input[i..], &mut out);
+        t.finish(&mut out);
+        let envs = parse(&out);
+        assert_eq!(envs.len(), 1, "{envs:?}");
+        assert!(envs[0]["delta"].as_str().unwrap().contains("truncated"));
+    }
+}
