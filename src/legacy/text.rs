@@ -6,10 +6,10 @@
 //! that is exactly one complete item, a sibling block's open tag (conflict),
 //! and the backend failure JSON (held until we know it is the last event).
 
-use memchr::memrchr;
+use memchr::{memchr, memrchr};
 
 use super::emit;
-use super::escape::{incomplete_utf8_tail, unescape_all, Escape};
+use super::escape::{incomplete_utf8_tail, unescape_all, Escape, Unescaper};
 use super::{partial_suffix, Flow, Parser, State};
 use crate::envelope::{BlockHeader, EnvelopeKind, Extras};
 use crate::translate::{Observer, ParseErrorKind};
@@ -47,6 +47,18 @@ impl Streamed {
             _ => TEXT_CLOSE,
         }
     }
+}
+
+/// Writes unescaped text as `final:false` deltas of `block`.
+fn emit_delta(block: &mut Streamed, budget: usize, text: &[u8], out: &mut Vec<u8>, obs: &mut impl Observer) {
+    let delta = match std::str::from_utf8(text) {
+        Ok(t) => std::borrow::Cow::Borrowed(t),
+        Err(_) => {
+            block.invalid_utf8 = true;
+            String::from_utf8_lossy(text)
+        }
+    };
+    block.chunks += emit::streamed_delta(out, obs, budget, &block.header, &delta);
 }
 
 /// The streamed kind a tag name opens, if any.
@@ -210,32 +222,26 @@ impl Parser {
         if from >= to {
             return;
         }
-        let mut scratch = std::mem::take(&mut self.scratch);
-        scratch.clear();
-        scratch.extend_from_slice(&unescape_all(Escape::Formatter, &self.buf[from..to]));
-        self.emit_unescaped(block, &scratch, out, obs);
-        self.scratch = scratch;
+        let raw = &self.buf[from..to];
+        let block = &mut self.streamed[block];
+        if memchr(b'\\', raw).is_none() {
+            // Nothing to unescape: straight from the input buffer.
+            emit_delta(block, self.opts.budget, raw, out, obs);
+            return;
+        }
+        self.scratch.clear();
+        let mut u = Unescaper::new(Escape::Formatter);
+        u.push(raw, &mut self.scratch);
+        u.finish(&mut self.scratch);
+        emit_delta(block, self.opts.budget, &self.scratch, out, obs);
     }
 
     /// Emits held raw bytes (not in `buf`) as text of the top block.
     pub(super) fn emit_text_bytes(&mut self, raw: &[u8], out: &mut Vec<u8>, obs: &mut impl Observer) {
-        if let Some(top) = self.streamed.len().checked_sub(1) {
-            let text = unescape_all(Escape::Formatter, raw).into_owned();
-            self.emit_unescaped(top, &text, out, obs);
+        if let Some(top) = self.streamed.last_mut() {
+            let text = unescape_all(Escape::Formatter, raw);
+            emit_delta(top, self.opts.budget, &text, out, obs);
         }
-    }
-
-    fn emit_unescaped(&mut self, block: usize, text: &[u8], out: &mut Vec<u8>, obs: &mut impl Observer) {
-        let budget = self.opts.budget;
-        let s = &mut self.streamed[block];
-        let delta = match std::str::from_utf8(text) {
-            Ok(t) => std::borrow::Cow::Borrowed(t),
-            Err(_) => {
-                s.invalid_utf8 = true;
-                String::from_utf8_lossy(text)
-            }
-        };
-        s.chunks += emit::streamed_delta(out, obs, budget, &s.header, &delta);
     }
 
     fn close_block(&mut self, block: Streamed, out: &mut Vec<u8>, obs: &mut impl Observer) {
