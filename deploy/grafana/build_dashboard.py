@@ -1,0 +1,647 @@
+#!/usr/bin/env python3
+"""Writes deploy/grafana/dashboard.json, the sse-gateway Grafana dashboard.
+
+The dashboard is generated so that every panel follows the same conventions (data source
+variable, $job/$instance filter, units, legend) and stays reviewable as code. Edit this
+file, run `python3 deploy/grafana/build_dashboard.py`, and commit both; deploy/check.sh
+fails when dashboard.json is not what this script writes.
+
+Usage: build_dashboard.py [--check]   (--check: compare instead of writing)
+"""
+
+import json
+import sys
+from pathlib import Path
+
+OUT = Path(__file__).with_name("dashboard.json")
+# Dashboard JSON schema version of current Grafana releases (@grafana/schema 13.x).
+SCHEMA_VERSION = 42
+
+DS = {"type": "prometheus", "uid": "${datasource}"}
+# Every query is filtered by the two variables; instance is multi-value with an All of ".*".
+SEL = 'job=~"$job", instance=~"$instance"'
+RATE = "$__rate_interval"
+
+
+def sel(extra: str = "") -> str:
+    return "{" + SEL + (", " + extra if extra else "") + "}"
+
+
+S5XX = sel('status_class="5xx"')
+STRANSLATE = sel('mode="translate"')
+
+
+def target(expr: str, legend: str = "__auto", ref: str = "A", **extra) -> dict:
+    t = {"datasource": DS, "refId": ref, "expr": expr, "legendFormat": legend, "range": True, "instant": False}
+    t.update(extra)
+    return t
+
+
+def targets(*pairs) -> list:
+    return [target(expr, legend, chr(ord("A") + i)) for i, (expr, legend) in enumerate(pairs)]
+
+
+def quantiles(metric: str, by: str = "", qs=(0.5, 0.95, 0.99), label: str = "") -> list:
+    """histogram_quantile series for a histogram, one per quantile (and per `by` label)."""
+    group = f"{by}, le" if by else "le"
+    out = []
+    for q in qs:
+        expr = f"histogram_quantile({q}, sum by ({group}) (rate({metric}_bucket{sel()}[{RATE}])))"
+        name = f"p{int(q * 100)}"
+        legend = f"{label}{name}" + (f" {{{{{by}}}}}" if by else "")
+        out.append((expr, legend))
+    return out
+
+
+class Layout:
+    """Places panels on Grafana's 24-column grid, row after row."""
+
+    def __init__(self):
+        self.panels = []
+        self.y = 0
+        self.x = 0
+        self.row_h = 0
+        self.next_id = 1
+
+    def _id(self) -> int:
+        i = self.next_id
+        self.next_id += 1
+        return i
+
+    def row(self, title: str, description: str):
+        self._newline()
+        self.panels.append(
+            {
+                "type": "row",
+                "id": self._id(),
+                "title": title,
+                "description": description,
+                "collapsed": False,
+                "panels": [],
+                "gridPos": {"h": 1, "w": 24, "x": 0, "y": self.y},
+            }
+        )
+        self.y += 1
+
+    def _newline(self):
+        self.y += self.row_h
+        self.x = 0
+        self.row_h = 0
+
+    def add(self, panel: dict, w: int, h: int):
+        if self.x + w > 24:
+            self._newline()
+        panel["id"] = self._id()
+        panel["gridPos"] = {"h": h, "w": w, "x": self.x, "y": self.y}
+        self.x += w
+        self.row_h = max(self.row_h, h)
+        self.panels.append(panel)
+
+
+def timeseries(title, description, tgts, unit="short", stack=False, min0=True):
+    custom = {
+        "drawStyle": "line",
+        "lineWidth": 1,
+        "fillOpacity": 10 if not stack else 30,
+        "showPoints": "never",
+        "spanNulls": False,
+        "stacking": {"mode": "normal" if stack else "none", "group": "A"},
+    }
+    defaults = {"unit": unit, "custom": custom}
+    if min0:
+        defaults["min"] = 0
+    return {
+        "type": "timeseries",
+        "title": title,
+        "description": description,
+        "datasource": DS,
+        "targets": tgts,
+        "fieldConfig": {"defaults": defaults, "overrides": []},
+        "options": {
+            "legend": {"showLegend": True, "displayMode": "list", "placement": "bottom", "calcs": []},
+            "tooltip": {"mode": "multi", "sort": "desc"},
+        },
+    }
+
+
+def stat(title, description, expr, unit="short", thresholds=None, decimals=None):
+    steps = thresholds or [{"color": "green", "value": None}]
+    defaults = {"unit": unit, "thresholds": {"mode": "absolute", "steps": steps}, "color": {"mode": "thresholds"}}
+    if decimals is not None:
+        defaults["decimals"] = decimals
+    return {
+        "type": "stat",
+        "title": title,
+        "description": description,
+        "datasource": DS,
+        "targets": [target(expr, title, instant=True, range=False)],
+        "fieldConfig": {"defaults": defaults, "overrides": []},
+        "options": {
+            "reduceOptions": {"values": False, "calcs": ["lastNotNull"], "fields": ""},
+            "orientation": "auto",
+            "textMode": "value",
+            "colorMode": "value",
+            "graphMode": "area",
+            "justifyMode": "auto",
+            "wideLayout": True,
+            "showPercentChange": False,
+            "percentChangeColorMode": "standard",
+        },
+    }
+
+
+def heatmap(title, description, metric, unit):
+    expr = f"sum by (le) (increase({metric}_bucket{sel()}[{RATE}]))"
+    return {
+        "type": "heatmap",
+        "title": title,
+        "description": description,
+        "datasource": DS,
+        "targets": [target(expr, "{{le}}", format="heatmap")],
+        "fieldConfig": {"defaults": {"custom": {"hideFrom": {"legend": False, "tooltip": False, "viz": False}}}, "overrides": []},
+        "options": {
+            "calculate": False,
+            "cellGap": 1,
+            "color": {
+                "mode": "scheme",
+                "scheme": "Oranges",
+                "fill": "dark-orange",
+                "scale": "exponential",
+                "exponent": 0.5,
+                "steps": 64,
+                "reverse": False,
+            },
+            "exemplars": {"color": "rgba(255,0,255,0.7)"},
+            "filterValues": {"le": 1e-9},
+            "legend": {"show": True},
+            "rowsFrame": {"layout": "auto"},
+            "showValue": "never",
+            "tooltip": {"mode": "single", "yHistogram": True, "showColorScale": False},
+            "yAxis": {"axisPlacement": "left", "unit": unit, "reverse": False},
+        },
+    }
+
+
+def build() -> dict:
+    L = Layout()
+
+    # ------------------------------------------------------------------ overview
+    L.row("Overview", "Is the fleet up, ready and serving streams right now?")
+    L.add(
+        stat(
+            "Targets up",
+            "Gateway admin endpoints Prometheus scraped successfully (up == 1).",
+            f"sum(up{sel()})",
+        ),
+        4,
+        4,
+    )
+    L.add(
+        stat(
+            "Ready",
+            "Instances whose /readyz is true. Lower than 'Targets up' while instances drain.",
+            f"sum(sse_gateway_ready{sel()})",
+        ),
+        4,
+        4,
+    )
+    L.add(
+        stat(
+            "Draining",
+            "Instances shutting down (SIGTERM received, finishing open streams).",
+            f"sum(sse_gateway_draining{sel()})",
+            thresholds=[{"color": "green", "value": None}, {"color": "orange", "value": 1}],
+        ),
+        4,
+        4,
+    )
+    L.add(stat("Active streams", "Event streams open now, all modes.", f"sum(sse_gateway_active_streams{sel()})"), 4, 4)
+    L.add(
+        stat(
+            "Requests / s",
+            "All requests answered (streams and pass-through).",
+            f"sum(rate(sse_gateway_requests_total{sel()}[{RATE}]))",
+            unit="reqps",
+        ),
+        4,
+        4,
+    )
+    L.add(
+        stat(
+            "5xx ratio",
+            "Share of requests answered with a 5xx status (502/504 from the gateway, or the upstream's own).",
+            f"(sum(rate(sse_gateway_requests_total{S5XX}[{RATE}])) or vector(0)) "
+            f"/ sum(rate(sse_gateway_requests_total{sel()}[{RATE}]))",
+            unit="percentunit",
+            thresholds=[
+                {"color": "green", "value": None},
+                {"color": "orange", "value": 0.01},
+                {"color": "red", "value": 0.05},
+            ],
+            decimals=2,
+        ),
+        4,
+        4,
+    )
+
+    # ------------------------------------------------------------------ RED
+    L.row("Requests and streams", "Rate, errors and duration: the RED view of streams and requests.")
+    L.add(
+        timeseries(
+            "Active streams by mode",
+            "Open event streams: translate (JSON envelopes), passthrough (legacy stream), shadow.",
+            targets((f"sum by (mode) (sse_gateway_active_streams{sel()})", "{{mode}}")),
+            stack=True,
+        ),
+        8,
+        8,
+    )
+    L.add(
+        timeseries(
+            "Requests by status class",
+            "Requests answered per second, by mode and HTTP status class.",
+            targets(
+                (
+                    f"sum by (mode, status_class) (rate(sse_gateway_requests_total{sel()}[{RATE}]))",
+                    "{{mode}} {{status_class}}",
+                )
+            ),
+            unit="reqps",
+            stack=True,
+        ),
+        8,
+        8,
+    )
+    L.add(
+        timeseries(
+            "Streams ended by outcome",
+            "Streams ending per second: completed, upstream_error (backend failed mid-stream), "
+            "client_gone (the client hung up first).",
+            targets(
+                (
+                    f"sum by (outcome) (rate(sse_gateway_streams_total{sel()}[{RATE}]))",
+                    "{{outcome}}",
+                )
+            ),
+            unit="ops",
+            stack=True,
+        ),
+        8,
+        8,
+    )
+    L.add(
+        timeseries(
+            "Stream duration",
+            "How long translated streams stay open (p50 / p95 / p99).",
+            targets(*quantiles("sse_gateway_stream_duration_seconds", by="mode")),
+            unit="s",
+        ),
+        12,
+        8,
+    )
+    L.add(
+        timeseries(
+            "Requests by instance",
+            "Requests per second per instance: uneven bars show the load balancer's spread.",
+            targets(
+                (
+                    f"sum by (instance) (rate(sse_gateway_requests_total{sel()}[{RATE}]))",
+                    "{{instance}}",
+                )
+            ),
+            unit="reqps",
+        ),
+        12,
+        8,
+    )
+
+    # ------------------------------------------------------------------ latency
+    L.row(
+        "Latency",
+        "Time to first byte on both sides of the gateway, and what translation adds to each event.",
+    )
+    L.add(
+        timeseries(
+            "Time to first byte: upstream vs downstream",
+            "Upstream: request sent to the backend's response head. Downstream: request received to the "
+            "first body byte handed to the client. The gap is what the gateway adds before a stream starts.",
+            targets(
+                *quantiles("sse_gateway_upstream_ttfb_seconds", label="upstream "),
+                *quantiles("sse_gateway_downstream_ttfb_seconds", label="downstream "),
+            ),
+            unit="s",
+        ),
+        12,
+        9,
+    )
+    L.add(
+        heatmap(
+            "Per-event translation latency",
+            "Upstream event complete to its envelopes written, every event. Design target: p99 under 100 µs.",
+            "sse_gateway_event_translation_seconds",
+            "s",
+        ),
+        12,
+        9,
+    )
+    L.add(
+        timeseries(
+            "Per-event translation latency quantiles",
+            "p50 / p99 / p99.9 of the per-event translation latency, per instance.",
+            targets(
+                *[
+                    (
+                        f"histogram_quantile({q}, sum by (instance, le) "
+                        f"(rate(sse_gateway_event_translation_seconds_bucket{sel()}[{RATE}])))",
+                        f"p{str(q * 100).rstrip('0').rstrip('.')} {{{{instance}}}}",
+                    )
+                    for q in (0.5, 0.99, 0.999)
+                ]
+            ),
+            unit="s",
+        ),
+        24,
+        7,
+    )
+
+    # ------------------------------------------------------------------ fragmentation
+    L.row(
+        "Fragmentation and chunking",
+        "What only this gateway sees: legacy items split across upstream events, and envelopes split to "
+        "fit the byte budget.",
+    )
+    L.add(
+        timeseries(
+            "Fragmented legacy items",
+            "Share of legacy items that spanned more than one upstream event or data: line. A proxy "
+            "or buffer between the backend and the gateway that starts splitting events shows up here.",
+            targets(
+                (
+                    f"sum(rate(sse_gateway_fragmented_items_total{sel()}[{RATE}])) "
+                    f"/ sum(rate(sse_gateway_items_total{sel()}[{RATE}]))",
+                    "fragmented share",
+                ),
+            ),
+            unit="percentunit",
+        ),
+        8,
+        8,
+    )
+    L.add(
+        timeseries(
+            "Legacy items per second",
+            "Legacy items translated per second, and how many of them arrived fragmented.",
+            targets(
+                (f"sum(rate(sse_gateway_items_total{sel()}[{RATE}]))", "items"),
+                (f"sum(rate(sse_gateway_fragmented_items_total{sel()}[{RATE}]))", "fragmented"),
+            ),
+            unit="ops",
+        ),
+        8,
+        8,
+    )
+    L.add(
+        timeseries(
+            "Upstream events per legacy item",
+            "How many upstream SSE events one legacy item spanned (p50 / p99 / max bucket).",
+            targets(*quantiles("sse_gateway_item_upstream_events", qs=(0.5, 0.99, 1.0))),
+        ),
+        8,
+        8,
+    )
+    L.add(
+        timeseries(
+            "Envelopes per block",
+            "Output chunks per closed block, by envelope type (p50 / p99): large tool results and "
+            "histories are split into many budget-sized envelopes.",
+            targets(*quantiles("sse_gateway_block_chunks", by="type", qs=(0.5, 0.99))),
+        ),
+        8,
+        8,
+    )
+    L.add(
+        heatmap(
+            "Envelope size distribution",
+            "Size of each envelope's JSON object in bytes. Everything should sit at or below the budget "
+            "(2048 by default).",
+            "sse_gateway_envelope_bytes",
+            "bytes",
+        ),
+        8,
+        8,
+    )
+    L.add(
+        timeseries(
+            "Envelopes and oversize envelopes by type",
+            "Envelopes written per second by type, and those sent over the budget (citations, or fixed "
+            "fields alone over it): oversize is drawn on the same axis, look for non-zero lines.",
+            targets(
+                (f"sum by (type) (rate(sse_gateway_envelopes_total{sel()}[{RATE}]))", "{{type}}"),
+                (
+                    f"sum by (type) (rate(sse_gateway_oversize_envelopes_total{sel()}[{RATE}]))",
+                    "oversize {{type}}",
+                ),
+            ),
+            unit="ops",
+        ),
+        8,
+        8,
+    )
+
+    # ------------------------------------------------------------------ errors
+    L.row(
+        "Errors",
+        "Bad upstream input, upstream failures and clients that left: each is counted, and each answered "
+        "by a well-formed error envelope or a clean close.",
+    )
+    L.add(
+        timeseries(
+            "Parse errors by kind",
+            "Legacy input the translator could not parse (syntax, entity, invalid_utf8, item_too_large, "
+            "truncated, invalid_json, unexpected); each became an error envelope.",
+            targets((f"sum by (kind) (rate(sse_gateway_parse_errors_total{sel()}[{RATE}]))", "{{kind}}")),
+            unit="ops",
+            stack=True,
+        ),
+        8,
+        8,
+    )
+    L.add(
+        timeseries(
+            "Unknown tags and scope conflicts",
+            "Unknown legacy tags (passed on as text or dropped, per config) and agent-scope conflicts "
+            "(a block opened while another was open, e.g. parallel subagents).",
+            targets(
+                (f"sum(rate(sse_gateway_unknown_tags_total{sel()}[{RATE}]))", "unknown tags"),
+                (f"sum(rate(sse_gateway_scope_conflicts_total{sel()}[{RATE}]))", "scope conflicts"),
+            ),
+            unit="ops",
+        ),
+        8,
+        8,
+    )
+    L.add(
+        timeseries(
+            "Upstream errors by kind",
+            "Failures talking to the backend: connect, timeout (no response head in time), reset "
+            "(mid-stream), protocol, status (5xx from the backend).",
+            targets((f"sum by (kind) (rate(sse_gateway_upstream_errors_total{sel()}[{RATE}]))", "{{kind}}")),
+            unit="ops",
+            stack=True,
+        ),
+        8,
+        8,
+    )
+    L.add(
+        timeseries(
+            "Client disconnects",
+            "Responses whose client went away before the end (the upstream request is dropped at once).",
+            targets((f"sum(rate(sse_gateway_client_disconnects_total{sel()}[{RATE}]))", "client disconnects")),
+            unit="ops",
+        ),
+        12,
+        7,
+    )
+    L.add(
+        timeseries(
+            "Keepalives sent",
+            "': keepalive' comments written to idle translated streams, so that idle timeouts of load "
+            "balancers in between do not cut them.",
+            targets((f"sum(rate(sse_gateway_keepalives_total{sel()}[{RATE}]))", "keepalives")),
+            unit="ops",
+        ),
+        12,
+        7,
+    )
+
+    # ------------------------------------------------------------------ traffic
+    L.row("Traffic", "Bytes through the gateway, per mode and direction.")
+    L.add(
+        timeseries(
+            "Bytes in and out",
+            "Response body bytes read from the upstream (in) and sent to clients (out). JSON envelopes are "
+            "larger than the legacy XML they replace; the ratio shows by how much.",
+            targets(
+                (f"sum by (mode) (rate(sse_gateway_bytes_in_total{sel()}[{RATE}]))", "in {{mode}}"),
+                (f"sum by (mode) (rate(sse_gateway_bytes_out_total{sel()}[{RATE}]))", "out {{mode}}"),
+            ),
+            unit="Bps",
+        ),
+        16,
+        8,
+    )
+    L.add(
+        timeseries(
+            "Output / input byte ratio",
+            "Bytes sent per byte received on translated streams.",
+            targets(
+                (
+                    f"sum(rate(sse_gateway_bytes_out_total{STRANSLATE}[{RATE}])) "
+                    f"/ sum(rate(sse_gateway_bytes_in_total{STRANSLATE}[{RATE}]))",
+                    "out / in",
+                )
+            ),
+            unit="none",
+        ),
+        8,
+        8,
+    )
+
+    variables = [
+        {
+            "type": "datasource",
+            "name": "datasource",
+            "label": "Data source",
+            "query": "prometheus",
+            "refresh": 1,
+            "regex": "",
+            "hide": 0,
+            "options": [],
+        },
+        {
+            "type": "query",
+            "name": "job",
+            "label": "Job",
+            "datasource": DS,
+            "query": {"query": "label_values(sse_gateway_ready, job)", "refId": "PrometheusVariableQueryEditor-VariableQuery"},
+            "refresh": 2,
+            "sort": 1,
+            "multi": False,
+            "includeAll": False,
+            "hide": 0,
+            "options": [],
+            "regex": "",
+        },
+        {
+            "type": "query",
+            "name": "instance",
+            "label": "Instance",
+            "datasource": DS,
+            "query": {
+                "query": 'label_values(sse_gateway_ready{job=~"$job"}, instance)',
+                "refId": "PrometheusVariableQueryEditor-VariableQuery",
+            },
+            "refresh": 2,
+            "sort": 1,
+            "multi": True,
+            "includeAll": True,
+            "allValue": ".*",
+            "hide": 0,
+            "options": [],
+            "regex": "",
+        },
+    ]
+
+    return {
+        "title": "sse-gateway",
+        "uid": "sse-gateway",
+        "description": "sse-gateway: legacy agent SSE to JSON envelopes. RED view of streams, latency, "
+        "fragmentation and chunking, errors, traffic. Source: deploy/grafana/build_dashboard.py.",
+        "tags": ["sse-gateway", "sse", "proxy"],
+        "editable": True,
+        "graphTooltip": 1,
+        "fiscalYearStartMonth": 0,
+        "liveNow": False,
+        "refresh": "30s",
+        "schemaVersion": SCHEMA_VERSION,
+        "version": 1,
+        "time": {"from": "now-1h", "to": "now"},
+        "timepicker": {},
+        "timezone": "browser",
+        "weekStart": "",
+        "links": [],
+        "annotations": {
+            "list": [
+                {
+                    "builtIn": 1,
+                    "datasource": {"type": "grafana", "uid": "-- Grafana --"},
+                    "enable": True,
+                    "hide": True,
+                    "iconColor": "rgba(0, 211, 255, 1)",
+                    "name": "Annotations & Alerts",
+                    "type": "dashboard",
+                }
+            ]
+        },
+        "templating": {"list": variables},
+        "panels": L.panels,
+    }
+
+
+def render() -> str:
+    return json.dumps(build(), indent=2, ensure_ascii=False) + "\n"
+
+
+def main() -> int:
+    text = render()
+    if "--check" in sys.argv[1:]:
+        if not OUT.exists() or OUT.read_text() != text:
+            print(f"{OUT} is stale: run python3 {Path(__file__).as_posix()}", file=sys.stderr)
+            return 1
+        return 0
+    OUT.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
