@@ -129,10 +129,13 @@ impl Body {
                 c.push(&self.scratch, out, obs, opts.budget);
             }
             Sink::Collect(v) => {
-                if v.len() + content.len() > opts.max_item_bytes {
-                    self.overflow = true;
-                } else {
+                // Cut at exactly the limit, however the content arrives.
+                if !self.overflow {
                     self.unescape.push(content, v);
+                    if v.len() > opts.max_item_bytes {
+                        v.truncate(opts.max_item_bytes);
+                        self.overflow = true;
+                    }
                 }
             }
             Sink::Drop => {}
@@ -175,7 +178,9 @@ impl Body {
                 None
             }
             Sink::Collect(mut v) => {
-                self.unescape.finish(&mut v);
+                if !self.overflow {
+                    self.unescape.finish(&mut v);
+                }
                 Some(v)
             }
             _ => None,

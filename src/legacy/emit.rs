@@ -2,6 +2,7 @@
 //! each delta at once; buffered blocks send full chunks as content arrives
 //! and keep the last one back so that it can carry `final:true`.
 
+use super::escape::incomplete_utf8_tail;
 use crate::envelope::chunker::{fitting_prefix, MAX_CHAR_ESCAPED};
 use crate::envelope::BlockHeader;
 use crate::sse::encoder::write_envelope;
@@ -24,9 +25,19 @@ pub fn envelope(
 }
 
 /// Room for the escaped delta in one envelope of `header`, or `None` when
-/// the fixed fields alone leave no room for a character (sent whole, DESIGN 4).
+/// the fixed fields alone fill the budget (sent whole, DESIGN 4).
 fn room(header: &BlockHeader, budget: usize) -> Option<usize> {
-    budget.checked_sub(header.overhead()).filter(|&r| r >= MAX_CHAR_ESCAPED)
+    budget.checked_sub(header.overhead()).filter(|&r| r > 0)
+}
+
+/// Where to cut `s` for one envelope: as much as fits, but at least one
+/// character (an envelope whose fixed fields leave no room for it is
+/// oversize, DESIGN 4), so that every envelope makes progress.
+fn cut(s: &str, room: usize) -> usize {
+    match fitting_prefix(s, room) {
+        0 => s.chars().next().map_or(0, char::len_utf8),
+        n => n,
+    }
 }
 
 /// Writes `delta` as as many `final:false` envelopes as the budget needs;
@@ -44,9 +55,9 @@ pub fn streamed_delta(
     };
     let mut n = 0;
     while !delta.is_empty() {
-        let cut = fitting_prefix(delta, room);
-        envelope(out, obs, budget, header, false, &delta[..cut]);
-        delta = &delta[cut..];
+        let at = cut(delta, room);
+        envelope(out, obs, budget, header, false, &delta[..at]);
+        delta = &delta[at..];
         n += 1;
     }
     n
@@ -102,14 +113,14 @@ impl Chunked {
                 Ok(t) => t,
                 Err(_) => return, // valid_prefix only returns UTF-8
             };
-            let cut = fitting_prefix(text, room);
+            let at = cut(text, room);
             // Keep at least the rest of the content back for the final chunk.
-            if cut == text.len() || cut == 0 {
+            if at == text.len() || at == 0 {
                 break;
             }
-            envelope(out, obs, budget, &self.header, false, &text[..cut]);
+            envelope(out, obs, budget, &self.header, false, &text[..at]);
             self.chunks += 1;
-            start += cut;
+            start += at;
         }
         self.pending.drain(..start);
     }
@@ -121,11 +132,17 @@ impl Chunked {
             Ok(_) => self.pending.len() - start,
             Err(e) if e.error_len().is_none() => e.valid_up_to(),
             Err(_) => {
+                // Replace what is invalid, but keep an incomplete last
+                // character raw: the next piece may complete it.
                 self.invalid_utf8 = true;
-                let fixed = String::from_utf8_lossy(&self.pending[start..]).into_owned();
+                let end = self.pending.len() - incomplete_utf8_tail(&self.pending[start..]);
+                let fixed = String::from_utf8_lossy(&self.pending[start..end]).into_owned();
+                let tail = self.pending.split_off(end);
                 self.pending.truncate(start);
                 self.pending.extend_from_slice(fixed.as_bytes());
-                self.pending.len() - start
+                let valid = self.pending.len() - start;
+                self.pending.extend_from_slice(&tail);
+                valid
             }
         }
     }
@@ -145,16 +162,17 @@ impl Chunked {
             Some(room) => {
                 let mut rest = text.as_str();
                 loop {
-                    let cut = fitting_prefix(rest, room);
-                    let last = cut == rest.len();
-                    if last || cut == 0 {
+                    // The final envelope has one byte more room (`true` is shorter than `false`).
+                    let fits_as_final = is_final && fitting_prefix(rest, room + 1) == rest.len();
+                    let at = cut(rest, room);
+                    if fits_as_final || at == rest.len() {
                         envelope(out, obs, budget, &self.header, is_final, rest);
                         self.chunks += 1;
                         break;
                     }
-                    envelope(out, obs, budget, &self.header, false, &rest[..cut]);
+                    envelope(out, obs, budget, &self.header, false, &rest[..at]);
                     self.chunks += 1;
-                    rest = &rest[cut..];
+                    rest = &rest[at..];
                 }
             }
             None => {

@@ -87,6 +87,9 @@ pub struct Parser {
     /// The current event began inside an open text block (so it may be an
     /// item in its own right, DESIGN 3.6).
     whole_event: bool,
+    /// Part of the current (text) event went out before the event ended; if
+    /// it never ends, the rest goes out too rather than being dropped.
+    event_streamed: bool,
     /// Events and lines seen so far, and where the current item began.
     seen: Mark,
     item_start: Option<Mark>,
@@ -124,6 +127,7 @@ impl Parser {
             event_fresh: true,
             event_start: 0,
             whole_event: false,
+            event_streamed: false,
             seen: Mark::default(),
             item_start: None,
             event_mark: Mark::default(),
@@ -191,7 +195,8 @@ impl Parser {
             SseEvent::Discard => {
                 // "An unfinished event at EOF is dropped": only bytes not
                 // yet acted on can be.
-                if matches!(self.state, State::Text | State::EventItem | State::Idle) {
+                let streamed = self.event_streamed && matches!(self.state, State::Text);
+                if !streamed && matches!(self.state, State::Text | State::EventItem | State::Idle) {
                     let keep = self.event_start.max(self.pos).min(self.buf.len());
                     self.buf.truncate(keep);
                     // A tag being scanned may have lost its tail.
@@ -213,6 +218,7 @@ impl Parser {
         }
         self.event_start = self.buf.len();
         self.whole_event = matches!(self.state, State::Text);
+        self.event_streamed = false;
     }
 
     fn end_event(&mut self) {
@@ -312,11 +318,14 @@ impl Parser {
     /// `Ok(Some((kind, len)))`: complete, `buf[pos..pos + len]`, not
     /// consumed; `Err(flow)`: bad input, already reported.
     fn next_tag(&mut self, out: &mut Vec<u8>, obs: &mut impl Observer) -> Result<Option<(TagKind, usize)>, Flow> {
-        let Some(len) = self.tag_scan.end(&self.buf[self.pos..]) else {
-            if self.buf.len() - self.pos > self.opts.max_item_bytes {
-                self.tag_scan = TagScan::default();
-                return Err(self.bad_input(ParseErrorKind::ItemTooLarge, "tag larger than max_item_bytes", out, obs));
-            }
+        let end = self.tag_scan.end(&self.buf[self.pos..]);
+        // The limit holds however the tag arrives (whole or in pieces).
+        let seen = end.unwrap_or(self.buf.len() - self.pos);
+        if seen > self.opts.max_item_bytes {
+            self.tag_scan = TagScan::default();
+            return Err(self.bad_input(ParseErrorKind::ItemTooLarge, "tag larger than max_item_bytes", out, obs));
+        }
+        let Some(len) = end else {
             return Ok(None);
         };
         self.tag_scan = TagScan::default();
@@ -522,8 +531,14 @@ impl Parser {
             self.emit_text_bytes(&held, out, obs);
         }
         if matches!(self.state, State::Text) {
-            let (from, to) = (self.pos, self.buf.len().min(self.event_start.max(self.pos)));
-            self.emit_text_range(from, to, out, obs);
+            // The unfinished event is dropped, unless part of it went out.
+            let end = if self.event_streamed {
+                self.buf.len()
+            } else {
+                self.buf.len().min(self.event_start.max(self.pos))
+            };
+            let from = self.pos;
+            self.emit_text_range(from, end, out, obs);
         }
         self.abandon_item(out, obs);
         self.close_streamed(out, obs);

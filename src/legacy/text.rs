@@ -49,6 +49,16 @@ impl Streamed {
     }
 }
 
+/// Trailing bytes of `region` that cannot end a delta: an unpaired `\`
+/// (its escape is incomplete) or an incomplete UTF-8 character.
+fn split_hold(region: &[u8]) -> usize {
+    let backslashes = region.iter().rev().take_while(|&&b| b == b'\\').count();
+    if backslashes % 2 == 1 {
+        return 1;
+    }
+    incomplete_utf8_tail(region)
+}
+
 /// Writes unescaped text as `final:false` deltas of `block`.
 fn emit_delta(block: &mut Streamed, budget: usize, text: &[u8], out: &mut Vec<u8>, obs: &mut impl Observer) {
     let delta = match std::str::from_utf8(text) {
@@ -120,11 +130,16 @@ impl Parser {
     pub(super) fn text(&mut self, at_end: bool, out: &mut Vec<u8>, obs: &mut impl Observer) -> Flow {
         let len = self.buf.len();
         if !at_end {
-            if len - self.pos > self.opts.max_text_event_bytes {
-                // Too large to hold until the event ends: stream it now.
-                self.whole_event = false;
-                let to = len - self.hold_back(self.pos, len);
+            // Too large to hold until the event ends: stream it in cuts of
+            // `max` bytes from the read cursor, so where the reads split the
+            // input never changes the output. A close tag's length stays
+            // back, so a close tag ending the event is still seen whole.
+            let max = self.opts.max_text_event_bytes.max(1);
+            while self.buf.len() - self.pos > max + THINKING_CLOSE.len() {
                 let from = self.pos;
+                let to = from + max - split_hold(&self.buf[from..from + max]);
+                self.whole_event = false;
+                self.event_streamed = true;
                 self.emit_text_range(from, to, out, obs);
                 self.pos = to;
             }
@@ -204,11 +219,7 @@ impl Parser {
                 return region.len() - lt;
             }
         }
-        let backslashes = region.iter().rev().take_while(|&&b| b == b'\\').count();
-        if backslashes % 2 == 1 {
-            return 1;
-        }
-        incomplete_utf8_tail(region)
+        split_hold(region)
     }
 
     /// Emits `buf[from..to]` as text of the top block.
