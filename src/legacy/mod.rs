@@ -83,7 +83,7 @@ pub struct Parser {
     /// The next data piece starts a new event.
     event_fresh: bool,
     /// Where the current event's data starts in `buf`.
-    event_start: usize,
+    event_start: Option<usize>,
     /// The current event began inside an open text block (so it may be an
     /// item in its own right, DESIGN 3.6).
     whole_event: bool,
@@ -125,7 +125,7 @@ impl Parser {
             pos: 0,
             state: State::Idle,
             event_fresh: true,
-            event_start: 0,
+            event_start: Some(0),
             whole_event: false,
             event_streamed: false,
             seen: Mark::default(),
@@ -197,7 +197,7 @@ impl Parser {
                 // yet acted on can be.
                 let streamed = self.event_streamed && matches!(self.state, State::Text);
                 if !streamed && matches!(self.state, State::Text | State::EventItem | State::Idle) {
-                    let keep = self.event_start.max(self.pos).min(self.buf.len());
+                    let keep = self.event_from().min(self.buf.len());
                     self.buf.truncate(keep);
                     // A tag being scanned may have lost its tail.
                     self.tag_scan = TagScan::default();
@@ -216,9 +216,15 @@ impl Parser {
             // Not the last event after all: it was model text.
             self.emit_text_bytes(&held, out, obs);
         }
-        self.event_start = self.buf.len();
+        self.event_start = Some(self.buf.len());
         self.whole_event = matches!(self.state, State::Text);
         self.event_streamed = false;
+    }
+
+    /// Where the current event's unread bytes begin (`pos` if its start was
+    /// already consumed).
+    fn event_from(&self) -> usize {
+        self.event_start.map_or(self.pos, |s| s.max(self.pos))
     }
 
     fn end_event(&mut self) {
@@ -245,7 +251,9 @@ impl Parser {
         } else {
             self.buf.drain(..self.pos);
         }
-        self.event_start = self.event_start.saturating_sub(self.pos);
+        // An event start behind the read position is gone for good: later
+        // pieces of the same event must not look like a new event.
+        self.event_start = self.event_start.and_then(|s| s.checked_sub(self.pos));
         self.pos = 0;
     }
 
@@ -285,7 +293,7 @@ impl Parser {
         if self.pos >= self.buf.len() {
             return Flow::Wait;
         }
-        if self.pos == self.event_start && self.buf[self.pos] != b'<' {
+        if self.event_start == Some(self.pos) && self.buf[self.pos] != b'<' {
             if self.resync {
                 self.state = State::SkipEvent;
                 return Flow::Continue;
@@ -535,7 +543,7 @@ impl Parser {
             let end = if self.event_streamed {
                 self.buf.len()
             } else {
-                self.buf.len().min(self.event_start.max(self.pos))
+                self.buf.len().min(self.event_from())
             };
             let from = self.pos;
             self.emit_text_range(from, end, out, obs);

@@ -159,7 +159,7 @@ impl Parser {
             self.state = State::Idle;
             return Flow::Continue;
         }
-        let ev_from = self.event_start.max(self.pos);
+        let ev_from = self.event_from();
         if self.whole_event {
             let ev = &self.buf[ev_from..];
             // 2. An item sent whole while the block is open (an error).
