@@ -1,1 +1,378 @@
-fn main() {}
+//! Criterion benches of the translator core, side by side with the naive alternative (BENCHMARKS.md).
+//!
+//! Groups: `small_deltas` (upstream events/s, 1–4 KiB reads), `large` (input MB/s, 16 KiB reads),
+//! `fixtures` (the golden fixtures, if `tests/fixtures/*.sse` exist). After criterion's own report, a
+//! summary times ours and naive interleaved in the same process and prints the ratios, and checks that both
+//! produce the same blocks, so the comparison is between two correct translators.
+
+mod inputs;
+mod naive;
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, Throughput};
+use serde_json::Value;
+use sse_gateway::translate::{Options, Translator};
+
+use inputs::Input;
+use naive::{Naive, NaiveOptions};
+
+const AGENT: &str = "bench-agent";
+/// Size of each large-payload input.
+const LARGE_MIB: usize = 8;
+
+/// The feed/finish shape shared by the core and the naive translator.
+trait Stream {
+    fn feed(&mut self, input: &[u8], out: &mut Vec<u8>);
+    fn finish(&mut self, out: &mut Vec<u8>);
+}
+
+impl Stream for Translator {
+    fn feed(&mut self, input: &[u8], out: &mut Vec<u8>) {
+        Translator::feed(self, input, out)
+    }
+    fn finish(&mut self, out: &mut Vec<u8>) {
+        Translator::finish(self, out);
+    }
+}
+
+impl Stream for Naive {
+    fn feed(&mut self, input: &[u8], out: &mut Vec<u8>) {
+        Naive::feed(self, input, out)
+    }
+    fn finish(&mut self, out: &mut Vec<u8>) {
+        Naive::finish(self, out)
+    }
+}
+
+/// Feeds `input` read by read, clearing the output after each read as the proxy does when it hands a
+/// frame on (or appending it to `keep`). Returns the output size.
+fn drive<S: Stream>(mut s: S, input: &Input, out: &mut Vec<u8>, mut keep: Option<&mut Vec<u8>>) -> usize {
+    let mut total = 0;
+    for piece in input.pieces() {
+        s.feed(piece, out);
+        total += out.len();
+        if let Some(k) = keep.as_deref_mut() {
+            k.extend_from_slice(out);
+        }
+        out.clear();
+    }
+    s.finish(out);
+    total += out.len();
+    if let Some(k) = keep {
+        k.extend_from_slice(out);
+    }
+    out.clear();
+    total
+}
+
+#[inline(never)]
+fn ours(input: &Input, out: &mut Vec<u8>) -> usize {
+    drive(Translator::new(Options::default(), AGENT), input, out, None)
+}
+
+#[inline(never)]
+fn naive(input: &Input, out: &mut Vec<u8>) -> usize {
+    drive(Naive::new(NaiveOptions::default(), AGENT), input, out, None)
+}
+
+fn fixtures() -> Option<Input> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let mut paths: Vec<_> = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "sse"))
+        .collect();
+    paths.sort();
+    let streams: Vec<Vec<u8>> = paths.iter().filter_map(|p| std::fs::read(p).ok()).collect();
+    if streams.is_empty() {
+        return None;
+    }
+    // Each fixture is one read of its own stream; one translator per fixture is set up in the loop below.
+    let reads = streams.iter().map(Vec::len).collect();
+    Some(Input {
+        name: "fixtures",
+        bytes: streams.concat(),
+        events: 0,
+        reads,
+    })
+}
+
+/// Every fixture through its own translator (they are separate streams).
+fn ours_per_read(input: &Input, out: &mut Vec<u8>) -> usize {
+    let mut total = 0;
+    for piece in input.pieces() {
+        let mut t = Translator::new(Options::default(), AGENT);
+        t.feed(piece, out);
+        t.finish(out);
+        total += out.len();
+        out.clear();
+    }
+    total
+}
+
+fn bench_small(c: &mut Criterion, input: &Input) {
+    let mut g = c.benchmark_group("small_deltas");
+    g.sample_size(20);
+    g.throughput(Throughput::Elements(input.events));
+    let mut out = Vec::with_capacity(64 << 10);
+    g.bench_function("ours", |b| b.iter(|| black_box(ours(black_box(input), &mut out))));
+    g.bench_function("naive", |b| b.iter(|| black_box(naive(black_box(input), &mut out))));
+    g.finish();
+}
+
+fn bench_large(c: &mut Criterion, large: &[Input]) {
+    let mut g = c.benchmark_group("large");
+    g.sample_size(10);
+    let mut out = Vec::with_capacity(64 << 10);
+    for input in large {
+        g.throughput(Throughput::Bytes(input.bytes.len() as u64));
+        g.bench_with_input(BenchmarkId::new("ours", input.name), input, |b, i| {
+            b.iter(|| black_box(ours(i, &mut out)))
+        });
+        g.bench_with_input(BenchmarkId::new("naive", input.name), input, |b, i| {
+            b.iter(|| black_box(naive(i, &mut out)))
+        });
+    }
+    g.finish();
+}
+
+fn bench_fixtures(c: &mut Criterion, input: &Input) {
+    let mut g = c.benchmark_group("fixtures");
+    g.sample_size(20);
+    g.throughput(Throughput::Bytes(input.bytes.len() as u64));
+    let mut out = Vec::with_capacity(64 << 10);
+    g.bench_function("ours", |b| {
+        b.iter(|| black_box(ours_per_read(black_box(input), &mut out)))
+    });
+    g.finish();
+}
+
+/// One logical block of output: a streamed block up to its final marker, a buffered block's chunks, one
+/// citation or one image.
+#[derive(Debug, PartialEq)]
+struct Block {
+    kind: String,
+    agent: String,
+    extras: Vec<(String, Value)>,
+    content: String,
+}
+
+/// Groups an output stream into blocks; also returns the number of lines over `budget` that are not
+/// citations.
+fn blocks(out: &[u8], budget: usize) -> (Vec<Block>, usize) {
+    let text = String::from_utf8_lossy(out);
+    let mut done = Vec::new();
+    let mut open: Option<Block> = None;
+    let mut over = 0;
+    for ev in text.split("\n\n").filter(|e| !e.is_empty()) {
+        let json = ev.strip_prefix("data: ").unwrap_or(ev);
+        if json == "[DONE]" {
+            done.extend(open.take());
+            done.push(Block {
+                kind: "[DONE]".into(),
+                agent: String::new(),
+                extras: Vec::new(),
+                content: String::new(),
+            });
+            continue;
+        }
+        let Ok(Value::Object(m)) = serde_json::from_str::<Value>(json) else {
+            done.push(Block {
+                kind: "<invalid JSON>".into(),
+                agent: String::new(),
+                extras: Vec::new(),
+                content: json.to_string(),
+            });
+            continue;
+        };
+        let kind = m.get("type").and_then(Value::as_str).unwrap_or_default().to_string();
+        if json.len() > budget && kind != "citation" {
+            over += 1;
+        }
+        let agent = m.get("agent").and_then(Value::as_str).unwrap_or_default().to_string();
+        let is_final = m.get("final").and_then(Value::as_bool).unwrap_or(false);
+        let delta = m.get("delta").and_then(Value::as_str).unwrap_or_default().to_string();
+        let extras: Vec<(String, Value)> = m
+            .iter()
+            .filter(|(k, _)| !matches!(k.as_str(), "type" | "agent" | "final" | "delta"))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        if kind == "citation" || kind == "tool_result_image" {
+            done.push(Block {
+                kind,
+                agent,
+                extras,
+                content: delta,
+            });
+            continue;
+        }
+        match &mut open {
+            Some(b) if b.kind == kind && b.agent == agent && b.extras == extras => b.content.push_str(&delta),
+            _ => {
+                done.extend(open.take());
+                open = Some(Block {
+                    kind,
+                    agent,
+                    extras,
+                    content: delta,
+                });
+            }
+        }
+        if is_final {
+            done.extend(open.take());
+        }
+    }
+    done.extend(open);
+    (done, over)
+}
+
+/// JSON payloads are equal as values, everything else byte for byte.
+fn same_block(a: &Block, b: &Block) -> bool {
+    let json_kind = matches!(
+        a.kind.as_str(),
+        "meta_init" | "meta_final" | "awaiting_frontend_tools" | "tool_call" | "server_tool_call" | "error"
+    );
+    let same_content = a.content == b.content
+        || (json_kind
+            && serde_json::from_str::<Value>(&a.content)
+                .ok()
+                .is_some_and(|v| serde_json::from_str::<Value>(&b.content).ok() == Some(v)));
+    a.kind == b.kind && a.agent == b.agent && a.extras == b.extras && same_content
+}
+
+fn clip(s: &str) -> String {
+    if s.len() <= 160 {
+        return s.to_string();
+    }
+    let mut cut = 160;
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}… ({} bytes)", &s[..cut], s.len())
+}
+
+/// Checks that ours and naive agree block by block on `input`; prints the first difference.
+fn agree(input: &Input) -> bool {
+    let budget = Options::default().budget;
+    let (mut ours_out, mut naive_out) = (Vec::new(), Vec::new());
+    drive(
+        Translator::new(Options::default(), AGENT),
+        input,
+        &mut Vec::new(),
+        Some(&mut ours_out),
+    );
+    drive(
+        Naive::new(NaiveOptions::default(), AGENT),
+        input,
+        &mut Vec::new(),
+        Some(&mut naive_out),
+    );
+    if let Some(dir) = std::env::var_os("BENCH_DUMP") {
+        // Debugging aid: the input and both outputs, to diff by hand.
+        let dir = std::path::Path::new(&dir);
+        let _ = std::fs::create_dir_all(dir);
+        let _ = std::fs::write(dir.join(format!("{}.sse", input.name)), &input.bytes);
+        let _ = std::fs::write(dir.join(format!("{}.ours.sse", input.name)), &ours_out);
+        let _ = std::fs::write(dir.join(format!("{}.naive.sse", input.name)), &naive_out);
+    }
+    let (a, over_a) = blocks(&ours_out, budget);
+    let (b, over_b) = blocks(&naive_out, budget);
+    if over_a + over_b > 0 {
+        println!("  {}: lines over budget: ours {over_a}, naive {over_b}", input.name);
+    }
+    for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+        if !same_block(x, y) {
+            println!("  {}: block {i} differs", input.name);
+            println!("    ours : {} {:?} {}", x.kind, x.extras, clip(&x.content));
+            println!("    naive: {} {:?} {}", y.kind, y.extras, clip(&y.content));
+            return false;
+        }
+    }
+    if a.len() != b.len() {
+        println!("  {}: ours {} blocks, naive {} blocks", input.name, a.len(), b.len());
+        return false;
+    }
+    true
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+/// Times ours and naive alternately (A B A B …) for `rounds` rounds; returns the two medians.
+fn interleaved(input: &Input, rounds: usize) -> (Duration, Duration) {
+    let mut out = Vec::with_capacity(64 << 10);
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let t = Instant::now();
+        black_box(ours(input, &mut out));
+        a.push(t.elapsed());
+        let t = Instant::now();
+        black_box(naive(input, &mut out));
+        b.push(t.elapsed());
+    }
+    (median(a), median(b))
+}
+
+fn summary(small: &Input, large: &[Input]) {
+    println!("\n## Summary: ours vs naive, interleaved in one process (median of 15 rounds each)\n");
+    println!("| input | size | reads | ours | naive | ours/naive | same blocks |");
+    println!("|---|---|---|---|---|---|---|");
+    let rate = |d: Duration, n: f64| n / d.as_secs_f64();
+    let (a, b) = interleaved(small, 15);
+    let ev = small.events as f64;
+    println!(
+        "| {} ({} events) | {:.1} MiB | 1–4 KiB | {:.2} M events/s | {:.2} M events/s | {:.2}× | {} |",
+        small.name,
+        small.events,
+        small.bytes.len() as f64 / (1 << 20) as f64,
+        rate(a, ev) / 1e6,
+        rate(b, ev) / 1e6,
+        b.as_secs_f64() / a.as_secs_f64(),
+        if agree(small) { "yes" } else { "NO" }
+    );
+    for input in large {
+        let (a, b) = interleaved(input, 15);
+        let mb = input.bytes.len() as f64 / 1e6;
+        println!(
+            "| {} | {:.1} MiB | 16 KiB | {:.0} MB/s | {:.0} MB/s | {:.2}× | {} |",
+            input.name,
+            input.bytes.len() as f64 / (1 << 20) as f64,
+            rate(a, mb),
+            rate(b, mb),
+            b.as_secs_f64() / a.as_secs_f64(),
+            if agree(input) { "yes" } else { "NO" }
+        );
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    // `cargo test --benches` runs each bench once in test mode: skip the summary there.
+    let bench_mode = args.iter().any(|a| a == "--bench") && !args.iter().any(|a| a == "--list");
+    if let Ok(name) = std::env::var("BENCH_ONCE") {
+        // One run of each translator over one input, for instruction counts that the machine's load
+        // does not disturb: valgrind --tool=callgrind --toggle-collect='translate::ours' (or naive).
+        let input = inputs::by_name(&name, LARGE_MIB).unwrap_or_else(|| panic!("no input named {name}"));
+        let mut out = Vec::with_capacity(64 << 10);
+        black_box(ours(&input, &mut out));
+        black_box(naive(&input, &mut out));
+        return;
+    }
+    let small = inputs::small_deltas();
+    let large = inputs::large(LARGE_MIB);
+    let mut c = Criterion::default().configure_from_args();
+    bench_small(&mut c, &small);
+    bench_large(&mut c, &large);
+    if let Some(fx) = fixtures() {
+        bench_fixtures(&mut c, &fx);
+    }
+    c.final_summary();
+    if bench_mode && std::env::var_os("BENCH_NO_SUMMARY").is_none() {
+        println!("(set BENCH_DUMP=DIR to write each input and both outputs there)");
+        summary(&small, &large);
+    }
+}

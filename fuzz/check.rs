@@ -2,13 +2,14 @@
 //! file by path), so that a saved crash replays exactly as the fuzzer saw it.
 //!
 //! Input layout (so that seeds are easy to write by hand, see fuzz/README.md): byte 0 flags, byte 1
-//! budget, byte 2 limits, end and `require_done`, byte 3 number of splits `k` (mod 17), then `k` little-endian u16 split
-//! offsets, then the upstream stream itself.
+//! budget, byte 2 limits, end and `require_done`, byte 3 number of splits `k` (mod 17), then `k`
+//! little-endian u16 split offsets, then the upstream stream itself.
 //!
 //! Asserts: no panic (and no hang: libFuzzer's timeout); the split input gives exactly the output of the
-//! whole input; every output event is `data: <json>\n\n` with a JSON object whose first keys are `type`,
-//! `agent`, `final`, `delta` (or `data: [DONE]`); every object is within the budget unless it is a
-//! citation or its fixed fields leave no room for the first character of its delta (DESIGN 4).
+//! whole input (byte for byte); every output event of both is `data: <json>\n\n` with a JSON object
+//! whose first keys are `type`, `agent`, `final`, `delta` (or `data: [DONE]`); every object is within the
+//! budget unless it is a citation or its fixed fields leave no room for the first character of its delta
+//! (DESIGN 4).
 
 use serde_json::Value;
 use sse_gateway::envelope::chunker::escaped_len;
@@ -159,4 +160,5 @@ pub fn check(data: &[u8]) {
         );
     }
     check_output(&whole, opts.budget);
+    check_output(&split, opts.budget);
 }

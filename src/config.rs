@@ -136,9 +136,9 @@ pub struct Translate {
     pub unknown_tags: UnknownTags,
     /// Bound on one buffered legacy item in bytes (default 16777216).
     pub max_item_bytes: usize,
-    /// Bound on one text event held until it completes, in bytes (default 262144).
+    /// Bound on one text event held until it completes, in bytes (default 65536).
     pub max_text_event_bytes: usize,
-    /// Client tool results up to this size are checked for JSON whole (default 32768).
+    /// Client tool results up to this size are checked for JSON whole; larger ones by whether that much of them starts a JSON value (default 8192).
     pub json_sniff_bytes: usize,
     /// Seconds of silence before a `: keepalive` comment on a translated stream; 0 disables (default 15).
     pub keepalive_interval_secs: f64,

@@ -38,6 +38,20 @@ pub fn write_escaped(out: &mut Vec<u8>, s: &str) {
     let _ = serde_json::to_writer(&mut *out, s);
 }
 
+/// Whether any byte of the word needs escaping (`< 0x20`, `"` or `\\`).
+/// Exact for "is there such a byte" (the classic has-zero-byte trick).
+#[inline]
+fn word_needs_escape(w: u64) -> bool {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    let below_space = w.wrapping_sub(LO * 0x20) & !w & HI;
+    let q = w ^ (LO * u64::from(b'"'));
+    let quote = q.wrapping_sub(LO) & !q & HI;
+    let b = w ^ (LO * u64::from(b'\\'));
+    let backslash = b.wrapping_sub(LO) & !b & HI;
+    (below_space | quote | backslash) != 0
+}
+
 /// The longest prefix of `s` (ending on a char boundary) whose escaped size
 /// is at most `room`. Returns `s.len()` when all of it fits; may return 0 when
 /// not even the first character fits.
@@ -48,8 +62,19 @@ pub fn fitting_prefix(s: &str, room: usize) -> usize {
     }
     let bytes = s.as_bytes();
     let mut used = 0usize;
-    for (i, &b) in bytes.iter().enumerate() {
-        used += ESCAPED_LEN[b as usize] as usize;
+    let mut i = 0usize;
+    while i < bytes.len() {
+        // Eight plain bytes at a time: each costs exactly one.
+        if used + 8 <= room {
+            if let Some(word) = bytes.get(i..i + 8).and_then(|w| <[u8; 8]>::try_from(w).ok()) {
+                if !word_needs_escape(u64::from_le_bytes(word)) {
+                    used += 8;
+                    i += 8;
+                    continue;
+                }
+            }
+        }
+        used += ESCAPED_LEN[bytes[i] as usize] as usize;
         if used > room {
             let mut cut = i;
             while !s.is_char_boundary(cut) {
@@ -57,6 +82,7 @@ pub fn fitting_prefix(s: &str, room: usize) -> usize {
             }
             return cut;
         }
+        i += 1;
     }
     s.len()
 }
@@ -84,6 +110,18 @@ mod tests {
         assert_eq!(fitting_prefix(s, 6), 6);
         assert_eq!(fitting_prefix("\u{1}", 5), 0);
         assert_eq!(fitting_prefix("\u{1}", 6), 1);
+    }
+
+    #[test]
+    fn the_word_test_finds_exactly_the_bytes_that_need_escaping() {
+        for b in 0u8..=255 {
+            for pos in 0..8 {
+                let mut w = [b'a'; 8];
+                w[pos] = b;
+                let needs = b < 0x20 || b == b'"' || b == b'\\';
+                assert_eq!(word_needs_escape(u64::from_le_bytes(w)), needs, "byte {b:#x} at {pos}");
+            }
+        }
     }
 
     proptest! {

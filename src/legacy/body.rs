@@ -11,6 +11,19 @@ use crate::translate::{Observer, ParseErrorKind};
 
 const CDATA_CLOSE: &[u8] = b"]]>";
 
+/// Size of the pieces a held prefix is handed to the chunker in.
+const FLUSH_PIECE: usize = 4096;
+
+/// Whether `prefix` can start a JSON value: it parses as JSON up to its
+/// end. (`[INFO] …` or `{not json` are text; a complete value with more
+/// content after it is not one JSON value either.)
+fn json_prefix(prefix: &[u8]) -> bool {
+    match serde_json::from_slice::<serde::de::IgnoredAny>(prefix) {
+        Err(e) => e.is_eof() && !prefix.trim_ascii().is_empty(),
+        Ok(_) => false,
+    }
+}
+
 /// Where a body's CDATA section ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EndRule {
@@ -115,13 +128,20 @@ impl Body {
         }
         match &mut self.sink {
             Sink::Sniff { raw, .. } => {
-                raw.extend_from_slice(content);
-                if raw.len() > opts.json_sniff_bytes {
-                    // Too large to hold: judge by the first byte.
-                    let json = matches!(raw.trim_ascii_start().first(), Some(b'{' | b'['));
-                    let raw = std::mem::take(raw);
-                    self.choose(json, &raw, out, obs, opts.budget);
+                let room = opts.json_sniff_bytes.saturating_sub(raw.len());
+                if content.len() <= room {
+                    raw.extend_from_slice(content);
+                    return;
                 }
+                // Too large to hold whole: judge by exactly the first
+                // `json_sniff_bytes` (however the reads split them), send
+                // them, and hold nothing more.
+                let (head, rest) = content.split_at(room);
+                raw.extend_from_slice(head);
+                let held = std::mem::take(raw);
+                self.choose(json_prefix(&held), &held, out, obs, opts.budget);
+                drop(held);
+                self.push(rest, out, obs, opts);
             }
             Sink::Chunked(c) => {
                 self.scratch.clear();
@@ -151,9 +171,12 @@ impl Body {
         if json {
             self.unescape = Unescaper::new(Escape::None);
         }
-        self.scratch.clear();
-        self.unescape.push(raw, &mut self.scratch);
-        chunked.push(&self.scratch, out, obs, budget);
+        // In small pieces, so that the held prefix is not copied whole again.
+        for piece in raw.chunks(FLUSH_PIECE) {
+            self.scratch.clear();
+            self.unescape.push(piece, &mut self.scratch);
+            chunked.push(&self.scratch, out, obs, budget);
+        }
         self.sink = Sink::Chunked(chunked);
     }
 

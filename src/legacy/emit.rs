@@ -67,8 +67,10 @@ pub fn streamed_delta(
 #[derive(Debug)]
 pub struct Chunked {
     pub header: BlockHeader,
-    /// Content not yet written (UTF-8, perhaps ending mid-character).
-    pending: Vec<u8>,
+    /// Content not yet written; each byte is validated once, on arrival.
+    pending: String,
+    /// An incomplete last character (at most 3 bytes) waiting for the rest.
+    tail: Vec<u8>,
     chunks: u32,
     /// Bytes that were not UTF-8 were replaced.
     pub invalid_utf8: bool,
@@ -80,7 +82,8 @@ impl Chunked {
     pub fn new(header: BlockHeader) -> Self {
         Self {
             header,
-            pending: Vec::new(),
+            pending: String::new(),
+            tail: Vec::new(),
             chunks: 0,
             invalid_utf8: false,
             never_final: false,
@@ -93,14 +96,63 @@ impl Chunked {
     }
 
     pub fn buffered(&self) -> usize {
-        self.pending.capacity()
+        self.pending.capacity() + self.tail.capacity()
+    }
+
+    /// Appends bytes to `pending`, keeping an incomplete last character in
+    /// `tail`. Invalid bytes become U+FFFD exactly as if the content had
+    /// arrived in one piece.
+    fn append(&mut self, mut input: &[u8]) {
+        if !self.tail.is_empty() {
+            let mut char_buf = [0u8; 4];
+            let have = self.tail.len();
+            let want = utf8_len(self.tail[0]).max(have + 1);
+            let take = (want - have).min(input.len());
+            char_buf[..have].copy_from_slice(&self.tail);
+            char_buf[have..have + take].copy_from_slice(&input[..take]);
+            match std::str::from_utf8(&char_buf[..have + take]) {
+                Ok(c) => {
+                    self.pending.push_str(c);
+                    self.tail.clear();
+                    input = &input[take..];
+                }
+                Err(e) if e.error_len().is_none() => {
+                    // Still incomplete, and `input` is used up.
+                    self.tail.extend_from_slice(&input[..take]);
+                    return;
+                }
+                Err(_) => {
+                    // Invalid: replace as a whole-input decode would.
+                    let mut all = std::mem::take(&mut self.tail);
+                    all.extend_from_slice(input);
+                    self.append_lossy(&all);
+                    return;
+                }
+            }
+        }
+        match std::str::from_utf8(input) {
+            Ok(s) => self.pending.push_str(s),
+            Err(e) if e.error_len().is_none() => {
+                let (valid, rest) = input.split_at(e.valid_up_to());
+                self.pending.push_str(std::str::from_utf8(valid).unwrap_or_default());
+                self.tail.extend_from_slice(rest);
+            }
+            Err(_) => self.append_lossy(input),
+        }
+    }
+
+    fn append_lossy(&mut self, input: &[u8]) {
+        self.invalid_utf8 = true;
+        let end = input.len() - incomplete_utf8_tail(input);
+        self.pending.push_str(&String::from_utf8_lossy(&input[..end]));
+        self.tail.extend_from_slice(&input[end..]);
     }
 
     /// Adds content; writes every chunk that is surely not the last.
     pub fn push(&mut self, bytes: &[u8], out: &mut Vec<u8>, obs: &mut impl Observer, budget: usize) {
-        self.pending.extend_from_slice(bytes);
+        self.append(bytes);
         let Some(room) = room(&self.header, budget) else {
-            return; // fixed fields over budget: the whole block goes in one envelope
+            return; // fixed fields fill the budget: the whole block goes in one envelope
         };
         // Cheap test first: content that fits even fully escaped stays.
         if self.pending.len() * MAX_CHAR_ESCAPED <= room {
@@ -108,14 +160,10 @@ impl Chunked {
         }
         let mut start = 0;
         loop {
-            let valid = self.valid_prefix(start);
-            let text = match std::str::from_utf8(&self.pending[start..start + valid]) {
-                Ok(t) => t,
-                Err(_) => return, // valid_prefix only returns UTF-8
-            };
+            let text = &self.pending[start..];
             let at = cut(text, room);
             // Keep at least the rest of the content back for the final chunk.
-            if at == text.len() || at == 0 {
+            if at == text.len() {
                 break;
             }
             envelope(out, obs, budget, &self.header, false, &text[..at]);
@@ -125,38 +173,16 @@ impl Chunked {
         self.pending.drain(..start);
     }
 
-    /// Length of the UTF-8 prefix of `pending[start..]`, replacing invalid
-    /// bytes (not an incomplete tail) with U+FFFD first.
-    fn valid_prefix(&mut self, start: usize) -> usize {
-        match std::str::from_utf8(&self.pending[start..]) {
-            Ok(_) => self.pending.len() - start,
-            Err(e) if e.error_len().is_none() => e.valid_up_to(),
-            Err(_) => {
-                // Replace what is invalid, but keep an incomplete last
-                // character raw: the next piece may complete it.
-                self.invalid_utf8 = true;
-                let end = self.pending.len() - incomplete_utf8_tail(&self.pending[start..]);
-                let fixed = String::from_utf8_lossy(&self.pending[start..end]).into_owned();
-                let tail = self.pending.split_off(end);
-                self.pending.truncate(start);
-                self.pending.extend_from_slice(fixed.as_bytes());
-                let valid = self.pending.len() - start;
-                self.pending.extend_from_slice(&tail);
-                valid
-            }
-        }
-    }
-
     /// Writes the rest with `final:true` (or `false` for a never-final
     /// part); returns the number of chunks the block took.
     pub fn finish(mut self, out: &mut Vec<u8>, obs: &mut impl Observer, budget: usize) -> u32 {
-        let text = match String::from_utf8(std::mem::take(&mut self.pending)) {
-            Ok(t) => t,
-            Err(e) => {
-                self.invalid_utf8 = true;
-                String::from_utf8_lossy(e.as_bytes()).into_owned()
-            }
-        };
+        if !self.tail.is_empty() {
+            // Input ended inside a character.
+            let tail = std::mem::take(&mut self.tail);
+            self.invalid_utf8 = true;
+            self.pending.push_str(&String::from_utf8_lossy(&tail));
+        }
+        let text = std::mem::take(&mut self.pending);
         let is_final = !self.never_final;
         match room(&self.header, budget) {
             Some(room) => {
@@ -185,10 +211,20 @@ impl Chunked {
     }
 }
 
+/// Length of the UTF-8 sequence a lead byte starts (1 for anything else).
+fn utf8_len(lead: u8) -> usize {
+    match lead {
+        0xC0..=0xDF => 2,
+        0xE0..=0xEF => 3,
+        0xF0..=0xF7 => 4,
+        _ => 1,
+    }
+}
+
 /// Writes a complete payload as one buffered block.
 pub fn whole(out: &mut Vec<u8>, obs: &mut impl Observer, budget: usize, header: BlockHeader, content: &str) {
     let mut c = Chunked::new(header);
-    c.pending = content.as_bytes().to_vec();
+    c.pending = content.to_owned();
     c.finish(out, obs, budget);
 }
 

@@ -19,6 +19,10 @@ const TEXT_CLOSE: &[u8] = b"</content-block-text>";
 const THINKING_OPEN: &[u8] = b"<content-block-thinking>";
 const THINKING_CLOSE: &[u8] = b"</content-block-thinking>";
 
+/// Size of the cuts an oversized text event is streamed in (bounds the
+/// output written per read).
+const STREAM_CUT: usize = 16 << 10;
+
 /// Items that may interrupt an open text block as one complete event.
 const ITEM_NAMES: &[&[u8]] = &[
     b"content-block-error",
@@ -131,13 +135,14 @@ impl Parser {
         let len = self.buf.len();
         if !at_end {
             // Too large to hold until the event ends: stream it in cuts of
-            // `max` bytes from the read cursor, so where the reads split the
-            // input never changes the output. A close tag's length stays
-            // back, so a close tag ending the event is still seen whole.
+            // `STREAM_CUT` bytes from the read cursor, so where the reads
+            // split the input never changes the output. A close tag's length
+            // stays back, so a close tag ending the event is still seen whole.
             let max = self.opts.max_text_event_bytes.max(1);
+            let step = max.min(STREAM_CUT);
             while self.buf.len() - self.pos > max + THINKING_CLOSE.len() {
                 let from = self.pos;
-                let to = from + max - split_hold(&self.buf[from..from + max]);
+                let to = from + step - split_hold(&self.buf[from..from + step]);
                 self.whole_event = false;
                 self.event_streamed = true;
                 self.emit_text_range(from, to, out, obs);

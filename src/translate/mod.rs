@@ -68,10 +68,11 @@ pub const MIN_BUDGET: usize = 256;
 /// Default bound on one buffered item (a tag's attributes, a citation, a
 /// raw-dialect JSON event).
 pub const DEFAULT_MAX_ITEM_BYTES: usize = 16 << 20;
-/// Default bound on one text event held until it completes.
-pub const DEFAULT_MAX_TEXT_EVENT_BYTES: usize = 256 << 10;
+/// Default bound on one text event held until it completes (a complete item
+/// interrupting a text block is recognised up to this size).
+pub const DEFAULT_MAX_TEXT_EVENT_BYTES: usize = 64 << 10;
 /// Default prefix of a client tool result inspected to tell JSON from text.
-pub const DEFAULT_JSON_SNIFF_BYTES: usize = 32 << 10;
+pub const DEFAULT_JSON_SNIFF_BYTES: usize = 8 << 10;
 
 /// Translator settings. Each field's default is in its doc line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,11 +95,12 @@ pub struct Options {
     pub unknown_tags: UnknownTags,
     /// Bound on one buffered item (default 16 MiB).
     pub max_item_bytes: usize,
-    /// Bound on one text event held until it completes (default 256 KiB);
+    /// Bound on one text event held until it completes (default 64 KiB);
     /// a larger event is streamed before it ends.
     pub max_text_event_bytes: usize,
     /// Client tool results up to this size are checked for JSON whole;
-    /// larger ones are judged by their first byte (default 32 KiB).
+    /// larger ones by whether this much of them parses as the start of a
+    /// JSON value (default 8 KiB).
     pub json_sniff_bytes: usize,
     /// An input that ends without `[DONE]` or a backend failure gets an
     /// `upstream_error` envelope (default false; the daemon sets it).

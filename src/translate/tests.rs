@@ -358,7 +358,7 @@ fn every_line_stays_within_the_budget() {
 }
 
 #[test]
-fn a_client_result_too_large_to_sniff_is_judged_by_its_first_byte() {
+fn a_client_result_too_large_to_sniff_is_judged_by_its_prefix() {
     let opts = Options {
         json_sniff_bytes: 64,
         ..Options::default()

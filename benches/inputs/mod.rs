@@ -1,0 +1,383 @@
+//! Deterministic legacy streams for the benches, written the way the legacy backend writes them (DESIGN 3).
+
+use serde_json::{json, Value};
+
+/// SplitMix64: a tiny deterministic PRNG, so every run benches the same bytes.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `lo..=hi`.
+    pub fn range(&mut self, lo: usize, hi: usize) -> usize {
+        lo + (self.next_u64() % (hi - lo + 1) as u64) as usize
+    }
+
+    /// True with probability `num / den`.
+    pub fn chance(&mut self, num: u64, den: u64) -> bool {
+        self.next_u64() % den < num
+    }
+
+    pub fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+        items[self.range(0, items.len() - 1)]
+    }
+}
+
+/// One legacy stream and how it is cut into reads.
+pub struct Input {
+    pub name: &'static str,
+    pub bytes: Vec<u8>,
+    /// Upstream SSE events in `bytes`.
+    pub events: u64,
+    /// Lengths of the successive reads the stream is fed in.
+    pub reads: Vec<usize>,
+}
+
+impl Input {
+    fn new(name: &'static str, bytes: Vec<u8>, events: u64, rng: &mut Rng, read_lo: usize, read_hi: usize) -> Self {
+        let mut reads = Vec::new();
+        let mut left = bytes.len();
+        while left > 0 {
+            let n = rng.range(read_lo, read_hi).min(left);
+            reads.push(n);
+            left -= n;
+        }
+        Self {
+            name,
+            bytes,
+            events,
+            reads,
+        }
+    }
+
+    /// The stream as a sequence of reads.
+    pub fn pieces(&self) -> impl Iterator<Item = &[u8]> {
+        let mut at = 0;
+        self.reads.iter().map(move |&n| {
+            let piece = &self.bytes[at..at + n];
+            at += n;
+            piece
+        })
+    }
+}
+
+/// The formatter's double escape (DESIGN 3.3): `\` → `\\`, then newline → `\n`.
+pub fn formatter_escape(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('\n', "\\n")
+}
+
+/// The client tool result escape (DESIGN 3.3): CRLF/CR → LF, LF → `\n`, `]]>` split across CDATA sections.
+pub fn client_result_escape(s: &str) -> String {
+    s.replace("\r\n", "\n")
+        .replace('\r', "\n")
+        .replace('\n', "\\n")
+        .replace("]]>", "]]]]><![CDATA[>")
+}
+
+/// Python's `html.escape(s, quote=True)`, as the backend escapes attribute values.
+pub fn html_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + s.len() / 4);
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#x27;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// `json.dumps` with its default `ensure_ascii=True`: non-ASCII as `\uXXXX` escapes.
+pub fn json_ascii(v: &Value) -> String {
+    let s = v.to_string();
+    let mut out = String::with_capacity(s.len());
+    let mut units = [0u16; 2];
+    for c in s.chars() {
+        if c.is_ascii() {
+            out.push(c);
+        } else {
+            for u in c.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{u:04x}"));
+            }
+        }
+    }
+    out
+}
+
+fn event(out: &mut Vec<u8>, data: &str) {
+    out.extend_from_slice(b"data: ");
+    out.extend_from_slice(data.as_bytes());
+    out.extend_from_slice(b"\n\n");
+}
+
+const WORDS: &[&str] = &[
+    "the", "a", "model", "stream", "token", "gateway", "of", "and", "to", "in", "is", "that", "for", "with", "request",
+    "response", "agent", "tool", "result", "value", "error", "function", "return", "data", "we", "can", "this", "it",
+];
+const ODD: &[&str] = &[
+    "\n",
+    "\n\n",
+    "\\",
+    "\"quoted\"",
+    "a < b",
+    "x && y",
+    "<chart>",
+    "é",
+    "—",
+    "你好",
+    "😀",
+    "C:\\path",
+    "`code`",
+    "\\n",
+];
+
+/// One model delta of 5–40 bytes, mostly words, sometimes a newline, quote, backslash, `<`, `&` or non-ASCII.
+fn delta(rng: &mut Rng) -> String {
+    let target = rng.range(5, 40);
+    let mut s = String::new();
+    while s.len() < target {
+        if rng.chance(1, 12) {
+            s.push_str(rng.pick(ODD));
+        } else {
+            s.push(' ');
+            s.push_str(rng.pick(WORDS));
+        }
+        if rng.chance(1, 10) {
+            s.push(rng.pick(&['.', ',', ':', '!']));
+        }
+    }
+    // Keep to 40 bytes on a character boundary.
+    let mut cut = s.len().min(40);
+    while !s.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    s.truncate(cut);
+    s
+}
+
+fn meta_init_json(history: Value) -> Value {
+    let mut v = json!({
+        "format": "xml",
+        "user_query": "Summarise the logs and chart the errors — «quickly»",
+        "agent_uuid": "8c1f0d0e-0d6a-4a53-9a55-3f0a5e2b7c11",
+        "parent_agent_uuid": null,
+        "model": "claude-sonnet-4",
+    });
+    if !history.is_null() {
+        v["message_history"] = history;
+    }
+    v
+}
+
+fn meta_init_event(out: &mut Vec<u8>, history: Value) {
+    let attr = html_escape(&json_ascii(&meta_init_json(history)));
+    event(out, &format!("<meta_init data=\"{attr}\"></meta_init>"));
+}
+
+fn streamed_block(out: &mut Vec<u8>, rng: &mut Rng, tag: &str, deltas: usize) -> u64 {
+    event(out, &format!("<{tag}>"));
+    for _ in 0..deltas {
+        event(out, &formatter_escape(&delta(rng)));
+    }
+    event(out, &format!("</{tag}>"));
+    deltas as u64 + 2
+}
+
+fn tool_result_text(rng: &mut Rng, lines: usize) -> String {
+    let mut s = String::new();
+    for i in 0..lines {
+        match rng.range(0, 5) {
+            0 => s.push_str(&format!(
+                "{i:5}: let total = items.iter().map(|x| x.cost).sum::<u64>();\n"
+            )),
+            1 => s.push_str(&format!("{i:5}: println!(\"done: {{}}\", path.display()); // é\n")),
+            2 => s.push_str(&format!("{i:5}: <div class=\"row\">&nbsp;{i}</div>\r\n")),
+            3 => s.push_str(&format!("{i:5}: if a[i]]> 0 {{ return Err(\"C:\\\\tmp\"); }}\n")),
+            _ => s.push_str(&format!(
+                "{i:5}: 2024-05-01T12:00:{:02}Z INFO request served in {} ms\n",
+                i % 60,
+                i % 97
+            )),
+        }
+    }
+    s
+}
+
+/// (a) A typical agent turn: meta_init, thinking and text blocks of many 5–40 byte deltas, tool calls and
+/// results and citations between them, meta_final, `[DONE]`. Fed in 1–4 KiB reads.
+pub fn small_deltas() -> Input {
+    let mut rng = Rng::new(0x5EED_0001);
+    let mut out = Vec::new();
+    let mut events = 1u64;
+    meta_init_event(&mut out, Value::Null);
+    for round in 0..120 {
+        let n = rng.range(20, 80);
+        events += streamed_block(&mut out, &mut rng, "content-block-thinking", n);
+        let n = rng.range(150, 450);
+        events += streamed_block(&mut out, &mut rng, "content-block-text", n);
+        if round % 3 == 0 {
+            let cited = formatter_escape("the gateway \"streams\" text\nwith no added wait");
+            event(
+                &mut out,
+                &format!(
+                    "<citations><citation type=\"char_location\" cited_text=\"\" document_index=\"0\" \
+                     document_title=\"Design &amp; notes\" start_char_index=\"12\" end_char_index=\"58\">\
+                     <![CDATA[{cited}]]></citation><citation type=\"page_location\" document_index=\"1\" \
+                     document_title=\"Spec.pdf\" start_page_number=\"3\" end_page_number=\"4\">\
+                     <![CDATA[pages 3-4]]></citation></citations>"
+                ),
+            );
+            events += 1;
+        }
+        let id = format!("toolu_{round:04}");
+        let args = json!({"query": format!("errors in shard {round}"), "limit": 20, "filters": {"level": "warn"}});
+        let args = html_escape(&formatter_escape(&json_ascii(&args)));
+        event(
+            &mut out,
+            &format!("<content-block-tool_call id=\"{id}\" name=\"search_logs\" arguments=\"{args}\"></content-block-tool_call>"),
+        );
+        let lines = rng.range(3, 30);
+        let content = client_result_escape(&tool_result_text(&mut rng, lines));
+        event(
+            &mut out,
+            &format!(
+                "<content-block-tool_result id=\"{id}\" name=\"search_logs\"><![CDATA[{content}]]></content-block-tool_result>"
+            ),
+        );
+        events += 2;
+    }
+    let fin = json!({"conversation_history": [], "stop_reason": "end_turn", "total_steps": 120,
+                     "generated_files": [], "cost": 0.42, "cumulative_usage": {"input_tokens": 51234, "output_tokens": 9876}});
+    event(
+        &mut out,
+        &format!("<meta_final data=\"{}\"></meta_final>", html_escape(&json_ascii(&fin))),
+    );
+    event(&mut out, "[DONE]");
+    events += 2;
+    Input::new("small_deltas", out, events, &mut rng, 1024, 4096)
+}
+
+/// Read size for the large inputs: a proxy reading a fast local upstream sees reads of this order.
+const LARGE_READ: (usize, usize) = (16 << 10, 16 << 10);
+
+fn around(item: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    let mut out = Vec::new();
+    meta_init_event(&mut out, Value::Null);
+    item(&mut out);
+    event(&mut out, "[DONE]");
+    out
+}
+
+/// (b) A client tool result of about `mib` MiB of text (a file read), one CDATA item in one event.
+pub fn large_tool_result(mib: usize) -> Input {
+    let mut rng = Rng::new(0x5EED_0002);
+    let mut content = String::new();
+    while content.len() < mib << 20 {
+        content.push_str(&client_result_escape(&tool_result_text(&mut rng, 1000)));
+    }
+    let bytes = around(|out| {
+        event(
+            out,
+            &format!("<content-block-tool_result id=\"toolu_big\" name=\"read_file\"><![CDATA[{content}]]></content-block-tool_result>"),
+        )
+    });
+    Input::new("tool_result_text", bytes, 3, &mut rng, LARGE_READ.0, LARGE_READ.1)
+}
+
+/// (b) A structured client tool result (a JSON list of records, JSON-encoded before the newline escape).
+pub fn large_tool_result_json(mib: usize) -> Input {
+    let mut rng = Rng::new(0x5EED_0003);
+    let mut rows = Vec::new();
+    let mut size = 0;
+    while size < mib << 20 {
+        let row = json!({"id": rows.len(), "path": format!("src/mod_{}.rs", rows.len()),
+                         "snippet": tool_result_text(&mut rng, 2), "score": 0.5});
+        size += row.to_string().len();
+        rows.push(row);
+    }
+    let content = client_result_escape(&json_ascii(&Value::Array(rows)));
+    let bytes = around(|out| {
+        event(
+            out,
+            &format!("<content-block-tool_result id=\"toolu_json\" name=\"grep\"><![CDATA[{content}]]></content-block-tool_result>"),
+        )
+    });
+    Input::new("tool_result_json", bytes, 3, &mut rng, LARGE_READ.0, LARGE_READ.1)
+}
+
+/// (b) A server tool result (formatter-escaped CDATA that may contain `]]>`).
+pub fn large_server_tool_result(mib: usize) -> Input {
+    let mut rng = Rng::new(0x5EED_0004);
+    let mut content = String::new();
+    while content.len() < mib << 20 {
+        content.push_str(&formatter_escape(&tool_result_text(&mut rng, 1000)));
+    }
+    let bytes = around(|out| {
+        event(
+            out,
+            &format!(
+                "<content-block-server_tool_result id=\"srvtoolu_1\" name=\"web_fetch\"><![CDATA[{content}]]></content-block-server_tool_result>"
+            ),
+        )
+    });
+    Input::new("server_tool_result", bytes, 3, &mut rng, LARGE_READ.0, LARGE_READ.1)
+}
+
+/// (b) A `meta_init` whose `message_history` attribute is about `mib` MiB of HTML-escaped JSON.
+pub fn large_meta_init(mib: usize) -> Input {
+    let mut rng = Rng::new(0x5EED_0005);
+    let mut history = Vec::new();
+    let mut size = 0;
+    while size < mib << 20 {
+        let text: String = (0..rng.range(20, 200)).map(|_| delta(&mut rng)).collect();
+        let msg = if history.len() % 2 == 0 {
+            json!({"role": "user", "content": text})
+        } else {
+            json!({"role": "assistant", "content": [{"type": "text", "text": text},
+                   {"type": "tool_use", "id": format!("toolu_{}", history.len()), "name": "search", "input": {"q": "x"}}]})
+        };
+        size += msg.to_string().len();
+        history.push(msg);
+    }
+    let mut out = Vec::new();
+    meta_init_event(&mut out, Value::Array(history));
+    let n = rng.range(10, 20);
+    let events = 2 + streamed_block(&mut out, &mut rng, "content-block-text", n);
+    event(&mut out, "[DONE]");
+    Input::new("meta_init_history", out, events, &mut rng, LARGE_READ.0, LARGE_READ.1)
+}
+
+/// The large-payload inputs, each about `mib` MiB.
+pub fn large(mib: usize) -> Vec<Input> {
+    vec![
+        large_tool_result(mib),
+        large_tool_result_json(mib),
+        large_server_tool_result(mib),
+        large_meta_init(mib),
+    ]
+}
+
+/// One input by its name, generated alone.
+pub fn by_name(name: &str, mib: usize) -> Option<Input> {
+    Some(match name {
+        "small_deltas" => small_deltas(),
+        "tool_result_text" => large_tool_result(mib),
+        "tool_result_json" => large_tool_result_json(mib),
+        "server_tool_result" => large_server_tool_result(mib),
+        "meta_init_history" => large_meta_init(mib),
+        _ => return None,
+    })
+}
