@@ -561,4 +561,13 @@ async fn upstream_garbage_chunk_framing_mid_body_ends_with_upstream_error() {
         .filter(|l| l.starts_with("sse_gateway_upstream_errors_total{"))
         .collect();
     println!("upstream error counters after a framing error: {kinds:?}");
+    let count = |kind: &str| {
+        kinds
+            .iter()
+            .find(|l| l.contains(&format!("kind=\"{kind}\"")))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    assert_eq!((count("protocol"), count("reset")), (1.0, 0.0), "{kinds:?}");
 }

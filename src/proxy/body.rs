@@ -301,7 +301,7 @@ impl Body for GatewayBody {
                     }
                 }
                 Poll::Ready(Some(Err(e))) => {
-                    this.metrics.upstream_error(UpstreamErrorKind::Reset);
+                    this.metrics.upstream_error(body_error_kind(&e));
                     let message = upstream_error_message(&e);
                     tracing::warn!(parent: &this.info.span, error = %e, "upstream body failed mid-stream");
                     let translated = match (this.info.mode, this.translator.as_mut()) {
@@ -377,6 +377,31 @@ impl Drop for GatewayBody {
         // Dropped before its end: the client connection went away (or was closed at the drain deadline).
         self.end(Outcome::ClientGone);
     }
+}
+
+/// How an upstream body failed, for `upstream_errors_total{kind}`: bad framing (hyper reports it as an I/O error
+/// of kind InvalidData or InvalidInput) is a protocol error, a timeout
+/// a timeout, anything else (reset, early close) a reset.
+fn body_error_kind(e: &hyper::Error) -> UpstreamErrorKind {
+    if e.is_timeout() {
+        return UpstreamErrorKind::Timeout;
+    }
+    if e.is_parse() {
+        return UpstreamErrorKind::Protocol;
+    }
+    let mut source = std::error::Error::source(e);
+    while let Some(err) = source {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            if matches!(
+                io.kind(),
+                std::io::ErrorKind::InvalidData | std::io::ErrorKind::InvalidInput
+            ) {
+                return UpstreamErrorKind::Protocol;
+            }
+        }
+        source = err.source();
+    }
+    UpstreamErrorKind::Reset
 }
 
 /// A short, payload-free description of an upstream body failure for the error envelope.
