@@ -85,6 +85,10 @@ pub struct Upstream {
     pub pool_idle_timeout_secs: f64,
     /// Idle pooled connections kept (default 64).
     pub pool_max_idle: usize,
+    /// Seconds an event stream may go without a byte from the upstream before it is ended with an
+    /// `upstream_error` envelope; 0 disables (default 0: agents may run long silent tools, and keepalive
+    /// comments keep the client's connection open meanwhile).
+    pub idle_timeout_secs: f64,
 }
 
 impl Default for Upstream {
@@ -95,6 +99,7 @@ impl Default for Upstream {
             response_timeout_secs: 60.0,
             pool_idle_timeout_secs: 90.0,
             pool_max_idle: 64,
+            idle_timeout_secs: 0.0,
         }
     }
 }
@@ -357,6 +362,7 @@ impl Settings {
             self.upstream.pool_idle_timeout_secs,
             true,
         )?;
+        secs("upstream.idle_timeout_secs", self.upstream.idle_timeout_secs, true)?;
         let t = &self.translate;
         if t.budget < translate::MIN_BUDGET {
             return Err(invalid(

@@ -530,6 +530,39 @@ async fn failure_upstream_closing_without_done_ends_with_an_upstream_error_envel
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failure_upstream_silent_past_the_idle_timeout_ends_with_an_upstream_error_envelope() {
+    let up = Emulator::start(|_| {
+        vec![
+            sse_head(),
+            Step::WriteAll(b"data: <content-block-text>\n\ndata: thinking about it\n\n".to_vec()),
+            Step::Pause(Duration::from_secs(5)),
+            Step::EndChunks,
+        ]
+    })
+    .await;
+    let gw = TestGateway::start(&up.url(), |s| s.upstream.idle_timeout_secs = 0.5).await;
+    let started = std::time::Instant::now();
+    let (parts, body) = send("POST", &gw.url("/agent/run"), &[], "{}").await;
+    assert_eq!(parts.status, 200);
+    // Ended by the timeout, not by the upstream's end 5 s later.
+    assert!(started.elapsed() < Duration::from_secs(4), "{:?}", started.elapsed());
+    let envs = envelopes(&body);
+    let kinds: Vec<_> = envs
+        .iter()
+        .map(|e| (e["type"].as_str().unwrap(), e["final"] == true))
+        .collect();
+    assert_eq!(kinds, [("text", false), ("text", true), ("error", true)], "{envs:?}");
+    let delta: serde_json::Value = serde_json::from_str(envs[2]["delta"].as_str().unwrap()).unwrap();
+    assert_eq!(delta["type"], "upstream_error");
+    let m = gw.metrics().await;
+    assert_eq!(
+        metric(&m, "sse_gateway_upstream_errors_total", &["kind=\"timeout\""]),
+        1.0
+    );
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failure_client_hang_up_closes_the_upstream_within_a_second() {
     let mut up = Emulator::start(|_| {
         vec![

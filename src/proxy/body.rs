@@ -83,6 +83,13 @@ struct Keepalive {
     last_output: Instant,
 }
 
+/// Ends a stream whose upstream has sent nothing for `limit`.
+struct IdleTimeout {
+    limit: Duration,
+    sleep: Pin<Box<Sleep>>,
+    last_input: Instant,
+}
+
 enum State {
     Streaming,
     /// The upstream ended; `None` next.
@@ -98,6 +105,7 @@ pub struct GatewayBody {
     info: StreamInfo,
     metrics: Arc<Metrics>,
     keepalive: Option<Keepalive>,
+    idle: Option<IdleTimeout>,
     state: State,
     outcome: Option<Outcome>,
     started: Instant,
@@ -134,12 +142,43 @@ impl GatewayBody {
             info,
             metrics,
             keepalive,
+            idle: None,
             state: State::Streaming,
             outcome: None,
             started: now,
             first_byte_sent: false,
             bytes_in: 0,
             bytes_out: 0,
+        }
+    }
+
+    /// Ends the event stream with an `upstream_error` when the upstream is silent for `limit`.
+    pub fn with_idle_timeout(mut self, limit: Option<Duration>) -> Self {
+        if let (Some(limit), true) = (limit, self.info.event_stream) {
+            self.idle = Some(IdleTimeout {
+                limit,
+                sleep: Box::pin(tokio::time::sleep(limit)),
+                last_input: Instant::now(),
+            });
+        }
+        self
+    }
+
+    /// Whether the upstream has been silent past the idle timeout (polls its timer).
+    fn idle_expired(&mut self, cx: &mut Context<'_>) -> bool {
+        let Some(idle) = self.idle.as_mut() else {
+            return false;
+        };
+        loop {
+            if idle.sleep.as_mut().poll(cx).is_pending() {
+                return false;
+            }
+            // Re-armed lazily, like the keepalive: input moves the deadline without touching the timer.
+            let due = idle.last_input + idle.limit;
+            if Instant::now() >= due {
+                return true;
+            }
+            idle.sleep.as_mut().reset(due.into());
         }
     }
 
@@ -186,6 +225,7 @@ impl GatewayBody {
         // Release the upstream now: on client_gone this closes the upstream connection at once.
         self.inner = None;
         self.keepalive = None;
+        self.idle = None;
         let m = self.metrics.mode(self.info.mode);
         if outcome == Outcome::ClientGone {
             self.metrics.client_disconnects.inc();
@@ -269,6 +309,9 @@ impl Body for GatewayBody {
                         }
                     };
                     let arrived = Instant::now();
+                    if let Some(idle) = this.idle.as_mut() {
+                        idle.last_input = arrived;
+                    }
                     let n = frame.len() as u64;
                     this.bytes_in += n;
                     this.metrics.mode(this.info.mode).bytes_in.inc_by(n);
@@ -350,6 +393,23 @@ impl Body for GatewayBody {
                     return this.end_with(outcome, out);
                 }
                 Poll::Pending => {
+                    if this.idle_expired(cx) {
+                        this.metrics.upstream_error(UpstreamErrorKind::Timeout);
+                        tracing::warn!(parent: &this.info.span, "upstream idle timeout");
+                        let message = "upstream sent nothing within upstream.idle_timeout_secs";
+                        return match (this.info.mode, this.translator.as_mut()) {
+                            (Mode::Translate, Some(t)) => {
+                                let mut out = Vec::new();
+                                t.abort(message, &mut out);
+                                this.end_with(Outcome::UpstreamError, out)
+                            }
+                            _ => {
+                                // A byte-exact body cannot say "error" in-band: abort the client response.
+                                this.end(Outcome::UpstreamError);
+                                Poll::Ready(Some(Err(message.into())))
+                            }
+                        };
+                    }
                     if let Some(comment) = this.poll_keepalive(cx) {
                         return this.emit(comment);
                     }

@@ -38,6 +38,8 @@ pub struct Shared {
     pub default_format: StreamFormat,
     pub shadow: bool,
     pub keepalive: Option<Duration>,
+    /// `upstream.idle_timeout_secs`, when set.
+    pub idle_timeout: Option<Duration>,
     pub agent_header: HeaderName,
     pub agent_body_max: usize,
     pub trust_forwarded: bool,
@@ -53,6 +55,8 @@ impl Shared {
             default_format: t.default_format,
             shadow: t.shadow,
             keepalive: (t.keepalive_interval_secs > 0.0).then(|| duration(t.keepalive_interval_secs)),
+            idle_timeout: (settings.upstream.idle_timeout_secs > 0.0)
+                .then(|| duration(settings.upstream.idle_timeout_secs)),
             agent_header: HeaderName::from_bytes(t.agent_header.as_bytes()).map_err(|e| e.to_string())?,
             agent_body_max: t.agent_body_max_bytes,
             trust_forwarded: settings.server.trust_forwarded_headers,
@@ -188,7 +192,8 @@ async fn proxy(
         request_start,
         span,
     };
-    let body = GatewayBody::new(body, translator, info, Arc::clone(metrics), shared.keepalive);
+    let body = GatewayBody::new(body, translator, info, Arc::clone(metrics), shared.keepalive)
+        .with_idle_timeout(shared.idle_timeout);
     Response::from_parts(parts, ResponseBody::Upstream(Box::new(body)))
 }
 
