@@ -1,0 +1,153 @@
+//! Load harness (issue 5): the gateway side by side with the upstream direct and nginx, on 127.0.0.1 only.
+//!
+//! `cargo bench --bench load -- <latency|throughput|idle|large|scaling|all> [--quick] [options]`; see `usage()`.
+//! Processes: this driver (the load client, one current-thread tokio runtime), the synthetic upstream (this
+//! binary re-run as `__upstream`, its own current-thread runtime), nginx (one worker) and the gateway's release
+//! binary (its default multi-thread runtime: 2 workers here). All share the machine's cores. Every phase is
+//! bounded in streams and time; all children are ended when the driver exits.
+
+#[path = "load/client.rs"]
+mod client;
+#[path = "load/common.rs"]
+mod common;
+#[path = "load/procs.rs"]
+mod procs;
+#[path = "load/report.rs"]
+mod report;
+#[path = "load/scenarios.rs"]
+mod scenarios;
+#[path = "load/upstream.rs"]
+mod upstream;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Raises the soft open-files limit to the hard one (10,000 streams need ~10,000 descriptors per process).
+pub fn raise_nofile() -> u64 {
+    rlimit::increase_nofile_limit(u64::MAX).unwrap_or(0)
+}
+
+/// Command-line options of the driver.
+#[derive(Clone, Debug)]
+pub struct Opts {
+    pub scenario: String,
+    pub quick: bool,
+    pub rounds: Option<usize>,
+    pub secs: Option<f64>,
+    pub gateway: PathBuf,
+    pub nginx: String,
+    pub plot: PathBuf,
+    pub out: Option<PathBuf>,
+    pub idle_streams: Option<usize>,
+    pub hold_secs: Option<f64>,
+    pub counts: Option<Vec<usize>>,
+}
+
+fn usage() -> &'static str {
+    "usage: cargo bench --bench load -- <latency|throughput|idle|large|scaling|all> [options]
+  --quick            short phases and small counts (CI smoke, < 3 minutes for `all`)
+  --rounds N         interleaved rounds per target (A B A B ...)
+  --secs S           measured window per phase, seconds
+  --idle-streams N   streams held by `idle` (default 10000; 1000 with --quick)
+  --hold S           seconds `idle` holds them (default 60; 3 with --quick)
+  --counts A,B,..    stream counts of `scaling` (default 1,10,100,1000,10000; 1,10,100 with --quick)
+  --gateway PATH     gateway binary (default target/release/sse-gateway)
+  --nginx PATH       nginx binary (default nginx)
+  --plot PATH        PNG written by `scaling` (default benches/results/scaling.png;
+                     target/load/scaling-quick.png with --quick)
+  --out FILE         also append the markdown report to FILE
+exit status: 1 when a stream was dropped or a process failed; never because of a latency or throughput figure"
+}
+
+fn parse_args() -> Result<Opts, String> {
+    let mut args = std::env::args().skip(1).filter(|a| a != "--bench");
+    let mut o = Opts {
+        scenario: String::new(),
+        quick: false,
+        rounds: None,
+        secs: None,
+        gateway: PathBuf::from("target/release/sse-gateway"),
+        nginx: "nginx".into(),
+        plot: PathBuf::from("benches/results/scaling.png"),
+        out: None,
+        idle_streams: None,
+        hold_secs: None,
+        counts: None,
+    };
+    let mut plot_set = false;
+    while let Some(a) = args.next() {
+        let mut val = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
+        match a.as_str() {
+            "--quick" => o.quick = true,
+            "--full" => o.quick = false,
+            "--rounds" => o.rounds = Some(val("--rounds")?.parse().map_err(|e| format!("--rounds: {e}"))?),
+            "--secs" => o.secs = Some(val("--secs")?.parse().map_err(|e| format!("--secs: {e}"))?),
+            "--idle-streams" => {
+                o.idle_streams = Some(
+                    val("--idle-streams")?
+                        .parse()
+                        .map_err(|e| format!("--idle-streams: {e}"))?,
+                )
+            }
+            "--counts" => {
+                let v = val("--counts")?;
+                let c: Result<Vec<usize>, _> = v.split(',').map(str::parse).collect();
+                o.counts = Some(c.map_err(|e| format!("--counts: {e}"))?);
+            }
+            "--hold" => o.hold_secs = Some(val("--hold")?.parse().map_err(|e| format!("--hold: {e}"))?),
+            "--gateway" => o.gateway = PathBuf::from(val("--gateway")?),
+            "--nginx" => o.nginx = val("--nginx")?,
+            "--plot" => {
+                o.plot = PathBuf::from(val("--plot")?);
+                plot_set = true;
+            }
+            "--out" => o.out = Some(PathBuf::from(val("--out")?)),
+            "-h" | "--help" => return Err(String::new()),
+            s if !s.starts_with('-') && o.scenario.is_empty() => o.scenario = s.to_owned(),
+            s => return Err(format!("unknown argument {s:?}")),
+        }
+    }
+    if o.scenario.is_empty() {
+        return Err(String::new());
+    }
+    if o.quick && !plot_set {
+        // A smoke run must not overwrite the committed plot.
+        o.plot = PathBuf::from("target/load/scaling-quick.png");
+    }
+    Ok(o)
+}
+
+fn main() -> ExitCode {
+    if std::env::args().nth(1).as_deref() == Some("__upstream") {
+        return upstream::main();
+    }
+    let opts = match parse_args() {
+        Ok(o) => o,
+        Err(e) => {
+            if !e.is_empty() {
+                eprintln!("load: {e}");
+            }
+            eprintln!("{}", usage());
+            return ExitCode::from(2);
+        }
+    };
+    let limit = raise_nofile();
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("load: runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(scenarios::run(&opts, limit)) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => {
+            eprintln!("load: FAILED: streams were dropped or failed (see above)");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("load: FAILED: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,831 @@
+//! The scenarios of issue 5: latency, throughput, idle, large, scaling; each prints its markdown table.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+
+use crate::client::{histogram, run_phase, Kind, PhaseResult, Plan, Proto, Target};
+use crate::procs::{self, Proc};
+use crate::report::{ms, n, q, us, verdict, Report};
+use crate::Opts;
+
+/// The processes under test and their addresses.
+struct Env {
+    _upstream: Proc,
+    upstream_pid: u32,
+    /// Upstream ports: direct, nginx, gateway.
+    up: Vec<u16>,
+    nginx: (Proc, u16, u16),
+    gateway: (Proc, u16, u16),
+    tck: f64,
+}
+
+const NAMES: [&str; 4] = ["direct", "nginx", "gateway", "gateway-pass"];
+
+impl Env {
+    fn start(opts: &Opts) -> Result<Self, String> {
+        let (upstream, up) = procs::spawn_upstream()?;
+        let nginx = procs::spawn_nginx(&opts.nginx, &procs::scratch("nginx"), up[1])?;
+        let gateway = procs::spawn_gateway(&opts.gateway, &procs::scratch("gateway"), up[2])?;
+        Ok(Self {
+            upstream_pid: upstream.pid(),
+            _upstream: upstream,
+            up,
+            nginx,
+            gateway,
+            tck: procs::clk_tck(),
+        })
+    }
+
+    /// A fresh gateway (memory scenarios measure growth from a clean start).
+    fn restart_gateway(&mut self, opts: &Opts, tag: &str) -> Result<(), String> {
+        let dir = procs::scratch(&format!("gateway-{tag}"));
+        self.gateway = procs::spawn_gateway(&opts.gateway, &dir, self.up[2])?;
+        Ok(())
+    }
+
+    /// A fresh nginx (its idle row measures growth from a clean worker).
+    fn restart_nginx(&mut self, opts: &Opts) -> Result<(), String> {
+        let dir = procs::scratch("nginx-idle");
+        self.nginx = procs::spawn_nginx(&opts.nginx, &dir, self.up[1])?;
+        Ok(())
+    }
+
+    fn targets(&self) -> Vec<Target> {
+        let up = procs::addr(self.up[0]);
+        let gw = procs::addr(self.gateway.1);
+        vec![
+            Target {
+                name: NAMES[0],
+                addr: up,
+                h2_addr: up,
+                legacy_header: false,
+                translated: false,
+            },
+            Target {
+                name: NAMES[1],
+                addr: procs::addr(self.nginx.1),
+                h2_addr: procs::addr(self.nginx.2),
+                legacy_header: false,
+                translated: false,
+            },
+            Target {
+                name: NAMES[2],
+                addr: gw,
+                h2_addr: gw,
+                legacy_header: false,
+                translated: true,
+            },
+            Target {
+                name: NAMES[3],
+                addr: gw,
+                h2_addr: gw,
+                legacy_header: true,
+                translated: false,
+            },
+        ]
+    }
+
+    /// (name, pid) of every process whose CPU time is reported: upstream, nginx worker(s), gateway, client.
+    fn pids(&self) -> Vec<(&'static str, Vec<u32>)> {
+        let mut ng = procs::children(self.nginx.0.pid());
+        ng.push(self.nginx.0.pid());
+        vec![
+            ("upstream", vec![self.upstream_pid]),
+            ("nginx", ng),
+            ("gateway", vec![self.gateway.0.pid()]),
+            ("client", vec![std::process::id()]),
+        ]
+    }
+
+    fn cpu(&self) -> Vec<f64> {
+        self.pids()
+            .iter()
+            .map(|(_, ps)| ps.iter().filter_map(|p| procs::cpu_ticks(*p)).sum::<u64>() as f64 / self.tck)
+            .collect()
+    }
+
+    fn check_alive(&mut self) -> Result<(), String> {
+        if !self.gateway.0.alive() {
+            return Err("the gateway exited during the run (see its log under /tmp/sse-gateway-load-*)".into());
+        }
+        if !self.nginx.0.alive() {
+            return Err("nginx exited during the run".into());
+        }
+        if !self._upstream.alive() {
+            return Err("the upstream exited during the run".into());
+        }
+        Ok(())
+    }
+}
+
+/// Everything measured for one target over the rounds of a scenario.
+struct Acc {
+    latency: Histogram<u64>,
+    ttfb: Histogram<u64>,
+    p99_rounds: Vec<f64>,
+    p50_rounds: Vec<f64>,
+    rates: Vec<f64>,
+    events: u64,
+    cpu: Vec<f64>,
+    failed: usize,
+    streams: usize,
+}
+
+impl Acc {
+    fn new() -> Self {
+        Self {
+            latency: histogram(),
+            ttfb: histogram(),
+            p99_rounds: Vec::new(),
+            p50_rounds: Vec::new(),
+            rates: Vec::new(),
+            events: 0,
+            cpu: vec![0.0; 4],
+            failed: 0,
+            streams: 0,
+        }
+    }
+
+    fn add(&mut self, r: &PhaseResult, cpu: &[f64]) {
+        let _ = self.latency.add(&r.latency);
+        let _ = self.ttfb.add(&r.ttfb);
+        self.p99_rounds.push(q(&r.latency, 0.99));
+        self.p50_rounds.push(q(&r.latency, 0.5));
+        self.rates.push(r.rate());
+        self.events += r.events;
+        for (a, c) in self.cpu.iter_mut().zip(cpu) {
+            *a += c;
+        }
+        self.failed += r.failed();
+        self.streams += r.streams_ok + r.failed();
+    }
+
+    fn median_rate(&self) -> f64 {
+        let mut v = self.rates.clone();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(0.0)
+    }
+
+    /// CPU µs per delivered event, per process.
+    fn cpu_per_event(&self) -> String {
+        let ev = self.events.max(1) as f64;
+        self.cpu
+            .iter()
+            .map(|c| format!("{:.1}", c * 1e6 / ev))
+            .collect::<Vec<_>>()
+            .join(" / ")
+    }
+}
+
+/// Runs one phase, with CPU accounting, failure printing and a liveness check.
+async fn phase(
+    env: &mut Env,
+    t: &Target,
+    plan: &Plan,
+    rep: &mut Report,
+    ok: &mut bool,
+) -> Result<(PhaseResult, Vec<f64>), String> {
+    let before = env.cpu();
+    let r = run_phase(t, plan, Arc::new(AtomicUsize::new(0))).await;
+    let after = env.cpu();
+    let cpu: Vec<f64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+    env.check_alive()?;
+    if !r.failures.is_empty() {
+        *ok = false;
+        rep.line(format!(
+            "**{} of {} streams FAILED on {}** ({:?}{}, {} streams); first: {}",
+            r.failures.len(),
+            r.failures.len() + r.streams_ok,
+            t.name,
+            plan.kind,
+            if plan.cut_at_end { " at saturation" } else { "" },
+            plan.streams,
+            r.failures.iter().take(3).cloned().collect::<Vec<_>>().join(" | ")
+        ));
+    }
+    Ok((r, cpu))
+}
+
+/// Round-robin order, reversed on odd rounds (A B C D, D C B A, …) so slow drift hits every target alike.
+fn order(round: usize, n: usize) -> Vec<usize> {
+    let mut v: Vec<usize> = (0..n).collect();
+    if round % 2 == 1 {
+        v.reverse();
+    }
+    v
+}
+
+pub async fn run(opts: &Opts, nofile: u64) -> Result<bool, String> {
+    let mut rep = Report::default();
+    let mut env = Env::start(opts)?;
+    let mut ok = true;
+    rep.line(format!(
+        "# sse-gateway load harness: `{}`{}\n",
+        opts.scenario,
+        if opts.quick { " (quick)" } else { "" }
+    ));
+    rep.line(format!(
+        "Processes: driver/client pid {} (current-thread tokio), upstream pid {} (current-thread tokio, own process), \
+         nginx master pid {} (worker_processes 1), gateway pid {} (release, multi-thread runtime). \
+         Open-files limit {nofile}. All on 127.0.0.1, sharing {} cores.\n",
+        std::process::id(),
+        env.upstream_pid,
+        env.nginx.0.pid(),
+        env.gateway.0.pid(),
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    ));
+    let all = opts.scenario == "all";
+    let mut ran = false;
+    if all || opts.scenario == "latency" {
+        rep.line(format!("<!-- latency: load average at start {} -->", loadavg()));
+        latency(opts, &mut env, &mut rep, &mut ok).await?;
+        ran = true;
+    }
+    if all || opts.scenario == "throughput" {
+        rep.line(format!("<!-- throughput: load average at start {} -->", loadavg()));
+        throughput(opts, &mut env, &mut rep, &mut ok).await?;
+        ran = true;
+    }
+    if all || opts.scenario == "large" {
+        rep.line(format!("<!-- large: load average at start {} -->", loadavg()));
+        large(opts, &mut env, &mut rep, &mut ok).await?;
+        ran = true;
+    }
+    if all || opts.scenario == "scaling" {
+        rep.line(format!("<!-- scaling: load average at start {} -->", loadavg()));
+        scaling(opts, &mut env, &mut rep, &mut ok).await?;
+        ran = true;
+    }
+    if all || opts.scenario == "idle" {
+        rep.line(format!("<!-- idle: load average at start {} -->", loadavg()));
+        idle(opts, &mut env, &mut rep, &mut ok).await?;
+        ran = true;
+    }
+    if !ran {
+        return Err(format!("unknown scenario {:?}", opts.scenario));
+    }
+    if let Some(path) = &opts.out {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let _ = f.write_all(rep.text.as_bytes());
+    }
+    Ok(ok)
+}
+
+fn rated_plan(streams: usize, total_rate: f64, window: Duration, proto: Proto) -> Plan {
+    Plan {
+        kind: Kind::Rated,
+        streams,
+        interval_us: (streams as f64 * 1e6 / total_rate).round() as u64,
+        ramp_per_sec: 2000.0,
+        warm: Duration::from_millis(500),
+        window,
+        cut_at_end: false,
+        large_bytes: 0,
+        proto,
+        grace: Duration::from_secs(15),
+    }
+}
+
+fn saturation_plan(streams: usize, window: Duration, proto: Proto) -> Plan {
+    Plan {
+        interval_us: 0,
+        cut_at_end: true,
+        warm: Duration::from_millis(700),
+        ..rated_plan(streams, 1.0, window, proto)
+    }
+}
+
+const CPU_HEAD: &str = "CPU µs/event: upstream / nginx / gateway / client";
+
+async fn latency(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> Result<(), String> {
+    let rounds = opts.rounds.unwrap_or(if opts.quick { 1 } else { 8 });
+    let window = Duration::from_secs_f64(opts.secs.unwrap_or(if opts.quick { 1.5 } else { 3.0 }));
+    rep.line("## latency: added per-event latency, 100 streams over HTTP/1.1\n");
+    rep.line(format!(
+        "Each delta is stamped with the upstream's send time; latency = client receive − stamp (same clock). \
+         {rounds} interleaved round(s) per target, {:.0} s window each; the table pools all rounds. \
+         \"Added\" = target percentile − direct percentile of the same round (events are not paired), median \
+         over rounds.\n",
+        window.as_secs_f64()
+    ));
+    let targets = env.targets();
+    for rate in [1000.0, 10000.0] {
+        let plan = rated_plan(100, rate, window, Proto::H1);
+        let mut acc: Vec<Acc> = (0..targets.len()).map(|_| Acc::new()).collect();
+        for round in 0..rounds {
+            for i in order(round, targets.len()) {
+                let (r, cpu) = phase(env, &targets[i], &plan, rep, ok).await?;
+                acc[i].add(&r, &cpu);
+            }
+        }
+        rep.line(format!(
+            "### {} events/s in all (100 streams × {} ev/s)\n",
+            n(rate),
+            rate / 100.0
+        ));
+        rep.line(format!(
+            "| target | events | p50 µs | p99 µs | p99.9 µs | max µs | p99 by round µs | TTFB p50/p99 ms | {CPU_HEAD} | failed streams |"
+        ));
+        rep.line("|---|---|---|---|---|---|---|---|---|---|");
+        for (t, a) in targets.iter().zip(&acc) {
+            let h = &a.latency;
+            rep.line(format!(
+                "| {} | {} | {} | {} | {} | {} | {} | {} / {} | {} | {} |",
+                t.name,
+                n(h.len() as f64),
+                us(q(h, 0.5)),
+                us(q(h, 0.99)),
+                us(q(h, 0.999)),
+                us(h.max() as f64),
+                a.p99_rounds.iter().map(|v| us(*v)).collect::<Vec<_>>().join(", "),
+                ms(q(&a.ttfb, 0.5)),
+                ms(q(&a.ttfb, 0.99)),
+                a.cpu_per_event(),
+                a.failed
+            ));
+        }
+        // Added latency per round (target − direct of the same round: the machine's load drifts between
+        // rounds), then the median over rounds: one stalled round does not decide the figure.
+        let added = |i: usize, p99: bool| -> f64 {
+            let r = |a: &Acc| {
+                if p99 {
+                    a.p99_rounds.clone()
+                } else {
+                    a.p50_rounds.clone()
+                }
+            };
+            let (t, d) = (r(&acc[i]), r(&acc[0]));
+            median(t.iter().zip(&d).map(|(a, b)| a - b).collect())
+        };
+        let pooled = |i: usize, qq: f64| q(&acc[i].latency, qq) - q(&acc[0].latency, qq);
+        rep.line("");
+        rep.line("Added latency, median over rounds of (target − direct in the same round); pooled percentiles in brackets:\n");
+        for (label, p99, qq) in [("p50", false, 0.5), ("p99", true, 0.99)] {
+            let g = added(2, p99);
+            let ng = added(1, p99);
+            let ratio = if g < 0.0 {
+                "n/a: the gateway's added latency is < 0, below the noise".to_string()
+            } else if ng > 0.0 {
+                format!("{:.2} (target ≤ 1.2: {})", g / ng, verdict(g <= 1.2 * ng))
+            } else {
+                "n/a: nginx's added latency is ≤ 0, below the noise".into()
+            };
+            rep.line(format!(
+                "- added {label}: gateway translating {} µs [{}], gateway pass-through {} µs [{}], nginx {} µs [{}]; \
+                 translating / nginx = {ratio}",
+                us(g),
+                us(pooled(2, qq)),
+                us(added(3, p99)),
+                us(pooled(3, qq)),
+                us(ng),
+                us(pooled(1, qq)),
+            ));
+        }
+        if rate >= 10000.0 {
+            let g = added(2, true);
+            let v = if g < 0.0 {
+                "inconclusive: negative, the noise exceeds the effect"
+            } else {
+                verdict(g <= 100_000.0)
+            };
+            rep.line(format!(
+                "- target p99 added (gateway translating − direct) ≤ 100 µs at 10k ev/s: {} µs → {v}",
+                us(g)
+            ));
+        }
+        rep.line("");
+    }
+    rep.line(format!(
+        "Translation time inside the gateway over the whole scenario (`sse_gateway_event_translation_seconds`): {}\n",
+        translation_histogram(env.gateway.2)
+    ));
+    Ok(())
+}
+
+async fn throughput(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> Result<(), String> {
+    let rounds = opts.rounds.unwrap_or(if opts.quick { 1 } else { 3 });
+    let window = Duration::from_secs_f64(opts.secs.unwrap_or(if opts.quick { 2.0 } else { 5.0 }));
+    rep.line("## throughput: events/s at saturation, 100 streams over HTTP/1.1\n");
+    rep.line(format!(
+        "The upstream sends each stream's deltas as fast as the path reads them; events counted at the client \
+         over a {:.0} s window after {} ms of warm-up; median of {rounds} interleaved round(s). \
+         Upstream, proxy and client share the 2 cores, so this is the saturation of the whole chain.\n",
+        window.as_secs_f64(),
+        700
+    ));
+    let targets = env.targets();
+    let plan = saturation_plan(100, window, Proto::H1);
+    let mut acc: Vec<Acc> = (0..targets.len()).map(|_| Acc::new()).collect();
+    for round in 0..rounds {
+        for i in order(round, targets.len()) {
+            let (r, cpu) = phase(env, &targets[i], &plan, rep, ok).await?;
+            acc[i].add(&r, &cpu);
+        }
+    }
+    rep.line(format!("| target | events/s (median) | by round | {CPU_HEAD} |"));
+    rep.line("|---|---|---|---|");
+    for (t, a) in targets.iter().zip(&acc) {
+        rep.line(format!(
+            "| {} | {} | {} | {} |",
+            t.name,
+            n(a.median_rate()),
+            a.rates.iter().map(|r| n(*r)).collect::<Vec<_>>().join(", "),
+            a.cpu_per_event()
+        ));
+    }
+    let ratio = acc[2].median_rate() / acc[1].median_rate().max(1.0);
+    rep.line(format!(
+        "\n- gateway translating / nginx = {ratio:.2} (target ≥ 0.8: {}); gateway pass-through / nginx = {:.2}\n",
+        verdict(ratio >= 0.8),
+        acc[3].median_rate() / acc[1].median_rate().max(1.0)
+    ));
+    Ok(())
+}
+
+/// Samples the gateway's RSS (KiB) every `every` until `stop` is set; returns the maximum.
+async fn rss_peak(pid: u32, every: Duration, stop: Arc<AtomicUsize>) -> u64 {
+    let mut peak = 0;
+    while stop.load(Ordering::Relaxed) == 0 {
+        peak = peak.max(procs::rss_kib(pid).unwrap_or(0));
+        tokio::time::sleep(every).await;
+    }
+    peak.max(procs::rss_kib(pid).unwrap_or(0))
+}
+
+/// A few short streams through a fresh gateway so lazily built state exists before the baseline is taken.
+async fn warm_gateway(env: &mut Env, rep: &mut Report, ok: &mut bool) -> Result<(), String> {
+    let t = env.targets()[2].clone();
+    let plan = rated_plan(10, 1000.0, Duration::from_millis(300), Proto::H1);
+    phase(env, &t, &plan, rep, ok).await?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    Ok(())
+}
+
+async fn large(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> Result<(), String> {
+    let rounds = opts.rounds.unwrap_or(if opts.quick { 1 } else { 3 });
+    let bytes: u64 = 100 << 20;
+    let decoded = crate::upstream::large_decoded_len(bytes);
+    env.restart_gateway(opts, "large")?;
+    warm_gateway(env, rep, ok).await?;
+    rep.line("## large: a 100 MiB client tool result, one stream\n");
+    rep.line(format!(
+        "The upstream sends `<content-block-tool_result>` with a CDATA body of {} legacy bytes in 32 KiB SSE \
+         events ({} bytes once `\\n` escapes are decoded). MB/s = decoded tool-result bytes / (request → last \
+         byte), 1 MB = 10^6 B; the client checks the reassembled length. Gateway RSS sampled every 10 ms, \
+         growth = peak − before the phase (fresh gateway process). {rounds} interleaved round(s).\n",
+        n(bytes as f64),
+        n(decoded as f64)
+    ));
+    let targets = env.targets();
+    let plan = Plan {
+        kind: Kind::Large,
+        streams: 1,
+        interval_us: 0,
+        ramp_per_sec: 1000.0,
+        warm: Duration::ZERO,
+        window: Duration::ZERO,
+        cut_at_end: false,
+        large_bytes: bytes,
+        proto: Proto::H1,
+        grace: Duration::from_secs(60),
+    };
+    let mut rows: Vec<Vec<(f64, u64)>> = vec![Vec::new(); targets.len()];
+    for round in 0..rounds {
+        for i in order(round, targets.len()) {
+            let pid = env.gateway.0.pid();
+            let base = procs::rss_kib(pid).unwrap_or(0);
+            let stop = Arc::new(AtomicUsize::new(0));
+            let sampler = tokio::spawn(rss_peak(pid, Duration::from_millis(10), Arc::clone(&stop)));
+            let (r, _) = phase(env, &targets[i], &plan, rep, ok).await?;
+            stop.store(1, Ordering::Relaxed);
+            let peak = sampler.await.unwrap_or(0);
+            let mbps = r.large_decoded as f64 / r.large_elapsed.as_secs_f64() / 1e6;
+            rows[i].push((mbps, peak.saturating_sub(base)));
+        }
+    }
+    rep.line("| target | MB/s by round | gateway RSS growth by round (MiB) |");
+    rep.line("|---|---|---|");
+    for (t, r) in targets.iter().zip(&rows) {
+        let gw = t.name.starts_with("gateway");
+        rep.line(format!(
+            "| {} | {} | {} |",
+            t.name,
+            r.iter().map(|(m, _)| format!("{m:.0}")).collect::<Vec<_>>().join(", "),
+            if gw {
+                r.iter()
+                    .map(|(_, g)| format!("{:.1}", *g as f64 / 1024.0))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            } else {
+                "—".into()
+            }
+        ));
+    }
+    let best = rows[2].iter().map(|r| r.0).fold(0.0, f64::max);
+    let median = {
+        let mut v: Vec<f64> = rows[2].iter().map(|r| r.0).collect();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(0.0)
+    };
+    let growth = rows[2].iter().map(|r| r.1).max().unwrap_or(0) as f64 / 1024.0;
+    rep.line(format!(
+        "\n- gateway translating: median {median:.0} MB/s (best {best:.0}); target ≥ 200 MB/s: {}",
+        verdict(median >= 200.0)
+    ));
+    rep.line(format!(
+        "- gateway RSS growth, worst round: {growth:.1} MiB; target < 32 MiB: {}\n",
+        verdict(growth < 32.0)
+    ));
+    Ok(())
+}
+
+async fn idle(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> Result<(), String> {
+    let streams = opts.idle_streams.unwrap_or(if opts.quick { 1000 } else { 10_000 });
+    let hold = Duration::from_secs_f64(opts.hold_secs.unwrap_or(if opts.quick { 3.0 } else { 60.0 }));
+    rep.line(format!(
+        "## idle: {} concurrent idle translated streams held {:.0} s\n",
+        n(streams as f64),
+        hold.as_secs_f64()
+    ));
+    rep.line(
+        "Each stream gets `meta_init`, an open text block and one delta, then nothing until the hold ends \
+         (the gateway sends its `: keepalive` comments), then the block closes and `[DONE]`; every stream must \
+         end complete. Fresh gateway process per row; RSS baseline after 10 warm-up streams; peak RSS sampled \
+         every 250 ms (the nginx row: its worker's RSS). Rows: translated (the target), pass-through (same \
+         proxy without the translator), translated over HTTP/1.1, nginx. The open-files limit here is 20,000 per process (hard, no CAP_SYS_RESOURCE), and an HTTP/1.1 \
+         stream costs the gateway two descriptors (client + upstream), so 10,000 streams arrive as h2c \
+         (100 streams per connection, 100 connections); the HTTP/1.1 run is capped at 9,000 streams.\n",
+    );
+    // (target index, client leg, streams): translated h2c is the target's figure; pass-through isolates the
+    // translator's share; HTTP/1.1 adds a downstream connection per stream; nginx is the reference.
+    let h1 = if opts.quick { 500 } else { streams.min(9000) };
+    let runs = [
+        (2, Proto::H2(100), streams),
+        (3, Proto::H2(100), streams),
+        (2, Proto::H1, h1),
+        (1, Proto::H2(100), streams),
+    ];
+    rep.line("| target | client leg | streams | held | completed | RSS before → peak (MiB) | per stream (KiB) | gateway active_streams at mid-hold | fds at mid-hold | kernel TCP mem growth (KiB/stream, all 4 sockets) |");
+    rep.line("|---|---|---|---|---|---|---|---|---|---|");
+    let mut worst_per = 0.0f64;
+    let mut all_done = true;
+    for (ti, proto, streams) in runs {
+        if ti == 1 {
+            env.restart_nginx(opts)?;
+        } else {
+            env.restart_gateway(opts, &format!("idle-{}-{}", proto.label(), ti))?;
+        }
+        warm_gateway(env, rep, ok).await?;
+        let pid = if ti == 1 {
+            procs::children(env.nginx.0.pid())
+                .first()
+                .copied()
+                .unwrap_or(env.nginx.0.pid())
+        } else {
+            env.gateway.0.pid()
+        };
+        let admin = env.gateway.2;
+        let base = procs::rss_kib(pid).unwrap_or(0);
+        let tcp0 = tcp_mem_pages();
+        let plan = Plan {
+            kind: Kind::Idle,
+            streams,
+            interval_us: 1000,
+            ramp_per_sec: 2000.0,
+            warm: Duration::from_secs(1),
+            window: hold,
+            cut_at_end: false,
+            large_bytes: 0,
+            proto,
+            grace: Duration::from_secs(30),
+        };
+        let t = env.targets()[ti].clone();
+        let opened = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicUsize::new(0));
+        let sampler = tokio::spawn(rss_peak(pid, Duration::from_millis(250), Arc::clone(&stop)));
+        let mid = Duration::from_secs_f64(streams as f64 / plan.ramp_per_sec) + plan.warm + hold / 2;
+        let probe = tokio::spawn(async move {
+            tokio::time::sleep(mid).await;
+            let page = tokio::task::spawn_blocking(move || procs::http_get(admin, "/metrics"))
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .unwrap_or_default();
+            let active = procs::metric(&page, "sse_gateway_active_streams", "mode=\"translate\"").unwrap_or(-1.0);
+            (active, procs::fds(pid).unwrap_or(0), tcp_mem_pages())
+        });
+        let before = env.cpu();
+        let r = run_phase(&t, &plan, Arc::clone(&opened)).await;
+        let _ = before;
+        stop.store(1, Ordering::Relaxed);
+        let peak = sampler.await.unwrap_or(0);
+        let (active, fds, tcp_mid) = probe.await.unwrap_or((-1.0, 0, 0));
+        env.check_alive()?;
+        if !r.failures.is_empty() {
+            *ok = false;
+            all_done = false;
+            rep.line(format!(
+                "**{} of {streams} idle streams FAILED**; first: {}",
+                r.failures.len(),
+                r.failures.iter().take(3).cloned().collect::<Vec<_>>().join(" | ")
+            ));
+        }
+        let per = peak.saturating_sub(base) as f64 / streams as f64;
+        if ti == 2 {
+            worst_per = worst_per.max(per);
+        }
+        let page_kib = 4.0;
+        rep.line(format!(
+            "| {} | {} | {} | {:.0} s | {} | {:.1} → {:.1} | {:.1} | {active} | {fds} | {:.1} |",
+            t.name,
+            proto.label(),
+            n(streams as f64),
+            hold.as_secs_f64(),
+            n(r.streams_ok as f64),
+            base as f64 / 1024.0,
+            peak as f64 / 1024.0,
+            per,
+            tcp_mid.saturating_sub(tcp0) as f64 * page_kib / streams as f64
+        ));
+        let _ = r.keepalives;
+    }
+    rep.line(format!(
+        "\n- none dropped: {}; gateway memory per stream ≤ 16 KiB: worst {worst_per:.1} KiB → {}",
+        if all_done { "MET" } else { "MISSED" },
+        verdict(worst_per <= 16.0)
+    ));
+    let gib = |kib: f64| kib * 1e6 / 1024.0 / 1024.0;
+    let need = gib(worst_per);
+    let fit = if need < 30.0 {
+        format!("fits that box's RAM with about {:.0} GiB to spare", 30.0 - need)
+    } else {
+        format!("does not fit that box's 32 GB: {need:.1} GiB for the gateway alone")
+    };
+    rep.line(format!(
+        "- paper projection for 1,000,000 streams: {worst_per:.1} KiB × 10^6 ≈ {need:.1} GiB of gateway RSS \
+         (user space only), which {fit}. Pushpin's published figure is 1M concurrent connections on one 8-core / \
+         32 GB server (≈ 32 KiB per connection all in). On top come kernel socket memory for 2 × 10^6 TCP \
+         sockets (idle sockets with empty queues cost little; a few KiB each once buffers fill), 2 × 10^6 \
+         descriptors (this machine allows 20,000 per process; the default fs.nr_open is 1,048,576, so a raised \
+         nr_open or several processes), and 10^6 upstream connections (the gateway speaks HTTP/1.1 upstream, one \
+         connection per stream: about 28k ephemeral ports per upstream address, so many upstream addresses).\n"
+    ));
+    Ok(())
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// The gateway's own per-frame translation time (upstream frame in → translated frame out), from its
+/// `sse_gateway_event_translation_seconds` histogram: what the translator costs, without the scheduling.
+fn translation_histogram(admin: u16) -> String {
+    let Ok(page) = procs::http_get(admin, "/metrics") else {
+        return "metrics unavailable".into();
+    };
+    let total = procs::metric(&page, "sse_gateway_event_translation_seconds_count", "").unwrap_or(0.0);
+    let mut parts = Vec::new();
+    for l in page
+        .lines()
+        .filter(|l| l.starts_with("sse_gateway_event_translation_seconds_bucket"))
+    {
+        let le = l.split("le=\"").nth(1).and_then(|r| r.split('"').next()).unwrap_or("");
+        let (Ok(secs), Some(c)) = (
+            le.parse::<f64>(),
+            l.rsplit(' ').next().and_then(|c| c.parse::<f64>().ok()),
+        ) else {
+            continue;
+        };
+        if secs <= 0.003 {
+            parts.push(format!("≤ {:.0} µs: {:.2} %", secs * 1e6, 100.0 * c / total.max(1.0)));
+        }
+    }
+    format!("{} frames; {}", n(total), parts.join(", "))
+}
+
+/// After a phase with thousands of connections, a pause so their closes (FIN, TIME_WAIT) are done before the
+/// next phase opens as many again.
+async fn settle(streams: usize) {
+    if streams >= 1000 {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+/// The first three fields of /proc/loadavg (other work on the machine shows here).
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+/// Kernel TCP memory in pages (the `mem` field of /proc/net/sockstat).
+fn tcp_mem_pages() -> u64 {
+    std::fs::read_to_string("/proc/net/sockstat")
+        .ok()
+        .and_then(|s| {
+            let l = s.lines().find(|l| l.starts_with("TCP:"))?;
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let i = f.iter().position(|w| *w == "mem")?;
+            f.get(i + 1)?.parse().ok()
+        })
+        .unwrap_or(0)
+}
+
+async fn scaling(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> Result<(), String> {
+    let default: &[usize] = if opts.quick {
+        &[1, 10, 100]
+    } else {
+        &[1, 10, 100, 1000, 10_000]
+    };
+    let counts = opts.counts.as_deref().unwrap_or(default);
+    let lat_window = Duration::from_secs_f64(opts.secs.unwrap_or(if opts.quick { 1.0 } else { 4.0 }));
+    let thr_window = Duration::from_secs_f64(opts.secs.unwrap_or(if opts.quick { 1.0 } else { 3.0 }));
+    rep.line("## scaling: latency and throughput against concurrent streams\n");
+    rep.line(format!(
+        "Latency at an offered 100 ev/s per stream, at most 10,000 ev/s in all ({:.0} s window); throughput \
+         at saturation ({:.0} s window). One interleaved round per count. 10,000 streams use h2c on the client \
+         leg (100 streams per connection) because of the 20,000 open-files limit; the other counts HTTP/1.1.\n",
+        lat_window.as_secs_f64(),
+        thr_window.as_secs_f64()
+    ));
+    let targets = env.targets();
+    rep.line("| streams | client leg | offered ev/s | target | p50 µs | p99 µs | max µs | TTFB p99 ms | events/s at saturation | failed |");
+    rep.line("|---|---|---|---|---|---|---|---|---|---|");
+    let mut dat =
+        String::from("# streams then per target (direct nginx gateway gateway-pass): p50_us p99_us events_per_s\n");
+    for (k, &count) in counts.iter().enumerate() {
+        let proto = if count > 1000 { Proto::H2(100) } else { Proto::H1 };
+        let rate = (count as f64 * 100.0).min(10_000.0);
+        let lat = rated_plan(count, rate, lat_window, proto);
+        let sat = saturation_plan(count, thr_window, proto);
+        let mut res: Vec<Option<(PhaseResult, PhaseResult)>> = (0..targets.len()).map(|_| None).collect();
+        for i in order(k, targets.len()) {
+            let (a, _) = phase(env, &targets[i], &lat, rep, ok).await?;
+            settle(count).await;
+            let (b, _) = phase(env, &targets[i], &sat, rep, ok).await?;
+            settle(count).await;
+            res[i] = Some((a, b));
+        }
+        dat.push_str(&count.to_string());
+        for (t, r) in targets.iter().zip(&res) {
+            let Some((a, b)) = r else { continue };
+            rep.line(format!(
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                n(count as f64),
+                proto.label(),
+                n(rate),
+                t.name,
+                us(q(&a.latency, 0.5)),
+                us(q(&a.latency, 0.99)),
+                us(a.latency.max() as f64),
+                ms(q(&a.ttfb, 0.99)),
+                n(b.rate()),
+                a.failed() + b.failed()
+            ));
+            // No events in the window: a gap in the plot (NaN), not a point at 1.
+            let rate = if b.rate() > 0.0 {
+                format!("{:.0}", b.rate())
+            } else {
+                "NaN".into()
+            };
+            dat.push_str(&format!(
+                " {:.1} {:.1} {rate}",
+                q(&a.latency, 0.5) / 1000.0,
+                q(&a.latency, 0.99) / 1000.0
+            ));
+        }
+        dat.push('\n');
+    }
+    let dat_path = opts.plot.with_extension("dat");
+    if let Some(dir) = opts.plot.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    std::fs::write(&dat_path, &dat).map_err(|e| format!("{}: {e}", dat_path.display()))?;
+    let title = format!(
+        "sse-gateway load harness: scaling ({} cores shared by client, upstream and proxy)",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    match crate::report::plot(&dat_path, &opts.plot, &NAMES, &title) {
+        Ok(()) => rep.line(format!(
+            "\nPlot: `{}` (data `{}`).\n",
+            opts.plot.display(),
+            dat_path.display()
+        )),
+        Err(e) => rep.line(format!("\nPlot not drawn: {e} (data in `{}`).\n", dat_path.display())),
+    }
+    let _ = Instant::now();
+    Ok(())
+}
