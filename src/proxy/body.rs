@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -106,6 +106,8 @@ pub struct GatewayBody {
     metrics: Arc<Metrics>,
     keepalive: Option<Keepalive>,
     idle: Option<IdleTimeout>,
+    /// What the upstream body returned after the frames gathered into the last client frame.
+    deferred: Option<Option<Result<Frame<Bytes>, hyper::Error>>>,
     state: State,
     outcome: Option<Outcome>,
     started: Instant,
@@ -143,6 +145,7 @@ impl GatewayBody {
             metrics,
             keepalive,
             idle: None,
+            deferred: None,
             state: State::Streaming,
             outcome: None,
             started: now,
@@ -295,7 +298,11 @@ impl Body for GatewayBody {
             let Some(inner) = this.inner.as_mut() else {
                 return Poll::Ready(None);
             };
-            match Pin::new(inner).poll_frame(cx) {
+            let polled = match this.deferred.take() {
+                Some(ready) => Poll::Ready(ready),
+                None => Pin::new(&mut *inner).poll_frame(cx),
+            };
+            match polled {
                 Poll::Ready(Some(Ok(frame))) => {
                     let frame = match frame.into_data() {
                         Ok(data) => data,
@@ -312,13 +319,36 @@ impl Body for GatewayBody {
                     if let Some(idle) = this.idle.as_mut() {
                         idle.last_input = arrived;
                     }
-                    let n = frame.len() as u64;
+                    // Take whatever else the upstream already has, without waiting: a burst of events then
+                    // costs one write to the client instead of one per event.
+                    let mut more: Vec<Bytes> = Vec::new();
+                    let mut size = frame.len();
+                    while size < COALESCE_BYTES {
+                        match Pin::new(&mut *inner).poll_frame(cx) {
+                            Poll::Ready(Some(Ok(f))) if f.is_data() => {
+                                if let Ok(data) = f.into_data() {
+                                    size += data.len();
+                                    more.push(data);
+                                }
+                            }
+                            Poll::Pending => break,
+                            // The end, an error or trailers: handled on the next poll.
+                            Poll::Ready(other) => {
+                                this.deferred = Some(other);
+                                break;
+                            }
+                        }
+                    }
+                    let n = size as u64;
                     this.bytes_in += n;
                     this.metrics.mode(this.info.mode).bytes_in.inc_by(n);
                     match (this.info.mode, this.translator.as_mut()) {
                         (Mode::Translate, Some(t)) => {
-                            let mut out = Vec::with_capacity(frame.len() + frame.len() / 2 + 64);
+                            let mut out = Vec::with_capacity(size + size / 2 + 64);
                             t.feed(&frame, &mut out);
+                            for data in &more {
+                                t.feed(data, &mut out);
+                            }
                             t.observer_mut().flush();
                             if out.is_empty() {
                                 // Held bytes (a partial item): read on rather than send an empty frame.
@@ -333,14 +363,18 @@ impl Body for GatewayBody {
                         (Mode::Shadow, Some(t)) => {
                             let mut out = Vec::new();
                             t.feed(&frame, &mut out);
+                            for data in &more {
+                                out.clear();
+                                t.feed(data, &mut out);
+                            }
                             t.observer_mut().flush();
                             this.metrics
                                 .translator
                                 .event_translation
                                 .observe(arrived.elapsed().as_secs_f64());
-                            return this.emit(frame);
+                            return this.emit(concat(frame, more));
                         }
-                        _ => return this.emit(frame),
+                        _ => return this.emit(concat(frame, more)),
                     }
                 }
                 Poll::Ready(Some(Err(e))) => {
@@ -437,6 +471,22 @@ impl Drop for GatewayBody {
         // Dropped before its end: the client connection went away (or was closed at the drain deadline).
         self.end(Outcome::ClientGone);
     }
+}
+
+/// Upstream bytes gathered into one client frame at most (only what is already there; nothing waits).
+const COALESCE_BYTES: usize = 64 << 10;
+
+/// One frame of the upstream's bytes, copied together only when there are several.
+fn concat(first: Bytes, more: Vec<Bytes>) -> Bytes {
+    if more.is_empty() {
+        return first;
+    }
+    let mut all = BytesMut::with_capacity(first.len() + more.iter().map(Bytes::len).sum::<usize>());
+    all.extend_from_slice(&first);
+    for b in &more {
+        all.extend_from_slice(b);
+    }
+    all.freeze()
 }
 
 /// How an upstream body failed, for `upstream_errors_total{kind}`: bad framing (hyper reports it as an I/O error
