@@ -144,9 +144,13 @@ impl Body {
                 self.push(rest, out, obs, opts);
             }
             Sink::Chunked(c) => {
-                self.scratch.clear();
-                self.unescape.push(content, &mut self.scratch);
-                c.push(&self.scratch, out, obs, opts.budget);
+                if self.unescape.is_identity(content) {
+                    c.push(content, out, obs, opts.budget);
+                } else {
+                    self.scratch.clear();
+                    self.unescape.push(content, &mut self.scratch);
+                    c.push(&self.scratch, out, obs, opts.budget);
+                }
             }
             Sink::Collect(v) => {
                 // Cut at exactly the limit, however the content arrives.

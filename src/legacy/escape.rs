@@ -86,6 +86,12 @@ impl Unescaper {
         }
     }
 
+    /// Whether `piece` would come out unchanged (no backslash in it, none
+    /// pending), so a caller may skip the copy.
+    pub fn is_identity(&self, piece: &[u8]) -> bool {
+        self.escape == Escape::None || (!self.pending && memchr(b'\\', piece).is_none())
+    }
+
     /// End of the content: a lone trailing `\` stands for itself.
     pub fn finish(&mut self, out: &mut Vec<u8>) {
         if std::mem::take(&mut self.pending) {
