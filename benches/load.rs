@@ -121,6 +121,11 @@ fn main() -> ExitCode {
     if std::env::args().nth(1).as_deref() == Some("__upstream") {
         return upstream::main();
     }
+    if !std::env::args().any(|a| a == "--bench") {
+        // `cargo test --all-targets` runs bench targets without --bench: this is a load harness, not a test.
+        eprintln!("load: a load harness; run it with benches/run-load.sh or `cargo bench --bench load -- ...`");
+        return ExitCode::SUCCESS;
+    }
     let opts = match parse_args() {
         Ok(o) => o,
         Err(e) => {
