@@ -98,6 +98,9 @@ pub struct Parser {
     tag_scan: TagScan,
     /// Open text/thinking blocks; more than one only after a conflict.
     streamed: Vec<Streamed>,
+    /// The current event is an item that interrupted an open text block;
+    /// it must end with its event.
+    interrupting: bool,
     /// A text event shaped like the backend failure JSON, held to see
     /// whether it is the last event.
     pending_failure: Option<Vec<u8>>,
@@ -133,6 +136,7 @@ impl Parser {
             event_mark: Mark::default(),
             tag_scan: TagScan::default(),
             streamed: Vec::new(),
+            interrupting: false,
             pending_failure: None,
             resync: false,
             last_byte: 0,
@@ -189,7 +193,7 @@ impl Parser {
                     self.begin_event(out, obs);
                 }
                 self.run(true, false, out, obs);
-                self.end_event();
+                self.end_event(out, obs);
                 self.compact();
             }
             SseEvent::Discard => {
@@ -227,8 +231,23 @@ impl Parser {
         self.event_start.map_or(self.pos, |s| s.max(self.pos))
     }
 
-    fn end_event(&mut self) {
+    fn end_event(&mut self, out: &mut Vec<u8>, obs: &mut impl Observer) {
         self.event_fresh = true;
+        if std::mem::take(&mut self.interrupting) {
+            let unfinished = !matches!(self.state, State::Idle | State::SkipEvent) || self.pos < self.buf.len();
+            if unfinished {
+                // It looked like one whole item but did not end with its
+                // event: bad input, and the text block goes on.
+                self.bad_input(
+                    ParseErrorKind::Syntax,
+                    "an item inside a text block did not end with its event",
+                    out,
+                    obs,
+                );
+                self.pos = self.buf.len();
+                self.resync = false;
+            }
+        }
         if self.resync && self.last_byte == b'>' {
             // The broken item's last fragment has passed.
             self.resync = false;
@@ -459,6 +478,7 @@ impl Parser {
 
     /// Reports bad input, drops the rest of the event and resynchronises.
     fn bad_input(&mut self, kind: ParseErrorKind, message: &str, out: &mut Vec<u8>, obs: &mut impl Observer) -> Flow {
+        self.tag_scan = TagScan::default();
         self.abandon_item(out, obs);
         self.parse_error(kind, message, out, obs);
         self.item_start = None;
@@ -500,7 +520,7 @@ impl Parser {
         if !self.event_fresh {
             // Data without a dispatch never reaches here (the decoder
             // discards it), but be safe.
-            self.end_event();
+            self.end_event(out, obs);
         }
         self.run(true, true, out, obs);
         let failure = self.pending_failure.take();

@@ -172,6 +172,7 @@ impl Parser {
                 let from = self.pos;
                 self.emit_text_range(from, ev_from, out, obs);
                 self.pos = ev_from;
+                self.interrupting = true;
                 self.state = State::Idle;
                 return Flow::Continue;
             }

@@ -468,3 +468,19 @@ fn fuzz_regression_discarded_event_under_a_partial_tag() {
         assert!(envs[0]["delta"].as_str().unwrap().contains("truncated"));
     }
 }
+
+/// Found by fuzzing: an event inside a text block that looks like one whole
+/// item but does not parse to its end must not leave a partial tag behind.
+#[test]
+fn fuzz_regression_an_unfinished_interrupting_item_is_reported_and_the_block_goes_on() {
+    let input = "data: <content-block-text>\n\ndata: a\n\ndata: <meta_init data=x}\"></meta_init>\n\ndata: b\n\ndata: <content-block-tool_result id=\"t\" name=\"n\"><![CDATA[r]]></content-block-tool_result>\n\ndata: </content-block-text>\n\n";
+    let whole = split_invariant(input);
+    let envs = parse(&whole);
+    let kinds: Vec<_> = envs.iter().map(|e| e["type"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(kinds, ["text", "error", "text", "tool_result", "text"], "{envs:?}");
+    assert!(envs[1]["delta"]
+        .as_str()
+        .unwrap()
+        .contains("did not end with its event"));
+    assert_eq!(envs[3]["name"], "n");
+}
