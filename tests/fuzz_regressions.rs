@@ -16,14 +16,14 @@ fn saved_fuzz_inputs_pass_the_fuzz_target_checks() {
         Some(d) => Path::new(&d).to_path_buf(),
         None => Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions/translate"),
     };
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        return;
-    };
+    // A missing or empty directory would make this pass without checking anything.
+    let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
     let mut paths: Vec<_> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.is_file())
         .collect();
     paths.sort();
+    assert!(!paths.is_empty(), "no saved fuzz inputs in {}", dir.display());
     let mut failed = Vec::new();
     for path in &paths {
         let data = std::fs::read(path).expect("readable regression input");

@@ -205,8 +205,9 @@ fn assert_bounded(name: &str, r: &Report, limit: usize) {
     );
 }
 
+/// 100 MB in release (`cargo test --release --test memory`), 20 MB in debug; see `big_mb`.
 #[test]
-fn a_100_mb_client_tool_result_fed_in_4_kib_pieces_keeps_per_stream_state_under_64_kib() {
+fn a_large_client_tool_result_fed_in_4_kib_pieces_keeps_per_stream_state_under_64_kib() {
     let mut prefix = meta_init();
     prefix.extend_from_slice(b"data: <content-block-tool_result id=\"toolu_big\" name=\"read_file\"><![CDATA[");
     let body = text_piece("\\n");

@@ -1,7 +1,11 @@
 //! Fault-injection harness shared by tests/faults.rs, tests/stress.rs and benches/soak.rs: the gateway binary as
 //! a subprocess, a raw-TCP upstream whose connections run scripts that write exact bytes and then misbehave (and
 //! record when the gateway closed them), a raw-TCP HTTP/1.1 client, and checks of the envelope stream.
+
 #![allow(dead_code)]
+
+#[path = "../common/listening.rs"]
+mod listening;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -75,22 +79,11 @@ impl Gateway {
                 }
             }
         });
-        let (mut addr, mut admin) = (None, None);
-        let deadline = Instant::now() + PATIENCE;
-        while addr.is_none() || admin.is_none() {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let line = rx.recv_timeout(left).expect("gateway printed its addresses");
-            let parse = |l: &str| l.rsplit("http://").next().and_then(|a| a.parse::<SocketAddr>().ok());
-            if line.contains("proxy listening on") {
-                addr = parse(&line);
-            } else if line.contains("admin listening on") {
-                admin = parse(&line);
-            }
-        }
+        let (addr, admin) = listening::addresses(&rx, PATIENCE);
         Gateway {
             child,
-            addr: addr.expect("addr"),
-            admin: admin.expect("admin"),
+            addr,
+            admin,
             log,
         }
     }

@@ -1,5 +1,9 @@
 //! Test support: a scriptable upstream emulator on raw TCP, an in-process gateway, HTTP helpers and SSE parsing.
+
 #![allow(dead_code)]
+
+#[path = "../common/listening.rs"]
+mod listening;
 
 pub mod legacy;
 
@@ -490,22 +494,11 @@ impl Process {
                 l2.lock().expect("lock").push(line);
             }
         });
-        let (mut addr, mut admin) = (None, None);
-        let deadline = Instant::now() + PATIENCE;
-        while addr.is_none() || admin.is_none() {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let line = rx.recv_timeout(left).expect("gateway printed its addresses");
-            let parse = |l: &str| l.rsplit("http://").next().and_then(|a| a.parse::<SocketAddr>().ok());
-            if line.contains("proxy listening on") {
-                addr = parse(&line);
-            } else if line.contains("admin listening on") {
-                admin = parse(&line);
-            }
-        }
+        let (addr, admin) = listening::addresses(&rx, PATIENCE);
         Process {
             child,
-            addr: addr.expect("addr"),
-            admin: admin.expect("admin"),
+            addr,
+            admin,
             stdout_lines: lines,
         }
     }
