@@ -357,9 +357,33 @@ fn main() {
         // One run of each translator over one input, for instruction counts that the machine's load
         // does not disturb: valgrind --tool=callgrind --toggle-collect='translate::ours' (or naive).
         let input = inputs::by_name(&name, LARGE_MIB).unwrap_or_else(|| panic!("no input named {name}"));
+        // BENCH_WHICH=ours|naive limits the run to one of them and BENCH_REPEAT=N repeats it, for a profile
+        // of just that one.
+        let which = std::env::var("BENCH_WHICH").unwrap_or_default();
         let mut out = Vec::with_capacity(64 << 10);
-        black_box(ours(&input, &mut out));
-        black_box(naive(&input, &mut out));
+        let repeat: usize = std::env::var("BENCH_REPEAT")
+            .ok()
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(1);
+        let (mut best_ours, mut best_naive) = (Duration::MAX, Duration::MAX);
+        for _ in 0..repeat {
+            if which != "naive" {
+                let t = Instant::now();
+                black_box(ours(&input, &mut out));
+                best_ours = best_ours.min(t.elapsed());
+            }
+            if which != "ours" {
+                let t = Instant::now();
+                black_box(naive(&input, &mut out));
+                best_naive = best_naive.min(t.elapsed());
+            }
+        }
+        let mb = input.bytes.len() as f64 / 1e6;
+        for (who, best) in [("ours", best_ours), ("naive", best_naive)] {
+            if best != Duration::MAX {
+                eprintln!("{name} {who}: best of {repeat} {:.0} MB/s", mb / best.as_secs_f64());
+            }
+        }
         return;
     }
     let small = inputs::small_deltas();

@@ -38,18 +38,34 @@ pub fn write_escaped(out: &mut Vec<u8>, s: &str) {
     let _ = serde_json::to_writer(&mut *out, s);
 }
 
-/// Whether any byte of the word needs escaping (`< 0x20`, `"` or `\\`).
-/// Exact for "is there such a byte" (the classic has-zero-byte trick).
+const LO: u64 = 0x0101_0101_0101_0101;
+const HI: u64 = 0x8080_8080_8080_8080;
+
+/// The high bit of each byte of `x` that is zero, and no other bit (exact per
+/// byte: the addition never carries from one byte into the next).
 #[inline]
-fn word_needs_escape(w: u64) -> bool {
-    const LO: u64 = 0x0101_0101_0101_0101;
-    const HI: u64 = 0x8080_8080_8080_8080;
-    let below_space = w.wrapping_sub(LO * 0x20) & !w & HI;
-    let q = w ^ (LO * u64::from(b'"'));
-    let quote = q.wrapping_sub(LO) & !q & HI;
-    let b = w ^ (LO * u64::from(b'\\'));
-    let backslash = b.wrapping_sub(LO) & !b & HI;
-    (below_space | quote | backslash) != 0
+fn zero_bytes(x: u64) -> u64 {
+    const LOW7: u64 = 0x7F7F_7F7F_7F7F_7F7F;
+    !(((x & LOW7) + LOW7) | x) & HI
+}
+
+/// Bytes that the eight bytes of `w` take once escaped, exactly.
+#[inline]
+fn word_escaped_len(w: u64) -> usize {
+    let control = zero_bytes(w & (LO * 0xE0)); // bytes below 0x20
+    let quote = zero_bytes(w ^ (LO * u64::from(b'"')));
+    let backslash = zero_bytes(w ^ (LO * u64::from(b'\\')));
+    if control != 0 {
+        let short = zero_bytes(w ^ (LO * 0x0A)) | zero_bytes(w ^ (LO * 0x0D)) | zero_bytes(w ^ (LO * 0x09));
+        if control & !short != 0 {
+            // Rarer control characters (`\u00XX`, `\b`, `\f`): per byte.
+            return w.to_le_bytes().iter().map(|&b| ESCAPED_LEN[b as usize] as usize).sum();
+        }
+    }
+    // `\n`, `\r`, `\t`, `\"`, `\\`: one extra byte each. The multiply sums the
+    // per-byte flags into the top byte (at most 8, so no overflow).
+    let flags = (control | quote | backslash) >> 7;
+    8 + (flags.wrapping_mul(LO) >> 56) as usize
 }
 
 /// The longest prefix of `s` (ending on a char boundary) whose escaped size
@@ -60,31 +76,39 @@ pub fn fitting_prefix(s: &str, room: usize) -> usize {
     if s.len().saturating_mul(MAX_CHAR_ESCAPED) <= room {
         return s.len();
     }
+    measure(s, room).0
+}
+
+/// Like [`fitting_prefix`], and also the escaped size of that prefix, so a
+/// caller whose content grows can resume measuring where it stopped.
+pub fn measure(s: &str, room: usize) -> (usize, usize) {
     let bytes = s.as_bytes();
     let mut used = 0usize;
     let mut i = 0usize;
-    while i < bytes.len() {
-        // Eight plain bytes at a time: each costs exactly one.
-        if used + 8 <= room {
-            if let Some(word) = bytes.get(i..i + 8).and_then(|w| <[u8; 8]>::try_from(w).ok()) {
-                if !word_needs_escape(u64::from_le_bytes(word)) {
-                    used += 8;
-                    i += 8;
-                    continue;
-                }
-            }
+    // Whole words while the next one fits (its escaped size is exact), then bytes.
+    let mut words = bytes.chunks_exact(8);
+    for word in words.by_ref() {
+        let len = word_escaped_len(u64::from_le_bytes(word.try_into().unwrap_or([0; 8])));
+        if used + len > room {
+            break;
         }
-        used += ESCAPED_LEN[bytes[i] as usize] as usize;
-        if used > room {
+        used += len;
+        i += 8;
+    }
+    while i < bytes.len() {
+        let len = ESCAPED_LEN[bytes[i] as usize] as usize;
+        if used + len > room {
             let mut cut = i;
             while !s.is_char_boundary(cut) {
                 cut -= 1;
+                used -= ESCAPED_LEN[bytes[cut] as usize] as usize;
             }
-            return cut;
+            return (cut, used);
         }
+        used += len;
         i += 1;
     }
-    s.len()
+    (s.len(), used)
 }
 
 #[cfg(test)]
@@ -113,13 +137,19 @@ mod tests {
     }
 
     #[test]
-    fn the_word_test_finds_exactly_the_bytes_that_need_escaping() {
+    fn the_word_length_is_exact_for_every_byte_at_every_position() {
         for b in 0u8..=255 {
             for pos in 0..8 {
-                let mut w = [b'a'; 8];
-                w[pos] = b;
-                let needs = b < 0x20 || b == b'"' || b == b'\\';
-                assert_eq!(word_needs_escape(u64::from_le_bytes(w)), needs, "byte {b:#x} at {pos}");
+                for fill in [b'a', b'"', b'\n', 0x01, 0xC3] {
+                    let mut w = [fill; 8];
+                    w[pos] = b;
+                    let want: usize = w.iter().map(|&b| ESCAPED_LEN[b as usize] as usize).sum();
+                    assert_eq!(
+                        word_escaped_len(u64::from_le_bytes(w)),
+                        want,
+                        "byte {b:#x} at {pos} in {fill:#x}"
+                    );
+                }
             }
         }
     }
@@ -133,10 +163,17 @@ mod tests {
         }
 
         #[test]
-        fn fitting_prefix_is_maximal_and_within_room(s in any::<String>(), room in 0usize..64) {
+        fn word_length_matches_the_byte_table(w in any::<[u8; 8]>()) {
+            let want: usize = w.iter().map(|&b| ESCAPED_LEN[b as usize] as usize).sum();
+            prop_assert_eq!(word_escaped_len(u64::from_le_bytes(w)), want);
+        }
+
+        #[test]
+        fn fitting_prefix_is_maximal_and_within_room(s in any::<String>(), room in 0usize..256) {
             let cut = fitting_prefix(&s, room);
             prop_assert!(s.is_char_boundary(cut));
             prop_assert!(escaped_len(&s[..cut]) <= room);
+            prop_assert_eq!(measure(&s, room), (cut, escaped_len(&s[..cut])));
             if cut < s.len() {
                 let next = s[cut..].chars().next().unwrap().len_utf8();
                 prop_assert!(escaped_len(&s[..cut + next]) > room);

@@ -3,7 +3,7 @@
 //! and keep the last one back so that it can carry `final:true`.
 
 use super::escape::incomplete_utf8_tail;
-use crate::envelope::chunker::{fitting_prefix, MAX_CHAR_ESCAPED};
+use crate::envelope::chunker::{fitting_prefix, measure, MAX_CHAR_ESCAPED};
 use crate::envelope::BlockHeader;
 use crate::sse::encoder::write_envelope;
 use crate::translate::Observer;
@@ -30,14 +30,9 @@ fn room(header: &BlockHeader, budget: usize) -> Option<usize> {
     budget.checked_sub(header.overhead()).filter(|&r| r > 0)
 }
 
-/// Where to cut `s` for one envelope: as much as fits, but at least one
-/// character (an envelope whose fixed fields leave no room for it is
-/// oversize, DESIGN 4), so that every envelope makes progress.
+/// Where to cut `s` for one envelope: as much as fits, at least one character.
 fn cut(s: &str, room: usize) -> usize {
-    match fitting_prefix(s, room) {
-        0 => s.chars().next().map_or(0, char::len_utf8),
-        n => n,
-    }
+    at_least_one_char(s, fitting_prefix(s, room))
 }
 
 /// Writes `delta` as as many `final:false` envelopes as the budget needs;
@@ -71,6 +66,10 @@ pub struct Chunked {
     pending: String,
     /// An incomplete last character (at most 3 bytes) waiting for the rest.
     tail: Vec<u8>,
+    /// How much of `pending` is already measured, and its escaped size, so
+    /// content arriving in small pieces is measured once, not once per piece.
+    measured: usize,
+    measured_len: usize,
     chunks: u32,
     /// Bytes that were not UTF-8 were replaced.
     pub invalid_utf8: bool,
@@ -84,6 +83,8 @@ impl Chunked {
             header,
             pending: String::new(),
             tail: Vec::new(),
+            measured: 0,
+            measured_len: 0,
             chunks: 0,
             invalid_utf8: false,
             never_final: false,
@@ -161,14 +162,20 @@ impl Chunked {
         let mut start = 0;
         loop {
             let text = &self.pending[start..];
-            let at = cut(text, room);
+            let (at, used) = measure(&text[self.measured..], room - self.measured_len);
+            let end = self.measured + at;
             // Keep at least the rest of the content back for the final chunk.
-            if at == text.len() {
+            if end == text.len() {
+                self.measured = end;
+                self.measured_len += used;
                 break;
             }
-            envelope(out, obs, budget, &self.header, false, &text[..at]);
+            let end = at_least_one_char(text, end);
+            envelope(out, obs, budget, &self.header, false, &text[..end]);
             self.chunks += 1;
-            start += at;
+            start += end;
+            self.measured = 0;
+            self.measured_len = 0;
         }
         self.pending.drain(..start);
     }
@@ -183,31 +190,45 @@ impl Chunked {
             self.pending.push_str(&String::from_utf8_lossy(&tail));
         }
         let text = std::mem::take(&mut self.pending);
-        let is_final = !self.never_final;
-        match room(&self.header, budget) {
-            Some(room) => {
-                let mut rest = text.as_str();
-                loop {
-                    // The final envelope has one byte more room (`true` is shorter than `false`).
-                    let fits_as_final = is_final && fitting_prefix(rest, room + 1) == rest.len();
-                    let at = cut(rest, room);
-                    if fits_as_final || at == rest.len() {
-                        envelope(out, obs, budget, &self.header, is_final, rest);
-                        self.chunks += 1;
-                        break;
-                    }
-                    envelope(out, obs, budget, &self.header, false, &rest[..at]);
-                    self.chunks += 1;
-                    rest = &rest[at..];
-                }
-            }
-            None => {
-                envelope(out, obs, budget, &self.header, is_final, &text);
-                self.chunks += 1;
-            }
-        }
+        self.write_last(&text, out, obs, budget);
         obs.block_closed(self.header.kind, self.chunks);
         self.chunks
+    }
+
+    /// Writes `text` as the block's last chunks, the very last one final.
+    fn write_last(&mut self, text: &str, out: &mut Vec<u8>, obs: &mut impl Observer, budget: usize) {
+        let is_final = !self.never_final;
+        let Some(room) = room(&self.header, budget) else {
+            envelope(out, obs, budget, &self.header, is_final, text);
+            self.chunks += 1;
+            return;
+        };
+        // The final envelope has one byte more room (`true` is shorter than `false`).
+        let last_room = if is_final { room + 1 } else { room };
+        let mut rest = text;
+        loop {
+            let (at, used) = measure(rest, last_room);
+            if at == rest.len() {
+                envelope(out, obs, budget, &self.header, is_final, rest);
+                self.chunks += 1;
+                return;
+            }
+            // Not the last: it gets the `false` envelope's room.
+            let at = if used <= room { at } else { fitting_prefix(rest, room) };
+            let at = at_least_one_char(rest, at);
+            envelope(out, obs, budget, &self.header, false, &rest[..at]);
+            self.chunks += 1;
+            rest = &rest[at..];
+        }
+    }
+}
+
+/// A cut that makes progress: an envelope whose fixed fields leave no room
+/// for even one character carries one anyway (oversize, DESIGN 4).
+fn at_least_one_char(s: &str, at: usize) -> usize {
+    match at {
+        0 => s.chars().next().map_or(0, char::len_utf8),
+        n => n,
     }
 }
 
@@ -224,8 +245,8 @@ fn utf8_len(lead: u8) -> usize {
 /// Writes a complete payload as one buffered block.
 pub fn whole(out: &mut Vec<u8>, obs: &mut impl Observer, budget: usize, header: BlockHeader, content: &str) {
     let mut c = Chunked::new(header);
-    c.pending = content.to_owned();
-    c.finish(out, obs, budget);
+    c.write_last(content, out, obs, budget);
+    obs.block_closed(c.header.kind, c.chunks);
 }
 
 #[cfg(test)]

@@ -198,13 +198,13 @@ impl Parser {
 
     fn meta_init(&mut self, data: &str, out: &mut Vec<u8>, obs: &mut impl Observer) {
         let budget = self.opts.budget;
-        // Top-level fields only; values stay as their raw JSON text, so a
-        // large history is validated but never rebuilt.
-        let parsed: Result<IndexMap<String, Box<RawValue>>, _> = serde_json::from_str(data);
-        let delta = match parsed {
+        // Top-level fields only; values stay borrowed raw JSON text, so a
+        // large history is validated but never copied or rebuilt.
+        let parsed: Result<IndexMap<String, &RawValue>, _> = serde_json::from_str(data);
+        let mut rewritten = None;
+        match parsed {
             Err(e) => {
                 self.parse_error(ParseErrorKind::InvalidJson, &format!("meta_init data: {e}"), out, obs);
-                data.to_owned()
             }
             Ok(map) => {
                 let get = |k: &str| map.get(k).and_then(|v| serde_json::from_str::<String>(v.get()).ok());
@@ -214,21 +214,14 @@ impl Parser {
                 if self.scopes.meta_init(agent.as_deref(), parent.as_deref()) == super::scope::Opened::Conflict {
                     obs.scope_conflict();
                 }
-                let rewrite = self.opts.rewrite_format && matches!(format.as_deref(), Some("xml" | "raw"));
-                if rewrite {
-                    let json_format = RawValue::from_string("\"json\"".to_owned()).ok();
-                    let mut map = map;
-                    if let (Some(slot), Some(v)) = (map.get_mut("format"), json_format) {
-                        *slot = v;
-                    }
-                    serde_json::to_string(&map).unwrap_or_else(|_| data.to_owned())
-                } else {
-                    data.to_owned()
+                if self.opts.rewrite_format && matches!(format.as_deref(), Some("xml" | "raw")) {
+                    rewritten = map.get("format").and_then(|v| splice(data, v.get(), "\"json\""));
                 }
             }
-        };
+        }
+        let delta = rewritten.as_deref().unwrap_or(data);
         let header = BlockHeader::new(EnvelopeKind::MetaInit, self.scopes.agent(), Extras::new());
-        emit::whole(out, obs, budget, header, &delta);
+        emit::whole(out, obs, budget, header, delta);
     }
 
     /// Reports a JSON payload that does not parse (it is still sent).
@@ -247,4 +240,11 @@ fn buffered_kind(name: &str) -> Option<EnvelopeKind> {
         n if n.starts_with("content-block-") && n.ends_with("_tool_result") => Some(EnvelopeKind::ServerToolResult),
         _ => None,
     }
+}
+/// `text` with `part` (a slice of it) replaced by `with`; `None` if `part`
+/// does not lie inside `text`.
+fn splice(text: &str, part: &str, with: &str) -> Option<String> {
+    let start = (part.as_ptr() as usize).checked_sub(text.as_ptr() as usize)?;
+    let end = start + part.len();
+    (text.get(start..end)? == part).then(|| [&text[..start], with, &text[end..]].concat())
 }

@@ -95,6 +95,29 @@ fn a_text_block_streams_its_deltas_and_closes_with_an_empty_final() {
 }
 
 #[test]
+fn the_meta_init_rewrite_changes_only_the_format_value() {
+    let input = r#"data: <meta_init data="{ &quot;agent_uuid&quot;:&quot;A&quot;,  &quot;format&quot; : &quot;xml&quot; , &quot;h&quot;:[1, {&quot;format&quot;:&quot;xml&quot;}] }"></meta_init>
+
+"#;
+    let envs = run(Options::default(), input);
+    assert_eq!(
+        envs[0]["delta"],
+        r#"{ "agent_uuid":"A",  "format" : "json" , "h":[1, {"format":"xml"}] }"#
+    );
+    let kept = run(
+        Options {
+            rewrite_format: false,
+            ..Options::default()
+        },
+        input,
+    );
+    assert_eq!(
+        kept[0]["delta"],
+        r#"{ "agent_uuid":"A",  "format" : "xml" , "h":[1, {"format":"xml"}] }"#
+    );
+}
+
+#[test]
 fn a_text_delta_goes_out_when_its_event_completes() {
     let mut t = Translator::new(Options::default(), "f");
     let mut out = Vec::new();
