@@ -123,7 +123,9 @@ impl Gateway {
                 service_fn(move |req| {
                     seen_request.store(true, Ordering::Relaxed);
                     let shared = Arc::clone(&shared);
-                    async move { Ok::<_, Infallible>(handle(req, peer, shared).await) }
+                    // Boxed: an HTTP/2 stream's task holds its service future inline for as long as the
+                    // stream lasts, so an unboxed (large) future would cost every idle stream its size.
+                    Box::pin(async move { Ok::<_, Infallible>(handle(req, peer, shared).await) })
                 })
             };
             let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
