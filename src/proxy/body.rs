@@ -380,7 +380,7 @@ impl Body for GatewayBody {
                 Poll::Ready(Some(Err(e))) => {
                     this.metrics.upstream_error(body_error_kind(&e));
                     let message = upstream_error_message(&e);
-                    tracing::warn!(parent: &this.info.span, error = %e, "upstream body failed mid-stream");
+                    tracing::warn!(parent: &this.info.span, error = %super::error_chain(&e), "upstream body failed mid-stream");
                     let translated = match (this.info.mode, this.translator.as_mut()) {
                         (Mode::Translate, Some(t)) => {
                             let mut out = Vec::new();

@@ -265,8 +265,25 @@ fn forward_failed(metrics: &Metrics, e: ForwardError) -> Response<ResponseBody> 
     if let Some(k) = kind {
         metrics.upstream_error(k);
     }
-    tracing::warn!(error = %e, status = status.as_u16(), "no upstream response");
+    tracing::warn!(error = %error_chain(&e), status = status.as_u16(), "no upstream response");
     gateway_error(metrics, status, code, &e.to_string())
+}
+
+/// An error with its causes, `outer: cause: root cause`, so a log line tells "connection refused" from
+/// "no free local port" or a reset (hyper's own messages name only the outermost kind).
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut msg = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let part = s.to_string();
+        // Errors that print their source themselves would repeat it.
+        if !msg.ends_with(&part) {
+            msg.push_str(": ");
+            msg.push_str(&part);
+        }
+        source = s.source();
+    }
+    msg
 }
 
 /// A response made by the gateway itself: a small JSON body `{"error": code, "message": ...}`.
@@ -285,4 +302,30 @@ pub fn gateway_error(metrics: &Metrics, status: StatusCode, code: &str, message:
         );
     }
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_chain;
+
+    #[derive(Debug, thiserror::Error)]
+    enum Outer {
+        #[error("upstream unreachable")]
+        Plain(#[source] std::io::Error),
+        #[error("upstream unreachable: {0}")]
+        Repeats(#[source] std::io::Error),
+    }
+
+    #[test]
+    fn the_log_chain_names_the_root_cause_once() {
+        let refused = || std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "connection refused");
+        assert_eq!(
+            error_chain(&Outer::Plain(refused())),
+            "upstream unreachable: connection refused"
+        );
+        assert_eq!(
+            error_chain(&Outer::Repeats(refused())),
+            "upstream unreachable: connection refused"
+        );
+    }
 }
