@@ -38,6 +38,59 @@ pub fn write_escaped(out: &mut Vec<u8>, s: &str) {
     let _ = serde_json::to_writer(&mut *out, s);
 }
 
+/// Writes the longest prefix of `s` whose escaped size is at most `room` as
+/// a JSON string literal (quotes included); returns that prefix's length,
+/// the same as [`fitting_prefix`]. Escapes a first `guess` of bytes, then
+/// trims the overshoot or measures on from there, so only the bytes near the
+/// cut are measured, not the whole prefix. A good guess (the last chunk's
+/// length) saves work; any guess gives the same result.
+pub fn write_escaped_fitting(out: &mut Vec<u8>, s: &str, room: usize, guess: usize) -> usize {
+    let bytes = s.as_bytes();
+    // Every byte takes at least one: no more than `room` bytes can fit.
+    let mut end = s.len().min(room).min(guess.max(1));
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    let start = out.len();
+    write_escaped(out, &s[..end]);
+    let written = out.len() - start - 2;
+    if written > room {
+        // Drop bytes from the end until the rest fits, then back to a
+        // character boundary; their escapes are the output's last bytes.
+        let mut dropped = 0;
+        while written - dropped > room {
+            // A whole word at a time while the cut is surely before it.
+            if let Some(word) = end.checked_sub(8).and_then(|w| bytes.get(w..end)) {
+                let len = word_escaped_len(u64::from_le_bytes(word.try_into().unwrap_or([0; 8])));
+                if written - dropped - len > room {
+                    end -= 8;
+                    dropped += len;
+                    continue;
+                }
+            }
+            end -= 1;
+            dropped += ESCAPED_LEN[bytes[end] as usize] as usize;
+        }
+        while !s.is_char_boundary(end) {
+            end -= 1;
+            dropped += ESCAPED_LEN[bytes[end] as usize] as usize;
+        }
+        out.truncate(out.len() - 1 - dropped);
+        out.push(b'"');
+    } else if end < s.len() && written < room {
+        // Short of the room (a low guess, or a character boundary): more may fit.
+        let more = fitting_prefix(&s[end..], room - written);
+        if more > 0 {
+            out.pop();
+            let at = out.len();
+            write_escaped(out, &s[end..end + more]);
+            out.remove(at);
+            end += more;
+        }
+    }
+    end
+}
+
 const LO: u64 = 0x0101_0101_0101_0101;
 const HI: u64 = 0x8080_8080_8080_8080;
 
@@ -166,6 +219,24 @@ mod tests {
         fn word_length_matches_the_byte_table(w in any::<[u8; 8]>()) {
             let want: usize = w.iter().map(|&b| ESCAPED_LEN[b as usize] as usize).sum();
             prop_assert_eq!(word_escaped_len(u64::from_le_bytes(w)), want);
+        }
+
+        #[test]
+        fn the_fitting_writer_cuts_where_fitting_prefix_does(s in any::<String>(), room in 0usize..256, guess in 0usize..300) {
+            let mut out = b"x".to_vec();
+            let cut = write_escaped_fitting(&mut out, &s, room, guess);
+            prop_assert_eq!(cut, fitting_prefix(&s, room));
+            let mut want = b"x".to_vec();
+            write_escaped(&mut want, &s[..cut]);
+            prop_assert_eq!(out, want);
+        }
+
+        #[test]
+        fn the_fitting_writer_cuts_escape_dense_text_exactly(s in "[a\"\\\\\n\u{1}é😀]{0,700}", room in 0usize..2100, guess in 0usize..2100) {
+            let mut out = Vec::new();
+            let cut = write_escaped_fitting(&mut out, &s, room, guess);
+            prop_assert_eq!(cut, fitting_prefix(&s, room));
+            prop_assert_eq!(out.len() - 2, escaped_len(&s[..cut]));
         }
 
         #[test]

@@ -148,14 +148,26 @@ impl BlockHeader {
     /// Writes one envelope as compact JSON (no SSE framing) and returns its
     /// length. `delta` is escaped exactly as `chunker::escaped_len` counts.
     pub fn write_json(&self, out: &mut Vec<u8>, is_final: bool, delta: &str) -> usize {
+        self.write_json_with(out, is_final, |out| chunker::write_escaped(out, delta))
+            .0
+    }
+
+    /// Like [`Self::write_json`], with the delta's string literal written by
+    /// `delta`; returns the envelope's length and what `delta` returned.
+    pub fn write_json_with<R>(
+        &self,
+        out: &mut Vec<u8>,
+        is_final: bool,
+        delta: impl FnOnce(&mut Vec<u8>) -> R,
+    ) -> (usize, R) {
         let start = out.len();
         out.extend_from_slice(self.prefix.as_bytes());
         out.extend_from_slice(if is_final { b"true" } else { b"false" });
         out.extend_from_slice(b",\"delta\":");
-        chunker::write_escaped(out, delta);
+        let r = delta(out);
         out.extend_from_slice(self.extras.as_str().as_bytes());
         out.push(b'}');
-        out.len() - start
+        (out.len() - start, r)
     }
 }
 

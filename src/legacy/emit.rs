@@ -5,7 +5,7 @@
 use super::escape::incomplete_utf8_tail;
 use crate::envelope::chunker::{fitting_prefix, measure, MAX_CHAR_ESCAPED};
 use crate::envelope::BlockHeader;
-use crate::sse::encoder::write_envelope;
+use crate::sse::encoder::{write_envelope, write_envelope_fitting};
 use crate::translate::Observer;
 
 /// Writes one envelope, counting it (and counting it oversize if it is).
@@ -24,15 +24,34 @@ pub fn envelope(
     }
 }
 
+/// Writes one envelope with as much of `text` as fits `room` (at least one
+/// character: DESIGN 4's oversize exception); returns the bytes taken.
+/// `guess`: the likely cut, e.g. the previous chunk's length.
+#[allow(clippy::too_many_arguments)]
+fn envelope_fitting(
+    out: &mut Vec<u8>,
+    obs: &mut impl Observer,
+    budget: usize,
+    header: &BlockHeader,
+    is_final: bool,
+    text: &str,
+    room: usize,
+    guess: usize,
+) -> usize {
+    let (n, taken) = write_envelope_fitting(out, header, is_final, text, room, guess);
+    if taken == 0 {
+        let one = at_least_one_char(text, 0);
+        envelope(out, obs, budget, header, is_final, &text[..one]);
+        return one;
+    }
+    obs.envelope(header.kind, n);
+    taken
+}
+
 /// Room for the escaped delta in one envelope of `header`, or `None` when
 /// the fixed fields alone fill the budget (sent whole, DESIGN 4).
 fn room(header: &BlockHeader, budget: usize) -> Option<usize> {
     budget.checked_sub(header.overhead()).filter(|&r| r > 0)
-}
-
-/// Where to cut `s` for one envelope: as much as fits, at least one character.
-fn cut(s: &str, room: usize) -> usize {
-    at_least_one_char(s, fitting_prefix(s, room))
 }
 
 /// Writes `delta` as as many `final:false` envelopes as the budget needs;
@@ -50,8 +69,7 @@ pub fn streamed_delta(
     };
     let mut n = 0;
     while !delta.is_empty() {
-        let at = cut(delta, room);
-        envelope(out, obs, budget, header, false, &delta[..at]);
+        let at = envelope_fitting(out, obs, budget, header, false, delta, room, room);
         delta = &delta[at..];
         n += 1;
     }
@@ -70,6 +88,8 @@ pub struct Chunked {
     /// content arriving in small pieces is measured once, not once per piece.
     measured: usize,
     measured_len: usize,
+    /// Length of the last full chunk: where the next one likely ends.
+    last_cut: usize,
     chunks: u32,
     /// Bytes that were not UTF-8 were replaced.
     pub invalid_utf8: bool,
@@ -85,6 +105,7 @@ impl Chunked {
             tail: Vec::new(),
             measured: 0,
             measured_len: 0,
+            last_cut: usize::MAX,
             chunks: 0,
             invalid_utf8: false,
             never_final: false,
@@ -162,6 +183,16 @@ impl Chunked {
         let mut start = 0;
         loop {
             let text = &self.pending[start..];
+            if text.len() > room {
+                // Surely more than one chunk (every byte takes at least one): cut without measuring first.
+                let taken = envelope_fitting(out, obs, budget, &self.header, false, text, room, self.last_cut);
+                self.last_cut = taken;
+                start += taken;
+                self.chunks += 1;
+                self.measured = 0;
+                self.measured_len = 0;
+                continue;
+            }
             let (at, used) = measure(&text[self.measured..], room - self.measured_len);
             let end = self.measured + at;
             // Keep at least the rest of the content back for the final chunk.
@@ -207,6 +238,14 @@ impl Chunked {
         let last_room = if is_final { room + 1 } else { room };
         let mut rest = text;
         loop {
+            if rest.len() > last_room {
+                // Surely not the last chunk: cut without measuring first.
+                let taken = envelope_fitting(out, obs, budget, &self.header, false, rest, room, self.last_cut);
+                self.last_cut = taken;
+                rest = &rest[taken..];
+                self.chunks += 1;
+                continue;
+            }
             let (at, used) = measure(rest, last_room);
             if at == rest.len() {
                 envelope(out, obs, budget, &self.header, is_final, rest);
