@@ -269,6 +269,9 @@ pub async fn run(opts: &Opts, nofile: u64) -> Result<bool, String> {
     }
     if let Some(path) = &opts.out {
         use std::io::Write;
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        }
         let mut f = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
