@@ -80,12 +80,22 @@ impl fmt::Display for EnvelopeKind {
 
 /// Extra fields after `delta`, pre-serialised once per block as
 /// `,"key":value,...` so that each chunk of the block only copies bytes.
+/// Keys are unique and never one of the envelope's own fields: a citation's
+/// fields come from upstream input, and a repeated key (first one wins) or
+/// one named like a fixed field is dropped, so an envelope never has two
+/// `delta`s.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Extras(String);
+pub struct Extras {
+    json: String,
+    keys: Vec<Box<str>>,
+}
+
+/// The fields every envelope has before its extras.
+const ENVELOPE_FIELDS: [&str; 4] = ["type", "agent", "final", "delta"];
 
 impl Extras {
     pub fn new() -> Self {
-        Self(String::new())
+        Self::default()
     }
 
     /// Adds a string field.
@@ -101,16 +111,20 @@ impl Extras {
     }
 
     fn push(&mut self, key: &str, value: &serde_json::Value) {
-        self.0.push(',');
+        if ENVELOPE_FIELDS.contains(&key) || self.keys.iter().any(|k| **k == *key) {
+            return;
+        }
+        self.keys.push(key.into());
+        self.json.push(',');
         // Writing JSON into a String cannot fail.
-        self.0.push_str(&serde_json::Value::from(key).to_string());
-        self.0.push(':');
-        self.0.push_str(&value.to_string());
+        self.json.push_str(&serde_json::Value::from(key).to_string());
+        self.json.push(':');
+        self.json.push_str(&value.to_string());
     }
 
     /// The serialised fields, each preceded by a comma.
     pub fn as_str(&self) -> &str {
-        &self.0
+        &self.json
     }
 }
 
@@ -201,6 +215,17 @@ mod tests {
         );
         let v: serde_json::Value = serde_json::from_str(s).unwrap();
         assert_eq!(v["delta"], "{\"q\":1}");
+    }
+
+    #[test]
+    fn extras_never_repeat_a_key_or_shadow_an_envelope_field() {
+        let e = Extras::new()
+            .str("citation_type", "char_location")
+            .value("delta", &2.into())
+            .str("type", "x")
+            .str("citation_type", "other")
+            .value("index", &0.into());
+        assert_eq!(e.as_str(), r#","citation_type":"char_location","index":0"#);
     }
 
     #[test]
