@@ -24,24 +24,22 @@ pub fn envelope(
     }
 }
 
-/// Writes one envelope with as much of `text` as fits `room` (at least one
-/// character: DESIGN 4's oversize exception); returns the bytes taken.
-/// `guess`: the likely cut, e.g. the previous chunk's length.
-#[allow(clippy::too_many_arguments)]
+/// Writes one `final:false` envelope with as much of `text` as fits `room`
+/// (at least one character: DESIGN 4's oversize exception); returns the
+/// bytes taken. `guess`: the likely cut, e.g. the previous chunk's length.
 fn envelope_fitting(
     out: &mut Vec<u8>,
     obs: &mut impl Observer,
     budget: usize,
     header: &BlockHeader,
-    is_final: bool,
     text: &str,
     room: usize,
     guess: usize,
 ) -> usize {
-    let (n, taken) = write_envelope_fitting(out, header, is_final, text, room, guess);
+    let (n, taken) = write_envelope_fitting(out, header, false, text, room, guess);
     if taken == 0 {
         let one = at_least_one_char(text, 0);
-        envelope(out, obs, budget, header, is_final, &text[..one]);
+        envelope(out, obs, budget, header, false, &text[..one]);
         return one;
     }
     obs.envelope(header.kind, n);
@@ -69,7 +67,7 @@ pub fn streamed_delta(
     };
     let mut n = 0;
     while !delta.is_empty() {
-        let at = envelope_fitting(out, obs, budget, header, false, delta, room, room);
+        let at = envelope_fitting(out, obs, budget, header, delta, room, room);
         delta = &delta[at..];
         n += 1;
     }
@@ -180,35 +178,44 @@ impl Chunked {
         if self.pending.len() * MAX_CHAR_ESCAPED <= room {
             return;
         }
+        // Taken out while chunks are written from it (put back below).
+        let mut pending = std::mem::take(&mut self.pending);
         let mut start = 0;
         loop {
-            let text = &self.pending[start..];
-            if text.len() > room {
-                // Surely more than one chunk (every byte takes at least one): cut without measuring first.
-                let taken = envelope_fitting(out, obs, budget, &self.header, false, text, room, self.last_cut);
-                self.last_cut = taken;
-                start += taken;
-                self.chunks += 1;
-                self.measured = 0;
-                self.measured_len = 0;
-                continue;
+            let text = &pending[start..];
+            // More than `room` bytes never fit (each takes at least one); less is measured, resuming where the
+            // last push stopped.
+            if text.len() <= room {
+                let (at, used) = measure(&text[self.measured..], room - self.measured_len);
+                if self.measured + at == text.len() {
+                    // Keep it back: it may be the final chunk.
+                    self.measured += at;
+                    self.measured_len += used;
+                    break;
+                }
             }
-            let (at, used) = measure(&text[self.measured..], room - self.measured_len);
-            let end = self.measured + at;
-            // Keep at least the rest of the content back for the final chunk.
-            if end == text.len() {
-                self.measured = end;
-                self.measured_len += used;
-                break;
-            }
-            let end = at_least_one_char(text, end);
-            envelope(out, obs, budget, &self.header, false, &text[..end]);
-            self.chunks += 1;
-            start += end;
-            self.measured = 0;
-            self.measured_len = 0;
+            start += self.full_chunk(text, room, out, obs, budget);
         }
-        self.pending.drain(..start);
+        pending.drain(..start);
+        self.pending = pending;
+    }
+
+    /// Writes one full `final:false` chunk from the start of `text`, which
+    /// does not fit as the last one; returns the bytes it took.
+    fn full_chunk(
+        &mut self,
+        text: &str,
+        room: usize,
+        out: &mut Vec<u8>,
+        obs: &mut impl Observer,
+        budget: usize,
+    ) -> usize {
+        let taken = envelope_fitting(out, obs, budget, &self.header, text, room, self.last_cut);
+        self.last_cut = taken;
+        self.chunks += 1;
+        self.measured = 0;
+        self.measured_len = 0;
+        taken
     }
 
     /// Writes the rest with `final:true` (or `false` for a never-final
@@ -238,26 +245,13 @@ impl Chunked {
         let last_room = if is_final { room + 1 } else { room };
         let mut rest = text;
         loop {
-            if rest.len() > last_room {
-                // Surely not the last chunk: cut without measuring first.
-                let taken = envelope_fitting(out, obs, budget, &self.header, false, rest, room, self.last_cut);
-                self.last_cut = taken;
-                rest = &rest[taken..];
-                self.chunks += 1;
-                continue;
-            }
-            let (at, used) = measure(rest, last_room);
-            if at == rest.len() {
+            if rest.len() <= last_room && fitting_prefix(rest, last_room) == rest.len() {
                 envelope(out, obs, budget, &self.header, is_final, rest);
                 self.chunks += 1;
                 return;
             }
             // Not the last: it gets the `false` envelope's room.
-            let at = if used <= room { at } else { fitting_prefix(rest, room) };
-            let at = at_least_one_char(rest, at);
-            envelope(out, obs, budget, &self.header, false, &rest[..at]);
-            self.chunks += 1;
-            rest = &rest[at..];
+            rest = &rest[self.full_chunk(rest, room, out, obs, budget)..];
         }
     }
 }
