@@ -138,15 +138,15 @@ async fn http2_prior_knowledge_client_gets_a_translated_stream() {
 async fn translated_response_headers_are_streaming_safe() {
     let up = Emulator::start(|_| {
         vec![
-            Step::Head {
-                status: 200,
-                headers: vec![
-                    ("Content-Type".into(), "text/event-stream".into()),
-                    ("Content-Length".into(), "24".into()),
-                    ("Cache-Control".into(), "private".into()),
+            Step::head(
+                200,
+                &[
+                    ("Content-Type", "text/event-stream"),
+                    ("Content-Length", "24"),
+                    ("Cache-Control", "private"),
                 ],
-                chunked: false,
-            },
+                false,
+            ),
             Step::WriteAll(b"data: [DONE]\n\ndata: x\n\n".to_vec()),
         ]
     })
@@ -182,11 +182,7 @@ async fn non_event_stream_responses_pass_through_byte_identical() {
             Step::WriteAll(j.clone()),
         ],
         _ => vec![
-            Step::Head {
-                status: 200,
-                headers: vec![("Content-Type".into(), "application/octet-stream".into())],
-                chunked: true,
-            },
+            Step::head(200, &[("Content-Type", "application/octet-stream")], true),
             Step::WriteAll(b.clone()),
             Step::EndChunks,
         ],
@@ -268,18 +264,18 @@ async fn shadow_mode_counts_translation_but_sends_original_bytes() {
 async fn headers_minus_hop_by_hop_are_preserved_both_ways() {
     let up = Emulator::start(|_| {
         vec![
-            Step::Head {
-                status: 200,
-                headers: vec![
-                    ("Content-Type".into(), "text/plain".into()),
-                    ("X-Upstream".into(), "u".into()),
-                    ("Set-Cookie".into(), "a=1".into()),
-                    ("Keep-Alive".into(), "timeout=5".into()),
-                    ("X-Hop".into(), "drop".into()),
-                    ("Connection".into(), "X-Hop".into()),
+            Step::head(
+                200,
+                &[
+                    ("Content-Type", "text/plain"),
+                    ("X-Upstream", "u"),
+                    ("Set-Cookie", "a=1"),
+                    ("Keep-Alive", "timeout=5"),
+                    ("X-Hop", "drop"),
+                    ("Connection", "X-Hop"),
                 ],
-                chunked: false,
-            },
+                false,
+            ),
             Step::WriteAll(b"hello".to_vec()),
         ]
     })
@@ -324,14 +320,7 @@ async fn headers_minus_hop_by_hop_are_preserved_both_ways() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn never_forwards_to_a_host_named_in_the_request() {
-    let up = Emulator::start(|_| {
-        vec![Step::Head {
-            status: 200,
-            headers: vec![],
-            chunked: false,
-        }]
-    })
-    .await;
+    let up = Emulator::start(|_| vec![Step::head(200, &[], false)]).await;
     let gw = TestGateway::start(&up.url(), |_| {}).await;
     let mut s = raw(
         gw.addr,
@@ -348,11 +337,7 @@ async fn never_forwards_to_a_host_named_in_the_request() {
 async fn request_bodies_stream_through_unchanged() {
     let up = Emulator::start(|r| {
         vec![
-            Step::Head {
-                status: 200,
-                headers: vec![("Content-Type".into(), "text/plain".into())],
-                chunked: false,
-            },
+            Step::head(200, &[("Content-Type", "text/plain")], false),
             Step::WriteAll(r.body.len().to_string().into_bytes()),
         ]
     })
@@ -632,14 +617,7 @@ async fn failure_slowloris_half_request_line_is_cut_off() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failure_oversized_request_head_is_refused() {
-    let up = Emulator::start(|_| {
-        vec![Step::Head {
-            status: 200,
-            headers: vec![],
-            chunked: false,
-        }]
-    })
-    .await;
+    let up = Emulator::start(|_| vec![Step::head(200, &[], false)]).await;
     let gw = TestGateway::start(&up.url(), |s| s.server.max_header_bytes = 16384).await;
     let big = format!("GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n", "a".repeat(64 * 1024));
     let mut s = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
@@ -656,14 +634,7 @@ async fn failure_oversized_request_head_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failure_connect_is_refused() {
-    let up = Emulator::start(|_| {
-        vec![Step::Head {
-            status: 200,
-            headers: vec![],
-            chunked: false,
-        }]
-    })
-    .await;
+    let up = Emulator::start(|_| vec![Step::head(200, &[], false)]).await;
     let gw = TestGateway::start(&up.url(), |_| {}).await;
     let mut s = raw(
         gw.addr,
@@ -681,14 +652,11 @@ async fn failure_connect_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failure_redirects_are_passed_back_not_followed() {
     let up = Emulator::start(|_| {
-        vec![Step::Head {
-            status: 302,
-            headers: vec![
-                ("Location".into(), "/elsewhere".into()),
-                ("Content-Length".into(), "0".into()),
-            ],
-            chunked: false,
-        }]
+        vec![Step::head(
+            302,
+            &[("Location", "/elsewhere"), ("Content-Length", "0")],
+            false,
+        )]
     })
     .await;
     let gw = TestGateway::start(&up.url(), |_| {}).await;

@@ -73,6 +73,17 @@ pub enum Step {
     AwaitClose,
 }
 
+impl Step {
+    /// A `Head` from string pairs.
+    pub fn head(status: u16, headers: &[(&str, &str)], chunked: bool) -> Self {
+        Step::Head {
+            status,
+            headers: headers.iter().map(|&(k, v)| (k.to_owned(), v.to_owned())).collect(),
+            chunked,
+        }
+    }
+}
+
 type Handler = Arc<dyn Fn(&Recorded) -> Vec<Step> + Send + Sync>;
 
 /// A legacy backend emulator: answers each connection's request with the handler's script, then closes.
