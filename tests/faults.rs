@@ -140,16 +140,14 @@ async fn upstream_reset_mid_item_closes_blocks_and_ends_with_upstream_error() {
     let gw = start_gateway(&up);
     let bodies = with_control(&gw, &["/tag", "/close-tag"]).await;
 
-    let envs = assert_ends_in_error(&bodies[0], "reset inside a tag");
-    assert_eq!(error_type(envs.last().unwrap()), "upstream_error", "{envs:?}");
+    let envs = assert_ends_in_upstream_error(&bodies[0], "reset inside a tag");
     assert_eq!(text_of(&envs), deltas(3).concat(), "text before the cut");
     assert!(
         !envs.iter().any(|v| kind(v) == "tool_call"),
         "a half-received tool call must not be emitted: {envs:?}"
     );
 
-    let envs = assert_ends_in_error(&bodies[1], "reset inside a closing tag");
-    assert_eq!(error_type(envs.last().unwrap()), "upstream_error", "{envs:?}");
+    let envs = assert_ends_in_upstream_error(&bodies[1], "reset inside a closing tag");
     let thinking: String = envs.iter().filter(|v| kind(v) == "thinking").map(delta).collect();
     assert_eq!(thinking, "pondering", "{envs:?}");
     assert_counted(&gw, 2.0).await;
@@ -179,8 +177,7 @@ async fn upstream_reset_mid_cdata_ends_with_upstream_error() {
     .await;
     let gw = start_gateway(&up);
     let bodies = with_control(&gw, &["/cdata"]).await;
-    let envs = assert_ends_in_error(&bodies[0], "reset inside CDATA");
-    assert_eq!(error_type(envs.last().unwrap()), "upstream_error", "{envs:?}");
+    let envs = assert_ends_in_upstream_error(&bodies[0], "reset inside CDATA");
     assert_eq!(text_of(&envs), deltas(2).concat());
     // Whatever part of the result went out is a prefix of what was sent (the daemon closes the cut result with a
     // final chunk, as it closes open blocks; the error envelope after it says the stream was cut).
@@ -215,8 +212,7 @@ async fn upstream_reset_mid_utf8_character_ends_with_upstream_error() {
     let gw = start_gateway(&up);
     let bodies = with_control(&gw, &["/utf8"]).await;
     // parse_stream (inside) checks the whole output is UTF-8.
-    let envs = assert_ends_in_error(&bodies[0], "reset inside a UTF-8 character");
-    assert_eq!(error_type(envs.last().unwrap()), "upstream_error", "{envs:?}");
+    let envs = assert_ends_in_upstream_error(&bodies[0], "reset inside a UTF-8 character");
     let text = text_of(&envs);
     let sent = deltas(4).concat();
     assert!(
@@ -287,8 +283,7 @@ async fn upstream_stalled_after_headers_gets_keepalives_then_ends_with_error() {
         );
     }
     assert!(c.ended, "the stream did not end after the upstream died");
-    let envs = assert_ends_in_error(&c.body, "stall then reset");
-    assert_eq!(error_type(envs.last().unwrap()), "upstream_error");
+    let envs = assert_ends_in_upstream_error(&c.body, "stall then reset");
     assert_eq!(text_of(&envs), deltas(1).concat());
     assert!(gw.metric("sse_gateway_keepalives_total", &[]).await >= 2.0);
     assert_counted(&gw, 1.0).await;
@@ -427,7 +422,7 @@ async fn upstream_clean_close_without_done_ends_with_error() {
     let mut failed = Vec::new();
     for (body, what) in bodies.iter().zip(["chunked body ended", "close-delimited body ended"]) {
         let r = std::panic::catch_unwind(|| {
-            let envs = assert_ends_in_error(body, what);
+            let envs = assert_ends_in_upstream_error(body, what);
             assert_eq!(text_of(&envs), deltas(3).concat(), "{what}");
         });
         if let Err(e) = r {
@@ -462,8 +457,7 @@ async fn upstream_fin_inside_chunked_body_ends_with_upstream_error() {
     .await;
     let gw = start_gateway(&up);
     let bodies = with_control(&gw, &["/fin"]).await;
-    let envs = assert_ends_in_error(&bodies[0], "FIN inside a chunked body");
-    assert_eq!(error_type(envs.last().unwrap()), "upstream_error", "{envs:?}");
+    let envs = assert_ends_in_upstream_error(&bodies[0], "FIN inside a chunked body");
     assert_eq!(text_of(&envs), deltas(3).concat());
     assert_counted(&gw, 1.0).await;
 }
@@ -516,8 +510,7 @@ async fn upstream_never_ending_text_event_and_cdata_keep_memory_bounded() {
     );
     assert!(growth_mib < 64.0, "gateway RSS grew {growth_mib:.1} MiB");
     for (body, what) in bodies.iter().zip(["endless text event", "endless CDATA"]) {
-        let envs = assert_ends_in_error(body, what);
-        assert_eq!(error_type(envs.last().unwrap()), "upstream_error", "{what}");
+        let envs = assert_ends_in_upstream_error(body, what);
         let out: usize = envs.iter().map(|v| delta(v).len()).sum();
         println!(
             "{what}: {} envelopes, {out} delta bytes, errors {:?}",
@@ -551,8 +544,7 @@ async fn upstream_garbage_chunk_framing_mid_body_ends_with_upstream_error() {
     .await;
     let gw = start_gateway(&up);
     let bodies = with_control(&gw, &["/garbage"]).await;
-    let envs = assert_ends_in_error(&bodies[0], "garbage chunk framing");
-    assert_eq!(error_type(envs.last().unwrap()), "upstream_error", "{envs:?}");
+    let envs = assert_ends_in_upstream_error(&bodies[0], "garbage chunk framing");
     assert_eq!(text_of(&envs), deltas(2).concat());
     assert_counted(&gw, 1.0).await;
     let m = gw.metrics().await;

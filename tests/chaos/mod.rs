@@ -842,6 +842,14 @@ pub fn error_type(v: &Value) -> String {
         .unwrap_or_default()
 }
 
+/// [`assert_ends_in_error`], and that error is the gateway's `upstream_error` (not a parse error of the content).
+pub fn assert_ends_in_upstream_error(bytes: &[u8], what: &str) -> Vec<Value> {
+    let envs = assert_ends_in_error(bytes, what);
+    let last = envs.last().expect("assert_ends_in_error found one");
+    assert_eq!(error_type(last), "upstream_error", "{what}: {envs:?}");
+    envs
+}
+
 /// Checks the shape every faulted stream must have: well-formed, its last envelope an `error` (final) with no
 /// `[DONE]` after it, and no streamed text/thinking block still open when that error arrives. Returns the envelopes.
 pub fn assert_ends_in_error(bytes: &[u8], what: &str) -> Vec<Value> {
