@@ -61,7 +61,7 @@ pub fn write_escaped_fitting(out: &mut Vec<u8>, s: &str, room: usize, guess: usi
         while written - dropped > room {
             // A whole word at a time while the cut is surely before it.
             if let Some(word) = end.checked_sub(8).and_then(|w| bytes.get(w..end)) {
-                let len = word_escaped_len(u64::from_le_bytes(word.try_into().unwrap_or([0; 8])));
+                let len = word_escaped_len(load(word));
                 if written - dropped - len > room {
                     end -= 8;
                     dropped += len;
@@ -93,6 +93,12 @@ pub fn write_escaped_fitting(out: &mut Vec<u8>, s: &str, room: usize, guess: usi
 
 const LO: u64 = 0x0101_0101_0101_0101;
 const HI: u64 = 0x8080_8080_8080_8080;
+
+/// Eight bytes as one little-endian word (`word` is 8 bytes long).
+#[inline]
+fn load(word: &[u8]) -> u64 {
+    u64::from_le_bytes(word.try_into().unwrap_or([0; 8]))
+}
 
 /// The high bit of each byte of `x` that is zero, and no other bit (exact per
 /// byte: the addition never carries from one byte into the next).
@@ -139,9 +145,8 @@ pub fn measure(s: &str, room: usize) -> (usize, usize) {
     let mut used = 0usize;
     let mut i = 0usize;
     // Whole words while the next one fits (its escaped size is exact), then bytes.
-    let mut words = bytes.chunks_exact(8);
-    for word in words.by_ref() {
-        let len = word_escaped_len(u64::from_le_bytes(word.try_into().unwrap_or([0; 8])));
+    for word in bytes.chunks_exact(8) {
+        let len = word_escaped_len(load(word));
         if used + len > room {
             break;
         }

@@ -5,7 +5,7 @@
 use super::escape::incomplete_utf8_tail;
 use crate::envelope::chunker::{fitting_prefix, measure, MAX_CHAR_ESCAPED};
 use crate::envelope::BlockHeader;
-use crate::sse::encoder::{write_envelope, write_envelope_fitting};
+use crate::sse::encoder::{write_chunk_fitting, write_envelope};
 use crate::translate::Observer;
 
 /// Writes one envelope, counting it (and counting it oversize if it is).
@@ -36,7 +36,7 @@ fn envelope_fitting(
     room: usize,
     guess: usize,
 ) -> usize {
-    let (n, taken) = write_envelope_fitting(out, header, false, text, room, guess);
+    let (n, taken) = write_chunk_fitting(out, header, text, room, guess);
     if taken == 0 {
         let one = at_least_one_char(text, 0);
         envelope(out, obs, budget, header, false, &text[..one]);

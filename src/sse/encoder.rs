@@ -16,23 +16,21 @@ pub fn write_envelope(out: &mut Vec<u8>, header: &BlockHeader, is_final: bool, d
     n
 }
 
-/// Writes one envelope carrying the longest prefix of `text` whose escaped
-/// size is at most `room`; returns the JSON object's size and that prefix's
-/// length (0 when not even one character fits: nothing is written then).
-/// `guess` is where to try the cut first (see `chunker::write_escaped_fitting`).
-pub fn write_envelope_fitting(
+/// Writes one `final:false` envelope carrying the longest prefix of `text`
+/// whose escaped size is at most `room` (a chunk that is not a block's last);
+/// returns the JSON object's size and that prefix's length (0 when not even
+/// one character fits: nothing is written then). `guess` is where to try the
+/// cut first (see `chunker::write_escaped_fitting`).
+pub fn write_chunk_fitting(
     out: &mut Vec<u8>,
     header: &BlockHeader,
-    is_final: bool,
     text: &str,
     room: usize,
     guess: usize,
 ) -> (usize, usize) {
     let start = out.len();
     out.extend_from_slice(b"data: ");
-    let (n, taken) = header.write_json_with(out, is_final, |out| {
-        chunker::write_escaped_fitting(out, text, room, guess)
-    });
+    let (n, taken) = header.write_json_with(out, false, |out| chunker::write_escaped_fitting(out, text, room, guess));
     if taken == 0 && !text.is_empty() {
         out.truncate(start);
         return (0, 0);
