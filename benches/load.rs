@@ -41,6 +41,23 @@ pub struct Opts {
     pub idle_streams: Option<usize>,
     pub hold_secs: Option<f64>,
     pub counts: Option<Vec<usize>>,
+    /// `--pin`: (CPUs of this driver and the upstream, CPUs of the proxy under test).
+    pub pin: Option<(String, String)>,
+}
+
+impl Opts {
+    pub fn proxy_cpus(&self) -> Option<&str> {
+        self.pin.as_ref().map(|(_, proxy)| proxy.as_str())
+    }
+}
+
+/// `--pin`'s split: CPU 0 for the load side, the rest for the proxy under test (which is then alone on them).
+fn pin_split() -> Result<(String, String), String> {
+    let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if n < 2 {
+        return Err("--pin needs at least 2 CPUs".into());
+    }
+    Ok(("0".into(), if n == 2 { "1".into() } else { format!("1-{}", n - 1) }))
 }
 
 fn usage() -> &'static str {
@@ -56,6 +73,8 @@ fn usage() -> &'static str {
   --plot PATH        PNG written by `scaling` (default benches/results/scaling.png;
                      target/load/scaling-quick.png with --quick)
   --out FILE         also append the markdown report to FILE
+  --pin              driver and upstream on CPU 0, nginx and the gateway on the other CPUs (taskset), so the
+                     proxy under test has its cores to itself, as beside a real client and upstream
 exit status: 1 when a stream was dropped or a process failed; never because of a latency or throughput figure"
 }
 
@@ -73,6 +92,7 @@ fn parse_args() -> Result<Opts, String> {
         idle_streams: None,
         hold_secs: None,
         counts: None,
+        pin: None,
     };
     let mut plot_set = false;
     while let Some(a) = args.next() {
@@ -102,6 +122,7 @@ fn parse_args() -> Result<Opts, String> {
                 plot_set = true;
             }
             "--out" => o.out = Some(PathBuf::from(val("--out")?)),
+            "--pin" => o.pin = Some(pin_split()?),
             "-h" | "--help" => return Err(String::new()),
             s if !s.starts_with('-') && o.scenario.is_empty() => o.scenario = s.to_owned(),
             s => return Err(format!("unknown argument {s:?}")),
@@ -136,6 +157,12 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some((load, _)) = &opts.pin {
+        if let Err(e) = procs::pin_self(load) {
+            eprintln!("load: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
     let limit = raise_nofile();
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,

@@ -52,6 +52,24 @@ impl Outcome {
     }
 }
 
+/// The `connection` label of `upstream_requests_total`: which upstream connection a request went on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamConnection {
+    /// The shared pool.
+    Pooled,
+    /// A connection of its own, read by the response body (event-stream requests by default).
+    Dedicated,
+}
+
+impl UpstreamConnection {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            UpstreamConnection::Pooled => "pooled",
+            UpstreamConnection::Dedicated => "dedicated",
+        }
+    }
+}
+
 /// The `kind` label of `upstream_errors_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UpstreamErrorKind {
@@ -118,6 +136,7 @@ pub struct Metrics {
     pub upstream_ttfb: Histogram,
     pub downstream_ttfb: Histogram,
     pub translator: TranslatorMetrics,
+    pub upstream_requests: IntCounterVec,
     pub upstream_errors: IntCounterVec,
     pub client_disconnects: IntCounter,
     pub keepalives: IntCounter,
@@ -283,6 +302,19 @@ impl Metrics {
             )?,
             event_translation,
         };
+        let upstream_requests = reg(
+            r,
+            IntCounterVec::new(
+                Opts::new(
+                    name("upstream_requests_total"),
+                    "Requests sent upstream, by the connection they went on.",
+                ),
+                &["connection"],
+            )?,
+        )?;
+        for c in [UpstreamConnection::Pooled, UpstreamConnection::Dedicated] {
+            upstream_requests.with_label_values(&[c.as_str()]);
+        }
         let upstream_errors = reg(
             r,
             IntCounterVec::new(
@@ -306,6 +338,7 @@ impl Metrics {
             upstream_ttfb,
             downstream_ttfb,
             translator,
+            upstream_requests,
             upstream_errors,
             client_disconnects: counter(
                 "client_disconnects_total",
@@ -390,6 +423,7 @@ mod tests {
             "parse_errors_total",
             "unknown_tags_total",
             "scope_conflicts_total",
+            "upstream_requests_total",
             "upstream_errors_total",
             "client_disconnects_total",
             "keepalives_total",

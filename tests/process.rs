@@ -86,6 +86,17 @@ async fn sigterm_drains_an_open_stream_then_exits_0() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_client_memory_stays_bounded_and_backpressure_reaches_the_upstream() {
+    slow_client(b"").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_client_on_a_dedicated_connection_memory_stays_bounded_and_backpressure_reaches_the_upstream() {
+    slow_client(b"Accept: text/event-stream\r\n").await;
+}
+
+/// A client that sends its request (with `extra` header lines) and then reads nothing, while the upstream
+/// floods 100 MB: the gateway's RSS must stay bounded and the upstream must be held back.
+async fn slow_client(extra: &[u8]) {
     const TOTAL: u64 = 100 * 1024 * 1024;
     let up = Emulator::start(|r| {
         if r.target == "/warm" {
@@ -107,11 +118,13 @@ async fn slow_client_memory_stays_bounded_and_backpressure_reaches_the_upstream(
     let _ = send("POST", &format!("http://{}/warm", gw.addr), &[], "{}").await;
     let before = gw.rss_kib();
     // A client that sends its request and then reads nothing.
-    let _client = raw(
-        gw.addr,
-        b"POST /agent/run HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}",
-    )
-    .await;
+    let request = [
+        &b"POST /agent/run HTTP/1.1\r\nHost: x\r\n"[..],
+        extra,
+        b"Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}",
+    ]
+    .concat();
+    let _client = raw(gw.addr, &request).await;
     // Wait until the upstream cannot write any more (backpressure) or has sent everything.
     let deadline = Instant::now() + PATIENCE;
     let mut last = 0;

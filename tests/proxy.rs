@@ -20,8 +20,21 @@ fn sse_script(body: Vec<u8>) -> Vec<Step> {
     vec![sse_head(), Step::Write(body), Step::EndChunks]
 }
 
+/// The `Accept` an SSE client sends (EventSource, httpx-sse): such requests get a dedicated upstream connection.
+const ACCEPT_SSE: (&str, &str) = ("accept", "text/event-stream");
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn end_to_end_translation_matches_the_contract_block_by_block() {
+    corpus_end_to_end(&[], "pooled").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn end_to_end_on_dedicated_connections_matches_the_contract_block_by_block() {
+    corpus_end_to_end(&[ACCEPT_SSE], "dedicated").await;
+}
+
+/// The scenario corpus through the gateway with `headers`; every request must go on `connection`.
+async fn corpus_end_to_end(headers: &[(&str, &str)], connection: &str) {
     let scenarios = corpus();
     let streams: Vec<Vec<u8>> = scenarios.iter().map(|s| s.stream.clone()).collect();
     let up = Emulator::start(move |r| {
@@ -31,13 +44,9 @@ async fn end_to_end_translation_matches_the_contract_block_by_block() {
     .await;
     let gw = TestGateway::start(&up.url(), |_| {}).await;
     for (i, sc) in scenarios.iter().enumerate() {
-        let (parts, body) = send(
-            "POST",
-            &gw.url(&format!("/run/{i}")),
-            &[("x-agent-id", "fallback")],
-            "{}",
-        )
-        .await;
+        let mut h = vec![("x-agent-id", "fallback")];
+        h.extend_from_slice(headers);
+        let (parts, body) = send("POST", &gw.url(&format!("/run/{i}")), &h, "{}").await;
         assert_eq!(parts.status, 200, "{}", sc.name);
         assert_eq!(parts.headers["content-type"], "text/event-stream", "{}", sc.name);
         // Whatever the split the emulator chose, the bytes equal translating the whole stream at once.
@@ -71,6 +80,48 @@ async fn end_to_end_translation_matches_the_contract_block_by_block() {
             &["mode=\"translate\"", "outcome=\"completed\""]
         ),
         scenarios.len() as f64
+    );
+    let on = |c: &str| {
+        metric(
+            &m,
+            "sse_gateway_upstream_requests_total",
+            &[&format!("connection=\"{c}\"")],
+        )
+    };
+    assert_eq!(
+        on(connection),
+        scenarios.len() as f64,
+        "requests on {connection} connections"
+    );
+    let other = if connection == "pooled" { "dedicated" } else { "pooled" };
+    assert_eq!(on(other), 0.0, "requests on {other} connections");
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn event_stream_requests_stay_in_the_pool_when_configured() {
+    let stream = b"data: <content-block-text>\n\ndata: hi\n\ndata: </content-block-text>\n\ndata: [DONE]\n\n".to_vec();
+    let up = Emulator::start(move |_| sse_script(stream.clone())).await;
+    let gw = TestGateway::start(&up.url(), |s| {
+        s.upstream.stream_connections = sse_gateway::config::StreamConnections::Pooled;
+    })
+    .await;
+    let (parts, body) = send("POST", &gw.url("/agent/run"), &[ACCEPT_SSE], "{}").await;
+    assert_eq!(parts.status, 200);
+    let text: String = envelopes(&body)
+        .iter()
+        .filter(|e| e["type"] == "text")
+        .filter_map(|e| e["delta"].as_str())
+        .collect();
+    assert_eq!(text, "hi");
+    let m = gw.metrics().await;
+    assert_eq!(
+        metric(&m, "sse_gateway_upstream_requests_total", &["connection=\"pooled\""]),
+        1.0
+    );
+    assert_eq!(
+        metric(&m, "sse_gateway_upstream_requests_total", &["connection=\"dedicated\""]),
+        0.0
     );
     gw.stop().await;
 }
@@ -322,19 +373,35 @@ async fn headers_minus_hop_by_hop_are_preserved_both_ways() {
 async fn never_forwards_to_a_host_named_in_the_request() {
     let up = Emulator::start(|_| vec![Step::head(200, &[], false)]).await;
     let gw = TestGateway::start(&up.url(), |_| {}).await;
-    let mut s = raw(
-        gw.addr,
-        b"GET http://evil.invalid/steal HTTP/1.1\r\nHost: evil.invalid\r\n\r\n",
-    )
-    .await;
-    let resp = read_to_eof(&mut s).await.expect("response");
-    assert!(resp.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&resp));
-    assert_eq!(up.recorded()[0].target, "/steal");
+    // Pooled, then dedicated: either way the upstream gets the origin form and its own Host.
+    let requests: [&[u8]; 2] = [
+        b"GET http://evil.invalid/steal HTTP/1.1\r\nHost: evil.invalid\r\nConnection: close\r\n\r\n",
+        b"GET http://evil.invalid/steal?x=1 HTTP/1.1\r\nHost: evil.invalid\r\nAccept: text/event-stream\r\n\
+         Connection: close\r\n\r\n",
+    ];
+    for (i, request) in requests.into_iter().enumerate() {
+        let mut s = raw(gw.addr, request).await;
+        let resp = read_to_eof(&mut s).await.expect("response");
+        assert!(resp.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&resp));
+        let rec = &up.recorded()[i];
+        assert_eq!(rec.target, ["/steal", "/steal?x=1"][i]);
+        assert_eq!(rec.header("host"), Some(up.addr.to_string().as_str()));
+    }
     gw.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_bodies_stream_through_unchanged() {
+    upload_through(&[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_bodies_stream_through_unchanged_on_dedicated_connections() {
+    upload_through(&[ACCEPT_SSE]).await;
+}
+
+/// A 20 MB multipart upload with `headers` arrives unchanged.
+async fn upload_through(headers: &[(&str, &str)]) {
     let up = Emulator::start(|r| {
         vec![
             Step::head(200, &[("Content-Type", "text/plain")], false),
@@ -345,13 +412,9 @@ async fn request_bodies_stream_through_unchanged() {
     let gw = TestGateway::start(&up.url(), |_| {}).await;
     let mut rng = fastrand::Rng::with_seed(3);
     let body: Vec<u8> = (0..20 * 1024 * 1024).map(|_| rng.u8(..)).collect();
-    let (parts, resp) = send(
-        "POST",
-        &gw.url("/upload"),
-        &[("content-type", "multipart/form-data; boundary=x")],
-        body.clone(),
-    )
-    .await;
+    let mut h = vec![("content-type", "multipart/form-data; boundary=x")];
+    h.extend_from_slice(headers);
+    let (parts, resp) = send("POST", &gw.url("/upload"), &h, body.clone()).await;
     assert_eq!(parts.status, 200);
     assert_eq!(resp, body.len().to_string().as_bytes());
     assert!(up.recorded()[0].body == body, "upload altered");
@@ -406,15 +469,18 @@ async fn failure_unreachable_upstream_is_502_json() {
         l.local_addr().unwrap().port()
     };
     let gw = TestGateway::start(&format!("http://127.0.0.1:{port}"), |_| {}).await;
-    let (parts, body) = send("POST", &gw.url("/agent/run"), &[], "{}").await;
-    assert_eq!(parts.status, 502);
-    assert_eq!(parts.headers["content-type"], "application/json");
-    let v: serde_json::Value = serde_json::from_slice(&body).expect("JSON body");
-    assert_eq!(v["error"], "upstream_unreachable");
+    // Pooled, then dedicated.
+    for headers in [&[][..], &[ACCEPT_SSE][..]] {
+        let (parts, body) = send("POST", &gw.url("/agent/run"), headers, "{}").await;
+        assert_eq!(parts.status, 502, "{headers:?}");
+        assert_eq!(parts.headers["content-type"], "application/json");
+        let v: serde_json::Value = serde_json::from_slice(&body).expect("JSON body");
+        assert_eq!(v["error"], "upstream_unreachable", "{headers:?}");
+    }
     let m = gw.metrics().await;
     assert_eq!(
         metric(&m, "sse_gateway_upstream_errors_total", &["kind=\"connect\""]),
-        1.0
+        2.0
     );
     gw.stop().await;
 }
@@ -423,14 +489,17 @@ async fn failure_unreachable_upstream_is_502_json() {
 async fn failure_slow_upstream_head_is_504_json() {
     let up = Emulator::start(|_| vec![Step::Hang]).await;
     let gw = TestGateway::start(&up.url(), |s| s.upstream.response_timeout_secs = 0.3).await;
-    let (parts, body) = send("POST", &gw.url("/agent/run"), &[], "{}").await;
-    assert_eq!(parts.status, 504);
-    let v: serde_json::Value = serde_json::from_slice(&body).expect("JSON body");
-    assert_eq!(v["error"], "upstream_timeout");
+    // Pooled, then dedicated.
+    for headers in [&[][..], &[ACCEPT_SSE][..]] {
+        let (parts, body) = send("POST", &gw.url("/agent/run"), headers, "{}").await;
+        assert_eq!(parts.status, 504, "{headers:?}");
+        let v: serde_json::Value = serde_json::from_slice(&body).expect("JSON body");
+        assert_eq!(v["error"], "upstream_timeout", "{headers:?}");
+    }
     let m = gw.metrics().await;
     assert_eq!(
         metric(&m, "sse_gateway_upstream_errors_total", &["kind=\"timeout\""]),
-        1.0
+        2.0
     );
     gw.stop().await;
 }

@@ -277,6 +277,8 @@ async fn one_stream(
     if target.legacy_header {
         req = req.header("x-stream-format", "legacy");
     }
+    // As EventSource and the SSE client libraries do (the gateway gives such requests a dedicated connection).
+    req = req.header("accept", "text/event-stream");
     let req = match req.body(Empty::<Bytes>::new()) {
         Ok(r) => r,
         Err(e) => return end(Err(format!("request: {e}"))),

@@ -151,12 +151,36 @@ http {{
     )
 }
 
-pub fn spawn_nginx(nginx: &str, dir: &Path, upstream: u16) -> Result<(Proc, u16, u16), String> {
+/// `bin` run on the given CPUs (`taskset -c`), or as is.
+fn command(bin: impl AsRef<std::ffi::OsStr>, cpus: Option<&str>) -> Command {
+    match cpus {
+        Some(cpus) => {
+            let mut c = Command::new("taskset");
+            c.arg("-c").arg(cpus).arg(bin);
+            c
+        }
+        None => Command::new(bin),
+    }
+}
+
+/// Pins this process (before its runtime starts, so every thread and child inherits it) to `cpus`.
+pub fn pin_self(cpus: &str) -> Result<(), String> {
+    let st = Command::new("taskset")
+        .args(["-a", "-p", "-c", cpus, &std::process::id().to_string()])
+        .stdout(Stdio::null())
+        .status()
+        .map_err(|e| format!("taskset: {e} (apt-get install -y util-linux)"))?;
+    st.success()
+        .then_some(())
+        .ok_or_else(|| format!("taskset -c {cpus} failed"))
+}
+
+pub fn spawn_nginx(nginx: &str, dir: &Path, upstream: u16, cpus: Option<&str>) -> Result<(Proc, u16, u16), String> {
     fs::create_dir_all(dir).map_err(|e| e.to_string())?;
     let (h1, h2) = (free_port()?, free_port()?);
     let conf = dir.join("nginx.conf");
     fs::write(&conf, nginx_config(dir, upstream, h1, h2)).map_err(|e| e.to_string())?;
-    let child = Command::new(nginx)
+    let child = command(nginx, cpus)
         .arg("-p")
         .arg(dir)
         .arg("-c")
@@ -177,7 +201,7 @@ pub fn spawn_nginx(nginx: &str, dir: &Path, upstream: u16) -> Result<(Proc, u16,
 }
 
 /// The gateway's release binary in front of the upstream; returns (proc, public port, admin port).
-pub fn spawn_gateway(bin: &Path, dir: &Path, upstream: u16) -> Result<(Proc, u16, u16), String> {
+pub fn spawn_gateway(bin: &Path, dir: &Path, upstream: u16, cpus: Option<&str>) -> Result<(Proc, u16, u16), String> {
     fs::create_dir_all(dir).map_err(|e| e.to_string())?;
     let (port, admin) = (free_port()?, free_port()?);
     let log = fs::File::create(dir.join("gateway.log")).map_err(|e| e.to_string())?;
@@ -186,7 +210,7 @@ pub fn spawn_gateway(bin: &Path, dir: &Path, upstream: u16) -> Result<(Proc, u16
         .canonicalize()
         .map_err(|e| format!("{}: {e} (cargo build --release)", bin.display()))?;
     let bin = bin.as_path();
-    let child = Command::new(bin)
+    let child = command(bin, cpus)
         .arg("--upstream")
         .arg(format!("http://127.0.0.1:{upstream}"))
         .arg("--listen")

@@ -27,8 +27,8 @@ const NAMES: [&str; 4] = ["direct", "nginx", "gateway", "gateway-pass"];
 impl Env {
     fn start(opts: &Opts) -> Result<Self, String> {
         let (upstream, up) = procs::spawn_upstream()?;
-        let nginx = procs::spawn_nginx(&opts.nginx, &procs::scratch("nginx"), up[1])?;
-        let gateway = procs::spawn_gateway(&opts.gateway, &procs::scratch("gateway"), up[2])?;
+        let nginx = procs::spawn_nginx(&opts.nginx, &procs::scratch("nginx"), up[1], opts.proxy_cpus())?;
+        let gateway = procs::spawn_gateway(&opts.gateway, &procs::scratch("gateway"), up[2], opts.proxy_cpus())?;
         Ok(Self {
             upstream_pid: upstream.pid(),
             _upstream: upstream,
@@ -42,14 +42,14 @@ impl Env {
     /// A fresh gateway (memory scenarios measure growth from a clean start).
     fn restart_gateway(&mut self, opts: &Opts, tag: &str) -> Result<(), String> {
         let dir = procs::scratch(&format!("gateway-{tag}"));
-        self.gateway = procs::spawn_gateway(&opts.gateway, &dir, self.up[2])?;
+        self.gateway = procs::spawn_gateway(&opts.gateway, &dir, self.up[2], opts.proxy_cpus())?;
         Ok(())
     }
 
     /// A fresh nginx (its idle row measures growth from a clean worker).
     fn restart_nginx(&mut self, opts: &Opts) -> Result<(), String> {
         let dir = procs::scratch("nginx-idle");
-        self.nginx = procs::spawn_nginx(&opts.nginx, &dir, self.up[1])?;
+        self.nginx = procs::spawn_nginx(&opts.nginx, &dir, self.up[1], opts.proxy_cpus())?;
         Ok(())
     }
 
@@ -230,12 +230,19 @@ pub async fn run(opts: &Opts, nofile: u64) -> Result<bool, String> {
     rep.line(format!(
         "Processes: driver/client pid {} (current-thread tokio), upstream pid {} (current-thread tokio, own process), \
          nginx master pid {} (worker_processes 1), gateway pid {} (release, multi-thread runtime). \
-         Open-files limit {nofile}. All on 127.0.0.1, sharing {} cores.\n",
+         Open-files limit {nofile}. All on 127.0.0.1, {}.\n",
         std::process::id(),
         env.upstream_pid,
         env.nginx.0.pid(),
         env.gateway.0.pid(),
-        std::thread::available_parallelism().map_or(0, |n| n.get())
+        match &opts.pin {
+            Some((load, proxy)) =>
+                format!("pinned: driver and upstream on CPU {load}, nginx and gateway on CPU {proxy}"),
+            None => format!(
+                "sharing {} cores",
+                std::thread::available_parallelism().map_or(0, |n| n.get())
+            ),
+        }
     ));
     let all = opts.scenario == "all";
     let mut ran = false;

@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::Full;
-use hyper::body::Incoming;
 use tokio::time::Sleep;
 
+use super::dedicated::UpstreamIncoming;
 use super::observe::StreamObserver;
 use crate::sse::encoder::KEEPALIVE;
 use crate::telemetry::{Metrics, Mode, Outcome, UpstreamErrorKind};
@@ -99,7 +99,7 @@ enum State {
 /// The adapter over one upstream response body.
 pub struct GatewayBody {
     /// Dropped as soon as the stream ends, so the upstream connection is released (or closed) at once.
-    inner: Option<Incoming>,
+    inner: Option<UpstreamIncoming>,
     /// Present in translate and shadow modes.
     translator: Option<Box<Translator<StreamObserver>>>,
     info: StreamInfo,
@@ -120,7 +120,7 @@ impl GatewayBody {
     /// Wraps `inner`. `translator` must be given in translate and shadow modes; `keepalive` applies to
     /// translate mode only (shadow and pass-through streams stay byte-identical).
     pub fn new(
-        inner: Incoming,
+        inner: UpstreamIncoming,
         translator: Option<Translator<StreamObserver>>,
         info: StreamInfo,
         metrics: Arc<Metrics>,

@@ -1,4 +1,5 @@
-//! The pooled client to the one configured upstream, and the rewrite of a client request into an upstream one.
+//! The client to the one configured upstream (a pool, and dedicated connections for event streams), and the
+//! rewrite of a client request into an upstream one.
 
 use std::time::Duration;
 
@@ -7,29 +8,33 @@ use http::header::{self, HeaderValue};
 use http::uri::PathAndQuery;
 use http::{Request, Response, Uri, Version};
 use http_body_util::combinators::BoxBody;
-use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use thiserror::Error;
+use tower_service::Service;
 
-use crate::config::{duration, Settings, UpstreamTarget};
+use super::dedicated::{self, UpstreamIncoming};
+use crate::config::{duration, Settings, StreamConnections, UpstreamTarget};
+use crate::telemetry::UpstreamConnection;
 
 /// Body of an upstream request: the client's body streamed as is, or a small body already read.
 pub type UpstreamBody = BoxBody<Bytes, hyper::Error>;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Why no upstream response head arrived.
 #[derive(Debug, Error)]
 pub enum ForwardError {
     /// TCP connect failed or timed out (answered 502).
     #[error("upstream unreachable: {0}")]
-    Connect(#[source] hyper_util::client::legacy::Error),
+    Connect(#[source] BoxError),
     /// No response head within the response timeout (answered 504).
     #[error("upstream sent no response head within {0:?}")]
     Timeout(Duration),
     /// The connection failed after it was made, before a head arrived (answered 502).
     #[error("upstream failed: {0}")]
-    Protocol(#[source] hyper_util::client::legacy::Error),
+    Protocol(#[source] BoxError),
     /// The request URI could not be rebuilt for the upstream (answered 400).
     #[error("bad request target")]
     BadTarget,
@@ -38,6 +43,10 @@ pub enum ForwardError {
 /// The upstream: where every request goes, never a host taken from the request.
 pub struct Upstream {
     client: Client<HttpConnector, UpstreamBody>,
+    /// Makes the dedicated connections (the pool has its own copy).
+    connector: HttpConnector,
+    /// Whether requests that accept `text/event-stream` get a dedicated connection.
+    dedicated_streams: bool,
     target: UpstreamTarget,
     host: HeaderValue,
     response_timeout: Duration,
@@ -57,9 +66,11 @@ impl Upstream {
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(duration(settings.upstream.pool_idle_timeout_secs))
             .pool_max_idle_per_host(settings.upstream.pool_max_idle)
-            .build(connector);
+            .build(connector.clone());
         Ok(Self {
             client,
+            connector,
+            dedicated_streams: settings.upstream.stream_connections == StreamConnections::Dedicated,
             target,
             host,
             response_timeout: duration(settings.upstream.response_timeout_secs),
@@ -82,18 +93,58 @@ impl Upstream {
             .map_err(|_| ForwardError::BadTarget)
     }
 
-    /// Points a prepared request at the upstream and sends it; resolves with the response head.
-    pub async fn send(&self, mut req: Request<UpstreamBody>) -> Result<Response<Incoming>, ForwardError> {
+    /// The connection for a request. One that accepts `text/event-stream` likely gets a long stream of small
+    /// chunks, which is better read on a dedicated connection (unless configured otherwise).
+    pub fn connection_for(&self, accepts_event_stream: bool) -> UpstreamConnection {
+        if accepts_event_stream && self.dedicated_streams {
+            UpstreamConnection::Dedicated
+        } else {
+            UpstreamConnection::Pooled
+        }
+    }
+
+    /// Points a prepared request at the upstream and sends it on `connection`; resolves with the response head.
+    pub async fn send(
+        &self,
+        mut req: Request<UpstreamBody>,
+        connection: UpstreamConnection,
+    ) -> Result<Response<UpstreamIncoming>, ForwardError> {
         *req.uri_mut() = self.uri_for(req.uri().path_and_query())?;
         // The upstream is spoken to in HTTP/1.1 whatever the client used.
         *req.version_mut() = Version::HTTP_11;
         req.headers_mut().insert(header::HOST, self.host.clone());
-        match tokio::time::timeout(self.response_timeout, self.client.request(req)).await {
+        let exchange = async {
+            match connection {
+                UpstreamConnection::Dedicated => self.send_dedicated(req).await,
+                UpstreamConnection::Pooled => match self.client.request(req).await {
+                    Ok(resp) => Ok(resp.map(UpstreamIncoming::pooled)),
+                    Err(e) if e.is_connect() => Err(ForwardError::Connect(e.into())),
+                    Err(e) => Err(ForwardError::Protocol(e.into())),
+                },
+            }
+        };
+        match tokio::time::timeout(self.response_timeout, exchange).await {
             Err(_) => Err(ForwardError::Timeout(self.response_timeout)),
-            Ok(Err(e)) if e.is_connect() => Err(ForwardError::Connect(e)),
-            Ok(Err(e)) => Err(ForwardError::Protocol(e)),
-            Ok(Ok(resp)) => Ok(resp),
+            Ok(r) => r,
         }
+    }
+
+    async fn send_dedicated(&self, mut req: Request<UpstreamBody>) -> Result<Response<UpstreamIncoming>, ForwardError> {
+        let io = self
+            .connector
+            .clone()
+            .call(req.uri().clone())
+            .await
+            .map_err(|e| ForwardError::Connect(e.into()))?;
+        // hyper's connection writes the URI as given; an origin server expects the origin form (the pooled
+        // client does this itself).
+        *req.uri_mut() = req
+            .uri()
+            .path_and_query()
+            .map_or_else(|| Uri::from_static("/"), |pq| pq.clone().into());
+        dedicated::send(io, req)
+            .await
+            .map_err(|e| ForwardError::Protocol(e.into()))
     }
 }
 

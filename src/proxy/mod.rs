@@ -1,6 +1,7 @@
 //! The reverse proxy: one request in, forwarded to the upstream, its response passed on or translated.
 
 pub mod body;
+pub mod dedicated;
 pub mod forward;
 pub mod headers;
 pub mod negotiate;
@@ -151,8 +152,15 @@ async fn proxy(
         h.insert(X_REQUEST_ID, v);
     }
 
+    let connection = shared
+        .upstream
+        .connection_for(negotiate::accepts_event_stream(&parts.headers));
+    metrics
+        .upstream_requests
+        .with_label_values(&[connection.as_str()])
+        .inc();
     let sent = Instant::now();
-    let upstream_resp = match shared.upstream.send(Request::from_parts(parts, body)).await {
+    let upstream_resp = match shared.upstream.send(Request::from_parts(parts, body), connection).await {
         Ok(r) => r,
         Err(e) => return forward_failed(metrics, e),
     };

@@ -71,6 +71,26 @@ pub fn is_event_stream(headers: &HeaderMap) -> bool {
         .is_some_and(|t| t.trim().eq_ignore_ascii_case("text/event-stream"))
 }
 
+/// Whether the request's `Accept` lists `text/event-stream` (not with `q=0`): EventSource and the SSE client
+/// libraries send it, so the response is most likely a long event stream.
+pub fn accepts_event_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|range| {
+            let mut parts = range.split(';');
+            let media = parts.next().unwrap_or("").trim();
+            let refused = parts.any(|p| {
+                p.split_once('=').is_some_and(|(k, v)| {
+                    k.trim().eq_ignore_ascii_case("q") && v.trim().parse::<f32>().is_ok_and(|q| q == 0.0)
+                })
+            });
+            media.eq_ignore_ascii_case("text/event-stream") && !refused
+        })
+}
+
 /// The body mode for a response: translated event streams for JSON requests (or shadowed), else pass-through.
 pub fn body_mode(wants: StreamFormat, shadow: bool, translatable: bool) -> Mode {
     match (translatable, wants, shadow) {
@@ -87,6 +107,31 @@ mod tests {
 
     fn uri(s: &str) -> Uri {
         s.parse().unwrap()
+    }
+
+    fn accept(values: &[&str]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for v in values {
+            h.append(header::ACCEPT, HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn an_event_stream_is_expected_when_accept_lists_it() {
+        assert!(accepts_event_stream(&accept(&["text/event-stream"])));
+        assert!(accepts_event_stream(&accept(&[
+            "application/json, Text/Event-Stream;q=0.5"
+        ])));
+        assert!(accepts_event_stream(&accept(&[
+            "application/json",
+            "text/event-stream"
+        ])));
+        assert!(!accepts_event_stream(&accept(&[])));
+        assert!(!accepts_event_stream(&accept(&["*/*"])));
+        assert!(!accepts_event_stream(&accept(&["application/json"])));
+        assert!(!accepts_event_stream(&accept(&["text/event-stream; q=0"])));
+        assert!(!accepts_event_stream(&accept(&["text/event-streams"])));
     }
 
     #[test]

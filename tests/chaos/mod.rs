@@ -523,11 +523,12 @@ pub struct Client {
     pub body: Vec<u8>,
 }
 
-/// A request for `path` as a translating client sends it.
+/// A request for `path` as a translating client sends it (with `Accept: text/event-stream`, like EventSource and
+/// the SSE client libraries, so the gateway reads the stream on a dedicated upstream connection by default).
 pub fn request(path: &str) -> Vec<u8> {
     format!(
-        "POST {path} HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\nX-Agent-Id: fallback\r\n\
-         X-Stream-Format: json\r\nContent-Length: 2\r\n\r\n{{}}"
+        "POST {path} HTTP/1.1\r\nHost: gateway\r\nAccept: text/event-stream\r\nContent-Type: application/json\r\n\
+         X-Agent-Id: fallback\r\nX-Stream-Format: json\r\nContent-Length: 2\r\n\r\n{{}}"
     )
     .into_bytes()
 }
