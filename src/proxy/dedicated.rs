@@ -8,7 +8,9 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, Wake, Waker};
 
 use bytes::Bytes;
 use http::{Request, Response};
@@ -35,7 +37,7 @@ pub async fn send(io: TokioIo<TcpStream>, req: Request<UpstreamBody>) -> hyper::
     .await?;
     // No second request goes on this connection: without a sender it closes when this response ends.
     drop(sender);
-    Ok(head.map(|body| UpstreamIncoming { body, conn }))
+    Ok(head.map(|body| UpstreamIncoming::dedicated(body, conn)))
 }
 
 /// Polls the connection; once it is done it is dropped (how it ended reaches the response or its body).
@@ -47,17 +49,92 @@ fn poll_conn(conn: &mut Option<Conn>, cx: &mut Context<'_>) {
     }
 }
 
+/// Passes wake-ups on to the task, except those that come while the task itself is polling the connection and
+/// its body. The two hand each chunk over through a channel, and each hand-over wakes the other side, which here
+/// is the running task: woken while running, it would be polled once more for nothing, and tokio queues such a
+/// task for the other worker thread to steal.
+struct Gate {
+    state: AtomicU8,
+    task: Mutex<Option<Waker>>,
+}
+
+const IDLE: u8 = 0;
+const POLLING: u8 = 1;
+/// Woken while polling: the poll goes round once more before it may return `Pending`.
+const WOKEN: u8 = 2;
+
+impl Wake for Gate {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        match self
+            .state
+            .compare_exchange(POLLING, WOKEN, Ordering::AcqRel, Ordering::Acquire)
+        {
+            // The poller sees it when it leaves (its swap comes after this).
+            Ok(_) | Err(WOKEN) => {}
+            Err(_) => {
+                let task = self.task.lock().unwrap_or_else(PoisonError::into_inner);
+                if let Some(w) = task.as_ref() {
+                    w.wake_by_ref();
+                }
+            }
+        }
+    }
+}
+
+/// A dedicated connection and the waker its polls use.
+struct Driven {
+    conn: Option<Conn>,
+    gate: Arc<Gate>,
+    waker: Waker,
+}
+
+/// Rounds of one poll that a wake-up during the poll may cause; past them the wake-up goes to the task (tokio's
+/// cooperative budget, once spent, wakes the task at every poll until it yields).
+const MAX_ROUNDS: usize = 3;
+
 /// An upstream response body: from the pool, or driving its dedicated connection.
 pub struct UpstreamIncoming {
     body: Incoming,
-    /// The dedicated connection, until it is done; `None` for a pooled response.
-    conn: Option<Conn>,
+    /// `None` for a pooled response.
+    driven: Option<Driven>,
 }
 
 impl UpstreamIncoming {
     pub fn pooled(body: Incoming) -> Self {
-        Self { body, conn: None }
+        Self { body, driven: None }
     }
+
+    fn dedicated(body: Incoming, conn: Option<Conn>) -> Self {
+        let gate = Arc::new(Gate {
+            state: AtomicU8::new(IDLE),
+            task: Mutex::new(None),
+        });
+        let waker = Waker::from(Arc::clone(&gate));
+        Self {
+            body,
+            driven: Some(Driven { conn, gate, waker }),
+        }
+    }
+}
+
+/// One round: the body, else the connection (which reads the socket and queues the next chunk) and the body again.
+fn poll_round(
+    body: &mut Incoming,
+    conn: &mut Option<Conn>,
+    cx: &mut Context<'_>,
+) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    if let Poll::Ready(frame) = Pin::new(&mut *body).poll_frame(cx) {
+        return Poll::Ready(frame);
+    }
+    if conn.is_none() {
+        return Poll::Pending;
+    }
+    poll_conn(conn, cx);
+    Pin::new(body).poll_frame(cx)
 }
 
 impl Body for UpstreamIncoming {
@@ -66,15 +143,27 @@ impl Body for UpstreamIncoming {
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let this = self.get_mut();
-        if let Poll::Ready(frame) = Pin::new(&mut this.body).poll_frame(cx) {
-            return Poll::Ready(frame);
+        let Some(d) = this.driven.as_mut() else {
+            return Pin::new(&mut this.body).poll_frame(cx);
+        };
+        {
+            let mut task = d.gate.task.lock().unwrap_or_else(PoisonError::into_inner);
+            if !task.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                *task = Some(cx.waker().clone());
+            }
         }
-        if this.conn.is_none() {
-            return Poll::Pending;
+        let mut gated = Context::from_waker(&d.waker);
+        for _ in 0..MAX_ROUNDS {
+            d.gate.state.store(POLLING, Ordering::Release);
+            let polled = poll_round(&mut this.body, &mut d.conn, &mut gated);
+            let woken = d.gate.state.swap(IDLE, Ordering::AcqRel) == WOKEN;
+            // A frame: the caller polls again for the next one, which also serves whatever woke us.
+            if polled.is_ready() || !woken {
+                return polled;
+            }
         }
-        // The connection reads the socket and queues the next chunk into the body: take it in this poll.
-        poll_conn(&mut this.conn, cx);
-        Pin::new(&mut this.body).poll_frame(cx)
+        cx.waker().wake_by_ref();
+        Poll::Pending
     }
 
     fn is_end_stream(&self) -> bool {
@@ -83,5 +172,42 @@ impl Body for UpstreamIncoming {
 
     fn size_hint(&self) -> SizeHint {
         self.body.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn the_gate_holds_back_wakes_during_a_poll_and_passes_the_others() {
+        let task = Arc::new(Count(AtomicUsize::new(0)));
+        let gate = Arc::new(Gate {
+            state: AtomicU8::new(IDLE),
+            task: Mutex::new(Some(Waker::from(Arc::clone(&task)))),
+        });
+        let waker = Waker::from(Arc::clone(&gate));
+        waker.wake_by_ref();
+        assert_eq!(task.0.load(Ordering::Relaxed), 1, "idle: passed on");
+        gate.state.store(POLLING, Ordering::Release);
+        waker.wake_by_ref();
+        waker.wake_by_ref();
+        assert_eq!(task.0.load(Ordering::Relaxed), 1, "polling: held back");
+        assert_eq!(
+            gate.state.swap(IDLE, Ordering::AcqRel),
+            WOKEN,
+            "the poller learns it was woken"
+        );
+        waker.wake_by_ref();
+        assert_eq!(task.0.load(Ordering::Relaxed), 2, "idle again: passed on");
     }
 }
