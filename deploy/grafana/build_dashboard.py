@@ -515,7 +515,7 @@ def build() -> dict:
     )
 
     # ------------------------------------------------------------------ traffic
-    L.row("Traffic", "Bytes through the gateway, per mode and direction.")
+    L.row("Traffic", "Bytes through the gateway, per mode and direction, and the upstream connections used.")
     L.add(
         timeseries(
             "Bytes in and out",
@@ -527,7 +527,7 @@ def build() -> dict:
             ),
             unit="Bps",
         ),
-        16,
+        12,
         8,
     )
     L.add(
@@ -543,7 +543,24 @@ def build() -> dict:
             ),
             unit="none",
         ),
+        6,
         8,
+    )
+    L.add(
+        timeseries(
+            "Upstream requests by connection",
+            "Requests sent to the backend: on a dedicated connection (requests that accept "
+            "text/event-stream, read by the response itself; upstream.stream_connections) or from the pool.",
+            targets(
+                (
+                    f"sum by (connection) (rate(sse_gateway_upstream_requests_total{sel()}[{RATE}]))",
+                    "{{connection}}",
+                )
+            ),
+            unit="reqps",
+            stack=True,
+        ),
+        6,
         8,
     )
 
