@@ -85,8 +85,8 @@ pub struct Upstream {
     pub pool_idle_timeout_secs: f64,
     /// Idle pooled connections kept (default 64).
     pub pool_max_idle: usize,
-    /// Connections of requests that accept `text/event-stream` (default "dedicated").
-    pub stream_connections: StreamConnections,
+    /// Connection of requests that accept `text/event-stream` (default "dedicated"); others are pooled.
+    pub stream_connections: UpstreamConnection,
     /// Seconds an event stream may go without a byte from the upstream before it is ended with an
     /// `upstream_error` envelope; 0 disables (default 0: agents may run long silent tools, and keepalive
     /// comments keep the client's connection open meanwhile).
@@ -101,22 +101,30 @@ impl Default for Upstream {
             response_timeout_secs: 60.0,
             pool_idle_timeout_secs: 90.0,
             pool_max_idle: 64,
-            stream_connections: StreamConnections::Dedicated,
+            stream_connections: UpstreamConnection::Dedicated,
             idle_timeout_secs: 0.0,
         }
     }
 }
 
-/// Which upstream connection a request that accepts `text/event-stream` goes on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+/// Which upstream connection a request goes on (also the `connection` label of `upstream_requests_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum StreamConnections {
+pub enum UpstreamConnection {
+    /// The shared pool.
+    Pooled,
     /// A connection of its own, read by the response body itself: no task hand-off per upstream chunk, so
     /// the chunks already read go to the client together. Closed when the response ends.
-    #[default]
     Dedicated,
-    /// The shared pool, like every other request.
-    Pooled,
+}
+
+impl UpstreamConnection {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            UpstreamConnection::Pooled => "pooled",
+            UpstreamConnection::Dedicated => "dedicated",
+        }
+    }
 }
 
 /// The wire format a request gets when it does not say.

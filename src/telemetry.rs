@@ -7,7 +7,7 @@ use prometheus::{
     Opts, Registry,
 };
 
-use crate::config::{Log, LogFormat};
+use crate::config::{Log, LogFormat, UpstreamConnection};
 use crate::envelope::EnvelopeKind;
 use crate::translate::ParseErrorKind;
 
@@ -48,24 +48,6 @@ impl Outcome {
             Outcome::Completed => "completed",
             Outcome::UpstreamError => "upstream_error",
             Outcome::ClientGone => "client_gone",
-        }
-    }
-}
-
-/// The `connection` label of `upstream_requests_total`: which upstream connection a request went on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum UpstreamConnection {
-    /// The shared pool.
-    Pooled,
-    /// A connection of its own, read by the response body (event-stream requests by default).
-    Dedicated,
-}
-
-impl UpstreamConnection {
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            UpstreamConnection::Pooled => "pooled",
-            UpstreamConnection::Dedicated => "dedicated",
         }
     }
 }
@@ -358,6 +340,10 @@ impl Metrics {
 
     pub fn mode(&self, m: Mode) -> &ModeMetrics {
         &self.modes[m as usize]
+    }
+
+    pub fn upstream_request(&self, c: UpstreamConnection) {
+        self.upstream_requests.with_label_values(&[c.as_str()]).inc();
     }
 
     pub fn upstream_error(&self, k: UpstreamErrorKind) {

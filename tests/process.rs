@@ -86,17 +86,18 @@ async fn sigterm_drains_an_open_stream_then_exits_0() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_client_memory_stays_bounded_and_backpressure_reaches_the_upstream() {
-    slow_client(b"").await;
+    slow_client(b"", (2, 0)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_client_on_a_dedicated_connection_memory_stays_bounded_and_backpressure_reaches_the_upstream() {
-    slow_client(b"Accept: text/event-stream\r\n").await;
+    slow_client(b"Accept: text/event-stream\r\n", (1, 1)).await;
 }
 
 /// A client that sends its request (with `extra` header lines) and then reads nothing, while the upstream
-/// floods 100 MB: the gateway's RSS must stay bounded and the upstream must be held back.
-async fn slow_client(extra: &[u8]) {
+/// floods 100 MB: the gateway's RSS must stay bounded and the upstream must be held back. With the warm-up
+/// request, `(pooled, dedicated)` requests went upstream.
+async fn slow_client(extra: &[u8], (pooled, dedicated): (usize, usize)) {
     const TOTAL: u64 = 100 * 1024 * 1024;
     let up = Emulator::start(|r| {
         if r.target == "/warm" {
@@ -153,6 +154,8 @@ async fn slow_client(extra: &[u8]) {
         last < TOTAL,
         "no backpressure: the upstream wrote all {TOTAL} bytes to a client reading nothing"
     );
+    let (_, m) = get(&format!("http://{}/metrics", gw.admin)).await;
+    assert_upstream_connections(&String::from_utf8_lossy(&m), pooled, dedicated);
 }
 
 #[test]

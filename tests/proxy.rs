@@ -23,18 +23,24 @@ fn sse_script(body: Vec<u8>) -> Vec<Step> {
 /// The `Accept` an SSE client sends (EventSource, httpx-sse): such requests get a dedicated upstream connection.
 const ACCEPT_SSE: (&str, &str) = ("accept", "text/event-stream");
 
+/// Checks how many requests went upstream on each kind of connection.
+async fn assert_connections(gw: &TestGateway, pooled: usize, dedicated: usize) {
+    assert_upstream_connections(&gw.metrics().await, pooled, dedicated);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn end_to_end_translation_matches_the_contract_block_by_block() {
-    corpus_end_to_end(&[], "pooled").await;
+    corpus_end_to_end(&[], false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn end_to_end_on_dedicated_connections_matches_the_contract_block_by_block() {
-    corpus_end_to_end(&[ACCEPT_SSE], "dedicated").await;
+    corpus_end_to_end(&[ACCEPT_SSE], true).await;
 }
 
-/// The scenario corpus through the gateway with `headers`; every request must go on `connection`.
-async fn corpus_end_to_end(headers: &[(&str, &str)], connection: &str) {
+/// The scenario corpus through the gateway with `headers`; every request must go on a dedicated connection, or
+/// every one on a pooled one.
+async fn corpus_end_to_end(headers: &[(&str, &str)], dedicated: bool) {
     let scenarios = corpus();
     let streams: Vec<Vec<u8>> = scenarios.iter().map(|s| s.stream.clone()).collect();
     let up = Emulator::start(move |r| {
@@ -81,20 +87,8 @@ async fn corpus_end_to_end(headers: &[(&str, &str)], connection: &str) {
         ),
         scenarios.len() as f64
     );
-    let on = |c: &str| {
-        metric(
-            &m,
-            "sse_gateway_upstream_requests_total",
-            &[&format!("connection=\"{c}\"")],
-        )
-    };
-    assert_eq!(
-        on(connection),
-        scenarios.len() as f64,
-        "requests on {connection} connections"
-    );
-    let other = if connection == "pooled" { "dedicated" } else { "pooled" };
-    assert_eq!(on(other), 0.0, "requests on {other} connections");
+    let n = scenarios.len();
+    assert_connections(&gw, if dedicated { 0 } else { n }, if dedicated { n } else { 0 }).await;
     gw.stop().await;
 }
 
@@ -103,7 +97,7 @@ async fn event_stream_requests_stay_in_the_pool_when_configured() {
     let stream = b"data: <content-block-text>\n\ndata: hi\n\ndata: </content-block-text>\n\ndata: [DONE]\n\n".to_vec();
     let up = Emulator::start(move |_| sse_script(stream.clone())).await;
     let gw = TestGateway::start(&up.url(), |s| {
-        s.upstream.stream_connections = sse_gateway::config::StreamConnections::Pooled;
+        s.upstream.stream_connections = sse_gateway::config::UpstreamConnection::Pooled;
     })
     .await;
     let (parts, body) = send("POST", &gw.url("/agent/run"), &[ACCEPT_SSE], "{}").await;
@@ -114,15 +108,7 @@ async fn event_stream_requests_stay_in_the_pool_when_configured() {
         .filter_map(|e| e["delta"].as_str())
         .collect();
     assert_eq!(text, "hi");
-    let m = gw.metrics().await;
-    assert_eq!(
-        metric(&m, "sse_gateway_upstream_requests_total", &["connection=\"pooled\""]),
-        1.0
-    );
-    assert_eq!(
-        metric(&m, "sse_gateway_upstream_requests_total", &["connection=\"dedicated\""]),
-        0.0
-    );
+    assert_connections(&gw, 1, 0).await;
     gw.stop().await;
 }
 
@@ -387,21 +373,22 @@ async fn never_forwards_to_a_host_named_in_the_request() {
         assert_eq!(rec.target, ["/steal", "/steal?x=1"][i]);
         assert_eq!(rec.header("host"), Some(up.addr.to_string().as_str()));
     }
+    assert_connections(&gw, 1, 1).await;
     gw.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_bodies_stream_through_unchanged() {
-    upload_through(&[]).await;
+    upload_through(&[], (1, 0)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_bodies_stream_through_unchanged_on_dedicated_connections() {
-    upload_through(&[ACCEPT_SSE]).await;
+    upload_through(&[ACCEPT_SSE], (0, 1)).await;
 }
 
-/// A 20 MB multipart upload with `headers` arrives unchanged.
-async fn upload_through(headers: &[(&str, &str)]) {
+/// A 20 MB multipart upload with `headers` arrives unchanged, on `(pooled, dedicated)` connections.
+async fn upload_through(headers: &[(&str, &str)], (pooled, dedicated): (usize, usize)) {
     let up = Emulator::start(|r| {
         vec![
             Step::head(200, &[("Content-Type", "text/plain")], false),
@@ -418,6 +405,7 @@ async fn upload_through(headers: &[(&str, &str)]) {
     assert_eq!(parts.status, 200);
     assert_eq!(resp, body.len().to_string().as_bytes());
     assert!(up.recorded()[0].body == body, "upload altered");
+    assert_connections(&gw, pooled, dedicated).await;
     gw.stop().await;
 }
 
@@ -482,6 +470,7 @@ async fn failure_unreachable_upstream_is_502_json() {
         metric(&m, "sse_gateway_upstream_errors_total", &["kind=\"connect\""]),
         2.0
     );
+    assert_connections(&gw, 1, 1).await;
     gw.stop().await;
 }
 
@@ -501,6 +490,7 @@ async fn failure_slow_upstream_head_is_504_json() {
         metric(&m, "sse_gateway_upstream_errors_total", &["kind=\"timeout\""]),
         2.0
     );
+    assert_connections(&gw, 1, 1).await;
     gw.stop().await;
 }
 

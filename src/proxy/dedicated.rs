@@ -9,8 +9,10 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
+
+use atomic_waker::AtomicWaker;
 
 use bytes::Bytes;
 use http::{Request, Response};
@@ -55,7 +57,7 @@ fn poll_conn(conn: &mut Option<Conn>, cx: &mut Context<'_>) {
 /// task for the other worker thread to steal.
 struct Gate {
     state: AtomicU8,
-    task: Mutex<Option<Waker>>,
+    task: AtomicWaker,
 }
 
 const IDLE: u8 = 0;
@@ -75,12 +77,7 @@ impl Wake for Gate {
         {
             // The poller sees it when it leaves (its swap comes after this).
             Ok(_) | Err(WOKEN) => {}
-            Err(_) => {
-                let task = self.task.lock().unwrap_or_else(PoisonError::into_inner);
-                if let Some(w) = task.as_ref() {
-                    w.wake_by_ref();
-                }
-            }
+            Err(_) => self.task.wake(),
         }
     }
 }
@@ -111,7 +108,7 @@ impl UpstreamIncoming {
     fn dedicated(body: Incoming, conn: Option<Conn>) -> Self {
         let gate = Arc::new(Gate {
             state: AtomicU8::new(IDLE),
-            task: Mutex::new(None),
+            task: AtomicWaker::new(),
         });
         let waker = Waker::from(Arc::clone(&gate));
         Self {
@@ -146,12 +143,7 @@ impl Body for UpstreamIncoming {
         let Some(d) = this.driven.as_mut() else {
             return Pin::new(&mut this.body).poll_frame(cx);
         };
-        {
-            let mut task = d.gate.task.lock().unwrap_or_else(PoisonError::into_inner);
-            if !task.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-                *task = Some(cx.waker().clone());
-            }
-        }
+        d.gate.task.register(cx.waker());
         let mut gated = Context::from_waker(&d.waker);
         for _ in 0..MAX_ROUNDS {
             d.gate.state.store(POLLING, Ordering::Release);
@@ -191,13 +183,17 @@ mod tests {
     #[test]
     fn the_gate_holds_back_wakes_during_a_poll_and_passes_the_others() {
         let task = Arc::new(Count(AtomicUsize::new(0)));
+        let task_waker = Waker::from(Arc::clone(&task));
         let gate = Arc::new(Gate {
             state: AtomicU8::new(IDLE),
-            task: Mutex::new(Some(Waker::from(Arc::clone(&task)))),
+            task: AtomicWaker::new(),
         });
+        gate.task.register(&task_waker);
         let waker = Waker::from(Arc::clone(&gate));
         waker.wake_by_ref();
         assert_eq!(task.0.load(Ordering::Relaxed), 1, "idle: passed on");
+        // The task's next poll registers again, then polls with the gate's waker.
+        gate.task.register(&task_waker);
         gate.state.store(POLLING, Ordering::Release);
         waker.wake_by_ref();
         waker.wake_by_ref();

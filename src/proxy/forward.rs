@@ -15,8 +15,7 @@ use thiserror::Error;
 use tower_service::Service;
 
 use super::dedicated::{self, UpstreamIncoming};
-use crate::config::{duration, Settings, StreamConnections, UpstreamTarget};
-use crate::telemetry::UpstreamConnection;
+use crate::config::{duration, Settings, UpstreamConnection, UpstreamTarget};
 
 /// Body of an upstream request: the client's body streamed as is, or a small body already read.
 pub type UpstreamBody = BoxBody<Bytes, hyper::Error>;
@@ -45,8 +44,8 @@ pub struct Upstream {
     client: Client<HttpConnector, UpstreamBody>,
     /// Makes the dedicated connections (the pool has its own copy).
     connector: HttpConnector,
-    /// Whether requests that accept `text/event-stream` get a dedicated connection.
-    dedicated_streams: bool,
+    /// The connection of requests that accept `text/event-stream`.
+    stream_connection: UpstreamConnection,
     target: UpstreamTarget,
     host: HeaderValue,
     response_timeout: Duration,
@@ -70,7 +69,7 @@ impl Upstream {
         Ok(Self {
             client,
             connector,
-            dedicated_streams: settings.upstream.stream_connections == StreamConnections::Dedicated,
+            stream_connection: settings.upstream.stream_connections,
             target,
             host,
             response_timeout: duration(settings.upstream.response_timeout_secs),
@@ -96,8 +95,8 @@ impl Upstream {
     /// The connection for a request. One that accepts `text/event-stream` likely gets a long stream of small
     /// chunks, which is better read on a dedicated connection (unless configured otherwise).
     pub fn connection_for(&self, accepts_event_stream: bool) -> UpstreamConnection {
-        if accepts_event_stream && self.dedicated_streams {
-            UpstreamConnection::Dedicated
+        if accepts_event_stream {
+            self.stream_connection
         } else {
             UpstreamConnection::Pooled
         }

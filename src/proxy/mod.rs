@@ -155,10 +155,7 @@ async fn proxy(
     let connection = shared
         .upstream
         .connection_for(negotiate::accepts_event_stream(&parts.headers));
-    metrics
-        .upstream_requests
-        .with_label_values(&[connection.as_str()])
-        .inc();
+    metrics.upstream_request(connection);
     let sent = Instant::now();
     let upstream_resp = match shared.upstream.send(Request::from_parts(parts, body), connection).await {
         Ok(r) => r,

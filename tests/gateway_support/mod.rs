@@ -380,6 +380,22 @@ impl TestGateway {
 }
 
 /// Sum of a metric's samples whose line contains every given fragment (e.g. `mode="translate"`).
+/// Checks, in a `/metrics` text, how many requests went upstream on each kind of connection.
+pub fn assert_upstream_connections(metrics: &str, pooled: usize, dedicated: usize) {
+    let on = |c: &str| {
+        metric(
+            metrics,
+            "sse_gateway_upstream_requests_total",
+            &[&format!("connection=\"{c}\"")],
+        )
+    };
+    assert_eq!(
+        (on("pooled"), on("dedicated")),
+        (pooled as f64, dedicated as f64),
+        "requests on (pooled, dedicated) connections"
+    );
+}
+
 pub fn metric(text: &str, name: &str, labels: &[&str]) -> f64 {
     text.lines()
         .filter(|l| !l.starts_with('#'))
