@@ -304,7 +304,7 @@ impl Body for GatewayBody {
             };
             match polled {
                 Poll::Ready(Some(Ok(frame))) => {
-                    let frame = match frame.into_data() {
+                    let first = match frame.into_data() {
                         Ok(data) => data,
                         Err(trailers) => {
                             // Trailers belong to the original body: kept in pass-through and shadow, dropped
@@ -319,63 +319,51 @@ impl Body for GatewayBody {
                     if let Some(idle) = this.idle.as_mut() {
                         idle.last_input = arrived;
                     }
-                    // Take whatever else the upstream already has, without waiting: a burst of events then
-                    // costs one write to the client instead of one per event.
-                    let mut more: Vec<Bytes> = Vec::new();
-                    let mut size = frame.len();
-                    while size < COALESCE_BYTES {
-                        match Pin::new(&mut *inner).poll_frame(cx) {
-                            Poll::Ready(Some(Ok(f))) if f.is_data() => {
-                                if let Ok(data) = f.into_data() {
-                                    size += data.len();
-                                    more.push(data);
-                                }
-                            }
-                            Poll::Pending => break,
-                            // The end, an error or trailers: handled on the next poll.
-                            Poll::Ready(other) => {
-                                this.deferred = Some(other);
-                                break;
-                            }
+                    // Whatever else the upstream already has is taken too, without waiting: a burst of events
+                    // then costs one write to the client instead of one per event.
+                    let deferred = &mut this.deferred;
+                    let (size, reply) = match (this.info.mode, this.translator.as_mut()) {
+                        (Mode::Translate, Some(t)) => {
+                            // Each chunk is translated and dropped before the next is read, so the upstream
+                            // connection reads into the buffer it already has instead of allocating a new one.
+                            let mut out = Vec::with_capacity(first.len() + first.len() / 2 + ENVELOPE_HEADROOM);
+                            t.feed(&first, &mut out);
+                            let taken = first.len();
+                            drop(first);
+                            let size = gather_ready(inner, cx, deferred, taken, |data| t.feed(&data, &mut out));
+                            t.observer_mut().flush();
+                            (size, Reply::Translated(out))
                         }
-                    }
+                        (Mode::Shadow, Some(t)) => {
+                            let mut scratch = Vec::new();
+                            let (size, bytes) = original_frame(first, inner, cx, deferred, |data| {
+                                scratch.clear();
+                                t.feed(data, &mut scratch);
+                            });
+                            t.observer_mut().flush();
+                            (size, Reply::Original(bytes))
+                        }
+                        _ => {
+                            let (size, bytes) = original_frame(first, inner, cx, deferred, |_| {});
+                            (size, Reply::Original(bytes))
+                        }
+                    };
                     let n = size as u64;
                     this.bytes_in += n;
                     this.metrics.mode(this.info.mode).bytes_in.inc_by(n);
-                    match (this.info.mode, this.translator.as_mut()) {
-                        (Mode::Translate, Some(t)) => {
-                            let mut out = Vec::with_capacity(size + size / 2 + 64);
-                            t.feed(&frame, &mut out);
-                            for data in &more {
-                                t.feed(data, &mut out);
-                            }
-                            t.observer_mut().flush();
-                            if out.is_empty() {
-                                // Held bytes (a partial item): read on rather than send an empty frame.
-                                continue;
-                            }
-                            this.metrics
-                                .translator
-                                .event_translation
-                                .observe(arrived.elapsed().as_secs_f64());
-                            return this.emit(Bytes::from(out));
-                        }
-                        (Mode::Shadow, Some(t)) => {
-                            let mut out = Vec::new();
-                            t.feed(&frame, &mut out);
-                            for data in &more {
-                                out.clear();
-                                t.feed(data, &mut out);
-                            }
-                            t.observer_mut().flush();
-                            this.metrics
-                                .translator
-                                .event_translation
-                                .observe(arrived.elapsed().as_secs_f64());
-                            return this.emit(concat(frame, more));
-                        }
-                        _ => return this.emit(concat(frame, more)),
+                    let bytes = match reply {
+                        // Held bytes (a partial item): read on rather than send an empty frame.
+                        Reply::Translated(out) if out.is_empty() => continue,
+                        Reply::Translated(out) => Bytes::from(out),
+                        Reply::Original(bytes) => bytes,
+                    };
+                    if this.info.mode != Mode::Passthrough {
+                        this.metrics
+                            .translator
+                            .event_translation
+                            .observe(arrived.elapsed().as_secs_f64());
                     }
+                    return this.emit(bytes);
                 }
                 Poll::Ready(Some(Err(e))) => {
                     this.metrics.upstream_error(body_error_kind(&e));
@@ -476,17 +464,84 @@ impl Drop for GatewayBody {
 /// Upstream bytes gathered into one client frame at most (only what is already there; nothing waits).
 const COALESCE_BYTES: usize = 64 << 10;
 
-/// One frame of the upstream's bytes, copied together only when there are several.
-fn concat(first: Bytes, more: Vec<Bytes>) -> Bytes {
-    if more.is_empty() {
-        return first;
+/// Room for the envelope around a translated chunk's text (type, agent id, flags), so a small event's frame is
+/// written without growing its buffer.
+const ENVELOPE_HEADROOM: usize = 256;
+
+/// What one poll sends the client.
+enum Reply {
+    Translated(Vec<u8>),
+    /// The upstream's bytes (pass-through and shadow).
+    Original(Bytes),
+}
+
+/// Takes the data chunks the upstream already has, without waiting, until `size` (the bytes taken so far)
+/// reaches `COALESCE_BYTES`, and hands each to `take` at once. Whatever ends the run other than `Pending` (the
+/// end, an error, trailers) is kept in `deferred` for the next poll. Returns the bytes taken in all.
+fn gather_ready(
+    inner: &mut UpstreamIncoming,
+    cx: &mut Context<'_>,
+    deferred: &mut Option<Option<Result<Frame<Bytes>, hyper::Error>>>,
+    mut size: usize,
+    mut take: impl FnMut(Bytes),
+) -> usize {
+    while size < COALESCE_BYTES {
+        match Pin::new(&mut *inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(f))) if f.is_data() => {
+                if let Ok(data) = f.into_data() {
+                    size += data.len();
+                    take(data);
+                }
+            }
+            Poll::Pending => break,
+            Poll::Ready(other) => {
+                *deferred = Some(other);
+                break;
+            }
+        }
     }
-    let mut all = BytesMut::with_capacity(first.len() + more.iter().map(Bytes::len).sum::<usize>());
+    size
+}
+
+/// First chunks up to this size are copied out of the upstream connection's read buffer (see `original_frame`).
+const COPY_OUT_BYTES: usize = 4 << 10;
+
+/// One client frame of the upstream's own bytes (pass-through and shadow): `first` and what `gather_ready` takes
+/// after it, each shown to `seen` once. A small first chunk is copied out and dropped before the next read, so
+/// the connection reads into the buffer it has (holding the chunk would make it allocate a new one per event);
+/// a large one is passed on uncopied when nothing follows it.
+fn original_frame(
+    first: Bytes,
+    inner: &mut UpstreamIncoming,
+    cx: &mut Context<'_>,
+    deferred: &mut Option<Option<Result<Frame<Bytes>, hyper::Error>>>,
+    mut seen: impl FnMut(&[u8]),
+) -> (usize, Bytes) {
+    seen(&first);
+    if first.len() <= COPY_OUT_BYTES {
+        let mut all = BytesMut::from(&first[..]);
+        let taken = first.len();
+        drop(first);
+        let size = gather_ready(inner, cx, deferred, taken, |data| {
+            seen(&data);
+            all.extend_from_slice(&data);
+        });
+        return (size, all.freeze());
+    }
+    let mut more = Vec::new();
+    let size = gather_ready(inner, cx, deferred, first.len(), |data| {
+        seen(&data);
+        more.push(data);
+    });
+    if more.is_empty() {
+        return (size, first);
+    }
+    let mut all = BytesMut::with_capacity(size);
     all.extend_from_slice(&first);
     for b in &more {
         all.extend_from_slice(b);
     }
-    all.freeze()
+    (size, all.freeze())
 }
 
 /// How an upstream body failed, for `upstream_errors_total{kind}`: bad framing (hyper reports it as an I/O error
