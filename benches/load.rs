@@ -1,6 +1,6 @@
 //! Load harness (issue 5): the gateway side by side with the upstream direct and nginx, on 127.0.0.1 only.
 //!
-//! `cargo bench --bench load -- <latency|throughput|idle|large|scaling|all> [--quick] [options]`; see `usage()`.
+//! `cargo bench --bench load -- <latency|throughput|idle|large|scaling|all|instructions> [--quick] [options]`; see `usage()`.
 //! Processes: this driver (the load client, one current-thread tokio runtime), the synthetic upstream (this
 //! binary re-run as `__upstream`, its own current-thread runtime), nginx (one worker) and the gateway's release
 //! binary (its default multi-thread runtime: 2 workers here). All share the machine's cores. Every phase is
@@ -10,6 +10,8 @@
 mod client;
 #[path = "load/common.rs"]
 mod common;
+#[path = "load/instructions.rs"]
+mod instructions;
 #[path = "load/procs.rs"]
 mod procs;
 #[path = "load/report.rs"]
@@ -61,7 +63,7 @@ fn pin_split() -> Result<(String, String), String> {
 }
 
 fn usage() -> &'static str {
-    "usage: cargo bench --bench load -- <latency|throughput|idle|large|scaling|all> [options]
+    "usage: cargo bench --bench load -- <latency|throughput|idle|large|scaling|all|instructions> [options]
   --quick            short phases and small counts (CI smoke, < 3 minutes for `all`)
   --rounds N         interleaved rounds per target (A B A B ...)
   --secs S           measured window per phase, seconds
@@ -75,6 +77,8 @@ fn usage() -> &'static str {
   --out FILE         also append the markdown report to FILE
   --pin              driver and upstream on CPU 0, nginx and the gateway on the other CPUs (taskset), so the
                      proxy under test has its cores to itself, as beside a real client and upstream
+`instructions` (not in `all`) counts the user-space instructions per event of nginx and the gateway under
+valgrind's callgrind (apt-get install -y valgrind): a figure that holds still on a busy machine
 exit status: 1 when a stream was dropped or a process failed; never because of a latency or throughput figure"
 }
 

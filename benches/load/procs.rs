@@ -163,6 +163,16 @@ fn command(bin: impl AsRef<std::ffi::OsStr>, cpus: Option<&str>) -> Command {
     }
 }
 
+/// `command`, or `wrapper[0] wrapper[1..] <command>` when a wrapper is given.
+fn wrapped(wrapper: &[String], bin: impl AsRef<std::ffi::OsStr>, cpus: Option<&str>) -> Command {
+    let Some((first, args)) = wrapper.split_first() else {
+        return command(bin, cpus);
+    };
+    let mut c = command(first, cpus);
+    c.args(args).arg(bin);
+    c
+}
+
 /// Pins this process (before its runtime starts, so every thread and child inherits it) to `cpus`.
 pub fn pin_self(cpus: &str) -> Result<(), String> {
     let st = Command::new("taskset")
@@ -176,11 +186,28 @@ pub fn pin_self(cpus: &str) -> Result<(), String> {
 }
 
 pub fn spawn_nginx(nginx: &str, dir: &Path, upstream: u16, cpus: Option<&str>) -> Result<(Proc, u16, u16), String> {
+    spawn_nginx_under(&[], nginx, dir, upstream, cpus)
+}
+
+/// `spawn_nginx`, run by `wrapper` (a command and its arguments, e.g. valgrind) when it is not empty. Under a
+/// wrapper nginx runs as one process (`master_process off`), so the process the wrapper watches is the one that
+/// serves.
+pub fn spawn_nginx_under(
+    wrapper: &[String],
+    nginx: &str,
+    dir: &Path,
+    upstream: u16,
+    cpus: Option<&str>,
+) -> Result<(Proc, u16, u16), String> {
     fs::create_dir_all(dir).map_err(|e| e.to_string())?;
     let (h1, h2) = (free_port()?, free_port()?);
     let conf = dir.join("nginx.conf");
-    fs::write(&conf, nginx_config(dir, upstream, h1, h2)).map_err(|e| e.to_string())?;
-    let child = command(nginx, cpus)
+    let mut text = nginx_config(dir, upstream, h1, h2);
+    if !wrapper.is_empty() {
+        text.push_str("master_process off;\n");
+    }
+    fs::write(&conf, text).map_err(|e| e.to_string())?;
+    let child = wrapped(wrapper, nginx, cpus)
         .arg("-p")
         .arg(dir)
         .arg("-c")
@@ -202,6 +229,17 @@ pub fn spawn_nginx(nginx: &str, dir: &Path, upstream: u16, cpus: Option<&str>) -
 
 /// The gateway's release binary in front of the upstream; returns (proc, public port, admin port).
 pub fn spawn_gateway(bin: &Path, dir: &Path, upstream: u16, cpus: Option<&str>) -> Result<(Proc, u16, u16), String> {
+    spawn_gateway_under(&[], bin, dir, upstream, cpus)
+}
+
+/// `spawn_gateway`, run by `wrapper` (a command and its arguments, e.g. valgrind) when it is not empty.
+pub fn spawn_gateway_under(
+    wrapper: &[String],
+    bin: &Path,
+    dir: &Path,
+    upstream: u16,
+    cpus: Option<&str>,
+) -> Result<(Proc, u16, u16), String> {
     fs::create_dir_all(dir).map_err(|e| e.to_string())?;
     let (port, admin) = (free_port()?, free_port()?);
     let log = fs::File::create(dir.join("gateway.log")).map_err(|e| e.to_string())?;
@@ -210,7 +248,7 @@ pub fn spawn_gateway(bin: &Path, dir: &Path, upstream: u16, cpus: Option<&str>) 
         .canonicalize()
         .map_err(|e| format!("{}: {e} (cargo build --release)", bin.display()))?;
     let bin = bin.as_path();
-    let child = command(bin, cpus)
+    let child = wrapped(wrapper, bin, cpus)
         .arg("--upstream")
         .arg(format!("http://127.0.0.1:{upstream}"))
         .arg("--listen")

@@ -1,0 +1,189 @@
+//! `instructions`: user-space instructions each proxy executes per event, counted by valgrind's callgrind.
+//!
+//! Timings on a shared machine move by 2× from one run to the next; executed instructions do not. This gives a
+//! figure that an A/B of two builds can rely on where `latency` cannot. It leaves out the kernel's share
+//! (sockets, wake-ups), which `latency` and `throughput` report as CPU time. The proxies run under callgrind
+//! (about 50× slower), so the rate is low: each event is handled on its own, as at 1k ev/s.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::client::{run_phase, Proto, Target};
+use crate::procs::{self, Proc};
+use crate::report::{n, Report};
+use crate::Opts;
+
+/// Streams and events per second in all: low enough that callgrind keeps up, so no events batch.
+const STREAMS: usize = 20;
+const RATE: f64 = 200.0;
+
+/// A proxy under callgrind: the process whose counters are read (nginx's worker, the gateway itself).
+struct Counted {
+    _proc: Proc,
+    pid: u32,
+    dir: std::path::PathBuf,
+}
+
+fn callgrind(dir: &Path) -> Vec<String> {
+    vec![
+        "valgrind".into(),
+        "--tool=callgrind".into(),
+        format!("--callgrind-out-file={}/callgrind.out.%p", dir.display()),
+    ]
+}
+
+fn control(op: &str, pid: u32) -> Result<(), String> {
+    let st = Command::new("callgrind_control")
+        .arg(op)
+        .arg(pid.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map_err(|e| format!("callgrind_control: {e} (apt-get install -y valgrind)"))?;
+    st.success()
+        .then_some(())
+        .ok_or_else(|| format!("callgrind_control {op} {pid} failed"))
+}
+
+/// Instructions counted in `pid`'s newest dump (`callgrind.out.<pid>.<n>`, written by `callgrind_control -d`).
+fn newest_dump(dir: &Path, pid: u32) -> Result<u64, String> {
+    let prefix = format!("callgrind.out.{pid}.");
+    let newest = std::fs::read_dir(dir)
+        .map_err(|e| e.to_string())?
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let k: u32 = name.strip_prefix(&prefix)?.parse().ok()?;
+            Some((k, e.path()))
+        })
+        .max_by_key(|(k, _)| *k)
+        .ok_or_else(|| format!("no callgrind dump for pid {pid} in {}", dir.display()))?;
+    let text = std::fs::read_to_string(&newest.1).map_err(|e| e.to_string())?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("summary: "))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| format!("{}: no summary line", newest.1.display()))
+}
+
+/// Counters zeroed, one phase of `window`, counters dumped: (instructions, events delivered).
+async fn counted_phase(
+    c: &Counted,
+    t: &Target,
+    window: Duration,
+    rep: &mut Report,
+    ok: &mut bool,
+) -> Result<(u64, u64), String> {
+    control("-z", c.pid)?;
+    let plan = crate::scenarios::rated_plan(STREAMS, RATE, window, Proto::H1);
+    let r = run_phase(t, &plan, Arc::new(AtomicUsize::new(0))).await;
+    if !r.failures.is_empty() {
+        *ok = false;
+        rep.line(format!(
+            "**{} of {} streams FAILED on {} under callgrind**; first: {}",
+            r.failures.len(),
+            r.failures.len() + r.streams_ok,
+            t.name,
+            r.failures[0]
+        ));
+    }
+    control("-d", c.pid)?;
+    Ok((newest_dump(&c.dir, c.pid)?, r.events))
+}
+
+pub async fn instructions(opts: &Opts, up: &[u16], rep: &mut Report, ok: &mut bool) -> Result<(), String> {
+    Command::new("valgrind")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .status()
+        .map_err(|e| format!("valgrind: {e} (apt-get install -y valgrind)"))?;
+    let window = Duration::from_secs_f64(opts.secs.unwrap_or(if opts.quick { 3.0 } else { 10.0 }));
+    let dir = procs::scratch("callgrind");
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+
+    let (nginx, h1, h2) = procs::spawn_nginx_under(&callgrind(&dir), &opts.nginx, &dir.join("nginx"), up[1], None)?;
+    let nginx = Counted {
+        pid: nginx.pid(),
+        _proc: nginx,
+        dir: dir.clone(),
+    };
+    let (gw, port, _) = procs::spawn_gateway_under(&callgrind(&dir), &opts.gateway, &dir.join("gateway"), up[2], None)?;
+    let gateway = Counted {
+        pid: gw.pid(),
+        _proc: gw,
+        dir: dir.clone(),
+    };
+    let at = |a: u16| procs::addr(a);
+    let runs = [
+        (
+            &nginx,
+            Target {
+                name: "nginx",
+                addr: at(h1),
+                h2_addr: at(h2),
+                legacy_header: false,
+                translated: false,
+            },
+        ),
+        (
+            &gateway,
+            Target {
+                name: "gateway",
+                addr: at(port),
+                h2_addr: at(port),
+                legacy_header: false,
+                translated: true,
+            },
+        ),
+        (
+            &gateway,
+            Target {
+                name: "gateway-pass",
+                addr: at(port),
+                h2_addr: at(port),
+                legacy_header: true,
+                translated: false,
+            },
+        ),
+    ];
+
+    rep.line("## instructions: user-space instructions per event, under callgrind\n");
+    rep.line(format!(
+        "{STREAMS} streams over HTTP/1.1, {RATE:.0} events/s in all. Per proxy and mode, two phases of {:.0} s and \
+         {:.0} s with the counters zeroed before and dumped after each (`callgrind_control`); per event = \
+         (instructions₂ − instructions₁) / (events₂ − events₁), so stream set-up cancels out. The count is the \
+         proxy process's own (nginx as one process, `master_process off`), user space only.\n",
+        window.as_secs_f64(),
+        2.0 * window.as_secs_f64()
+    ));
+    rep.line("| target | instructions per event | events in the two phases | instructions in the two phases |");
+    rep.line("|---|---|---|---|");
+    let mut per_event = Vec::new();
+    for (c, t) in &runs {
+        let (i1, e1) = counted_phase(c, t, window, rep, ok).await?;
+        let (i2, e2) = counted_phase(c, t, 2 * window, rep, ok).await?;
+        let v = if e2 > e1 {
+            (i2 as f64 - i1 as f64) / (e2 - e1) as f64
+        } else {
+            f64::NAN
+        };
+        per_event.push(v);
+        rep.line(format!(
+            "| {} | **{}** | {}, {} | {}, {} |",
+            t.name,
+            n(v),
+            n(e1 as f64),
+            n(e2 as f64),
+            n(i1 as f64),
+            n(i2 as f64)
+        ));
+    }
+    rep.line(format!(
+        "\n- gateway translating / nginx = {:.2}; gateway pass-through / nginx = {:.2}\n",
+        per_event[1] / per_event[0],
+        per_event[2] / per_event[0]
+    ));
+    Ok(())
+}
