@@ -79,16 +79,7 @@ async fn counted_phase(
     control("-z", c.pid)?;
     let plan = crate::scenarios::rated_plan(STREAMS, RATE, window, Proto::H1);
     let r = run_phase(t, &plan, Arc::new(AtomicUsize::new(0))).await;
-    if !r.failures.is_empty() {
-        *ok = false;
-        rep.line(format!(
-            "**{} of {} streams FAILED on {} under callgrind**; first: {}",
-            r.failures.len(),
-            r.failures.len() + r.streams_ok,
-            t.name,
-            r.failures[0]
-        ));
-    }
+    crate::scenarios::report_failures(&r, t, &plan, rep, ok);
     control("-d", c.pid)?;
     Ok((newest_dump(&c.dir, c.pid)?, r.events))
 }

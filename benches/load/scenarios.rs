@@ -193,20 +193,26 @@ async fn phase(
     let after = env.cpu();
     let cpu: Vec<f64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
     env.check_alive()?;
-    if !r.failures.is_empty() {
-        *ok = false;
-        rep.line(format!(
-            "**{} of {} streams FAILED on {}** ({:?}{}, {} streams); first: {}",
-            r.failures.len(),
-            r.failures.len() + r.streams_ok,
-            t.name,
-            plan.kind,
-            if plan.cut_at_end { " at saturation" } else { "" },
-            plan.streams,
-            r.failures.iter().take(3).cloned().collect::<Vec<_>>().join(" | ")
-        ));
-    }
+    report_failures(&r, t, plan, rep, ok);
     Ok((r, cpu))
+}
+
+/// A line for the streams of a phase that failed, which also fails the run.
+pub(crate) fn report_failures(r: &PhaseResult, t: &Target, plan: &Plan, rep: &mut Report, ok: &mut bool) {
+    if r.failures.is_empty() {
+        return;
+    }
+    *ok = false;
+    rep.line(format!(
+        "**{} of {} streams FAILED on {}** ({:?}{}, {} streams); first: {}",
+        r.failures.len(),
+        r.failures.len() + r.streams_ok,
+        t.name,
+        plan.kind,
+        if plan.cut_at_end { " at saturation" } else { "" },
+        plan.streams,
+        r.failures.iter().take(3).cloned().collect::<Vec<_>>().join(" | ")
+    ));
 }
 
 /// Round-robin order, reversed on odd rounds (A B C D, D C B A, …) so slow drift hits every target alike.
