@@ -4,6 +4,7 @@
 #   benches/run-load.sh quick   # CI smoke, < 3 minutes once built: fails only if a stream is dropped or a run fails
 #   benches/run-load.sh full    # the figures of BENCHMARKS.md (about 15 minutes)
 # Extra arguments go to the harness, e.g. `benches/run-load.sh full latency --rounds 6`.
+#   benches/run-load.sh full instructions   # instructions per event under callgrind (installs valgrind)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-quick}
@@ -25,6 +26,7 @@ need() { # command, Debian package
 }
 need nginx nginx
 need gnuplot gnuplot-nox
+if [[ $scenario == instructions ]]; then need valgrind valgrind; fi
 nginx_bin=$(command -v nginx || echo /usr/sbin/nginx)
 
 # The harness raises its soft limit itself (rlimit crate); this helps when the soft limit is lower than the hard.
