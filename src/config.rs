@@ -119,6 +119,9 @@ pub enum UpstreamConnection {
 }
 
 impl UpstreamConnection {
+    /// In declaration order, so `c as usize` indexes it.
+    pub const ALL: [UpstreamConnection; 2] = [UpstreamConnection::Pooled, UpstreamConnection::Dedicated];
+
     pub const fn as_str(self) -> &'static str {
         match self {
             UpstreamConnection::Pooled => "pooled",

@@ -118,7 +118,8 @@ pub struct Metrics {
     pub upstream_ttfb: Histogram,
     pub downstream_ttfb: Histogram,
     pub translator: TranslatorMetrics,
-    pub upstream_requests: IntCounterVec,
+    /// By `UpstreamConnection`.
+    pub upstream_requests: [IntCounter; 2],
     pub upstream_errors: IntCounterVec,
     pub client_disconnects: IntCounter,
     pub keepalives: IntCounter,
@@ -294,9 +295,7 @@ impl Metrics {
                 &["connection"],
             )?,
         )?;
-        for c in [UpstreamConnection::Pooled, UpstreamConnection::Dedicated] {
-            upstream_requests.with_label_values(&[c.as_str()]);
-        }
+        let upstream_requests = UpstreamConnection::ALL.map(|c| upstream_requests.with_label_values(&[c.as_str()]));
         let upstream_errors = reg(
             r,
             IntCounterVec::new(
@@ -343,7 +342,7 @@ impl Metrics {
     }
 
     pub fn upstream_request(&self, c: UpstreamConnection) {
-        self.upstream_requests.with_label_values(&[c.as_str()]).inc();
+        self.upstream_requests[c as usize].inc();
     }
 
     pub fn upstream_error(&self, k: UpstreamErrorKind) {

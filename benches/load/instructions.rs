@@ -20,13 +20,6 @@ use crate::Opts;
 const STREAMS: usize = 20;
 const RATE: f64 = 200.0;
 
-/// A proxy under callgrind: the process whose counters are read (nginx's worker, the gateway itself).
-struct Counted {
-    _proc: Proc,
-    pid: u32,
-    dir: std::path::PathBuf,
-}
-
 fn callgrind(dir: &Path) -> Vec<String> {
     vec![
         "valgrind".into(),
@@ -68,20 +61,21 @@ fn newest_dump(dir: &Path, pid: u32) -> Result<u64, String> {
         .ok_or_else(|| format!("{}: no summary line", newest.1.display()))
 }
 
-/// Counters zeroed, one phase of `window`, counters dumped: (instructions, events delivered).
+/// `proc`'s counters zeroed, one phase of `window`, its counters dumped: (instructions, events delivered).
 async fn counted_phase(
-    c: &Counted,
+    proc: &Proc,
+    dir: &Path,
     t: &Target,
     window: Duration,
     rep: &mut Report,
     ok: &mut bool,
 ) -> Result<(u64, u64), String> {
-    control("-z", c.pid)?;
+    control("-z", proc.pid())?;
     let plan = crate::scenarios::rated_plan(STREAMS, RATE, window, Proto::H1);
     let r = run_phase(t, &plan, Arc::new(AtomicUsize::new(0))).await;
     crate::scenarios::report_failures(&r, t, &plan, rep, ok);
-    control("-d", c.pid)?;
-    Ok((newest_dump(&c.dir, c.pid)?, r.events))
+    control("-d", proc.pid())?;
+    Ok((newest_dump(dir, proc.pid())?, r.events))
 }
 
 pub async fn instructions(opts: &Opts, up: &[u16], rep: &mut Report, ok: &mut bool) -> Result<(), String> {
@@ -94,18 +88,8 @@ pub async fn instructions(opts: &Opts, up: &[u16], rep: &mut Report, ok: &mut bo
     let dir = procs::scratch("callgrind");
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
 
-    let (nginx, h1, h2) = procs::spawn_nginx_under(&callgrind(&dir), &opts.nginx, &dir.join("nginx"), up[1], None)?;
-    let nginx = Counted {
-        pid: nginx.pid(),
-        _proc: nginx,
-        dir: dir.clone(),
-    };
-    let (gw, port, _) = procs::spawn_gateway_under(&callgrind(&dir), &opts.gateway, &dir.join("gateway"), up[2], None)?;
-    let gateway = Counted {
-        pid: gw.pid(),
-        _proc: gw,
-        dir: dir.clone(),
-    };
+    let (nginx, h1, h2) = procs::spawn_nginx(&callgrind(&dir), &opts.nginx, &dir.join("nginx"), up[1], None)?;
+    let (gateway, port, _) = procs::spawn_gateway(&callgrind(&dir), &opts.gateway, &dir.join("gateway"), up[2], None)?;
     let at = |a: u16| procs::addr(a);
     let runs = [
         (
@@ -153,8 +137,8 @@ pub async fn instructions(opts: &Opts, up: &[u16], rep: &mut Report, ok: &mut bo
     rep.line("|---|---|---|---|");
     let mut per_event = Vec::new();
     for (c, t) in &runs {
-        let (i1, e1) = counted_phase(c, t, window, rep, ok).await?;
-        let (i2, e2) = counted_phase(c, t, 2 * window, rep, ok).await?;
+        let (i1, e1) = counted_phase(c, &dir, t, window, rep, ok).await?;
+        let (i2, e2) = counted_phase(c, &dir, t, 2 * window, rep, ok).await?;
         let v = if e2 > e1 {
             (i2 as f64 - i1 as f64) / (e2 - e1) as f64
         } else {

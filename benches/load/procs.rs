@@ -151,25 +151,20 @@ http {{
     )
 }
 
-/// `bin` run on the given CPUs (`taskset -c`), or as is.
-fn command(bin: impl AsRef<std::ffi::OsStr>, cpus: Option<&str>) -> Command {
-    match cpus {
+/// `bin`, run by `wrapper` (a command and its arguments, e.g. valgrind) when one is given, on the given CPUs
+/// (`taskset -c`) when they are given.
+fn command(wrapper: &[String], bin: &std::ffi::OsStr, cpus: Option<&str>) -> Command {
+    let mut argv: Vec<&std::ffi::OsStr> = wrapper.iter().map(|w| w.as_ref()).collect();
+    argv.push(bin);
+    let mut c = match cpus {
         Some(cpus) => {
             let mut c = Command::new("taskset");
-            c.arg("-c").arg(cpus).arg(bin);
+            c.arg("-c").arg(cpus).arg(argv[0]);
             c
         }
-        None => Command::new(bin),
-    }
-}
-
-/// `command`, or `wrapper[0] wrapper[1..] <command>` when a wrapper is given.
-fn wrapped(wrapper: &[String], bin: impl AsRef<std::ffi::OsStr>, cpus: Option<&str>) -> Command {
-    let Some((first, args)) = wrapper.split_first() else {
-        return command(bin, cpus);
+        None => Command::new(argv[0]),
     };
-    let mut c = command(first, cpus);
-    c.args(args).arg(bin);
+    c.args(&argv[1..]);
     c
 }
 
@@ -185,14 +180,9 @@ pub fn pin_self(cpus: &str) -> Result<(), String> {
         .ok_or_else(|| format!("taskset -c {cpus} failed"))
 }
 
-pub fn spawn_nginx(nginx: &str, dir: &Path, upstream: u16, cpus: Option<&str>) -> Result<(Proc, u16, u16), String> {
-    spawn_nginx_under(&[], nginx, dir, upstream, cpus)
-}
-
-/// `spawn_nginx`, run by `wrapper` (a command and its arguments, e.g. valgrind) when it is not empty. Under a
-/// wrapper nginx runs as one process (`master_process off`), so the process the wrapper watches is the one that
-/// serves.
-pub fn spawn_nginx_under(
+/// nginx in front of the upstream; returns (proc, HTTP/1.1 port, h2c port). Under a `wrapper` (see `command`) it
+/// runs as one process (`master_process off`), so the process the wrapper watches is the one that serves.
+pub fn spawn_nginx(
     wrapper: &[String],
     nginx: &str,
     dir: &Path,
@@ -207,7 +197,7 @@ pub fn spawn_nginx_under(
         text.push_str("master_process off;\n");
     }
     fs::write(&conf, text).map_err(|e| e.to_string())?;
-    let child = wrapped(wrapper, nginx, cpus)
+    let child = command(wrapper, nginx.as_ref(), cpus)
         .arg("-p")
         .arg(dir)
         .arg("-c")
@@ -228,12 +218,8 @@ pub fn spawn_nginx_under(
 }
 
 /// The gateway's release binary in front of the upstream; returns (proc, public port, admin port).
-pub fn spawn_gateway(bin: &Path, dir: &Path, upstream: u16, cpus: Option<&str>) -> Result<(Proc, u16, u16), String> {
-    spawn_gateway_under(&[], bin, dir, upstream, cpus)
-}
-
-/// `spawn_gateway`, run by `wrapper` (a command and its arguments, e.g. valgrind) when it is not empty.
-pub fn spawn_gateway_under(
+/// `wrapper`: see `command`.
+pub fn spawn_gateway(
     wrapper: &[String],
     bin: &Path,
     dir: &Path,
@@ -248,7 +234,7 @@ pub fn spawn_gateway_under(
         .canonicalize()
         .map_err(|e| format!("{}: {e} (cargo build --release)", bin.display()))?;
     let bin = bin.as_path();
-    let child = wrapped(wrapper, bin, cpus)
+    let child = command(wrapper, bin.as_os_str(), cpus)
         .arg("--upstream")
         .arg(format!("http://127.0.0.1:{upstream}"))
         .arg("--listen")

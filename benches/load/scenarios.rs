@@ -27,8 +27,8 @@ const NAMES: [&str; 4] = ["direct", "nginx", "gateway", "gateway-pass"];
 impl Env {
     fn start(opts: &Opts) -> Result<Self, String> {
         let (upstream, up) = procs::spawn_upstream()?;
-        let nginx = procs::spawn_nginx(&opts.nginx, &procs::scratch("nginx"), up[1], opts.proxy_cpus())?;
-        let gateway = procs::spawn_gateway(&opts.gateway, &procs::scratch("gateway"), up[2], opts.proxy_cpus())?;
+        let nginx = procs::spawn_nginx(&[], &opts.nginx, &procs::scratch("nginx"), up[1], opts.proxy_cpus())?;
+        let gateway = procs::spawn_gateway(&[], &opts.gateway, &procs::scratch("gateway"), up[2], opts.proxy_cpus())?;
         Ok(Self {
             upstream_pid: upstream.pid(),
             _upstream: upstream,
@@ -42,14 +42,14 @@ impl Env {
     /// A fresh gateway (memory scenarios measure growth from a clean start).
     fn restart_gateway(&mut self, opts: &Opts, tag: &str) -> Result<(), String> {
         let dir = procs::scratch(&format!("gateway-{tag}"));
-        self.gateway = procs::spawn_gateway(&opts.gateway, &dir, self.up[2], opts.proxy_cpus())?;
+        self.gateway = procs::spawn_gateway(&[], &opts.gateway, &dir, self.up[2], opts.proxy_cpus())?;
         Ok(())
     }
 
     /// A fresh nginx (its idle row measures growth from a clean worker).
     fn restart_nginx(&mut self, opts: &Opts) -> Result<(), String> {
         let dir = procs::scratch("nginx-idle");
-        self.nginx = procs::spawn_nginx(&opts.nginx, &dir, self.up[1], opts.proxy_cpus())?;
+        self.nginx = procs::spawn_nginx(&[], &opts.nginx, &dir, self.up[1], opts.proxy_cpus())?;
         Ok(())
     }
 

@@ -96,6 +96,9 @@ enum State {
     Done,
 }
 
+/// An upstream poll's result kept for the next poll: the end, an error or trailers met while gathering data.
+type Deferred = Option<Option<Result<Frame<Bytes>, hyper::Error>>>;
+
 /// The adapter over one upstream response body.
 pub struct GatewayBody {
     /// Dropped as soon as the stream ends, so the upstream connection is released (or closed) at once.
@@ -107,7 +110,7 @@ pub struct GatewayBody {
     keepalive: Option<Keepalive>,
     idle: Option<IdleTimeout>,
     /// What the upstream body returned after the frames gathered into the last client frame.
-    deferred: Option<Option<Result<Frame<Bytes>, hyper::Error>>>,
+    deferred: Deferred,
     state: State,
     outcome: Option<Outcome>,
     started: Instant,
@@ -481,7 +484,7 @@ enum Reply {
 fn gather_ready(
     inner: &mut UpstreamIncoming,
     cx: &mut Context<'_>,
-    deferred: &mut Option<Option<Result<Frame<Bytes>, hyper::Error>>>,
+    deferred: &mut Deferred,
     mut size: usize,
     mut take: impl FnMut(Bytes),
 ) -> usize {
@@ -514,7 +517,7 @@ fn original_frame(
     first: Bytes,
     inner: &mut UpstreamIncoming,
     cx: &mut Context<'_>,
-    deferred: &mut Option<Option<Result<Frame<Bytes>, hyper::Error>>>,
+    deferred: &mut Deferred,
     mut seen: impl FnMut(&[u8]),
 ) -> (usize, Bytes) {
     seen(&first);

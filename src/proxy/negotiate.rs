@@ -68,7 +68,12 @@ pub fn is_event_stream(headers: &HeaderMap) -> bool {
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split(';').next())
-        .is_some_and(|t| t.trim().eq_ignore_ascii_case("text/event-stream"))
+        .is_some_and(is_event_stream_type)
+}
+
+/// A media type (no parameters) naming `text/event-stream`.
+fn is_event_stream_type(media: &str) -> bool {
+    media.trim().eq_ignore_ascii_case("text/event-stream")
 }
 
 /// Whether the request's `Accept` lists `text/event-stream` (not with `q=0`): EventSource and the SSE client
@@ -81,13 +86,13 @@ pub fn accepts_event_stream(headers: &HeaderMap) -> bool {
         .flat_map(|v| v.split(','))
         .any(|range| {
             let mut parts = range.split(';');
-            let media = parts.next().unwrap_or("").trim();
+            let media = parts.next().unwrap_or("");
             let refused = parts.any(|p| {
                 p.split_once('=').is_some_and(|(k, v)| {
                     k.trim().eq_ignore_ascii_case("q") && v.trim().parse::<f32>().is_ok_and(|q| q == 0.0)
                 })
             });
-            media.eq_ignore_ascii_case("text/event-stream") && !refused
+            is_event_stream_type(media) && !refused
         })
 }
 

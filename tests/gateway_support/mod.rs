@@ -379,7 +379,6 @@ impl TestGateway {
     }
 }
 
-/// Sum of a metric's samples whose line contains every given fragment (e.g. `mode="translate"`).
 /// Checks, in a `/metrics` text, how many requests went upstream on each kind of connection.
 pub fn assert_upstream_connections(metrics: &str, pooled: usize, dedicated: usize) {
     let on = |c: &str| {
@@ -396,6 +395,7 @@ pub fn assert_upstream_connections(metrics: &str, pooled: usize, dedicated: usiz
     );
 }
 
+/// Sum of a metric's samples whose line contains every given fragment (e.g. `mode="translate"`).
 pub fn metric(text: &str, name: &str, labels: &[&str]) -> f64 {
     text.lines()
         .filter(|l| !l.starts_with('#'))
