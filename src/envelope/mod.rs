@@ -2,6 +2,7 @@
 //! written as compact JSON with `type, agent, final, delta` first.
 
 pub mod chunker;
+pub mod ids;
 
 use std::fmt;
 
