@@ -3,6 +3,7 @@
 
 pub mod chunker;
 pub mod ids;
+pub mod pyjson;
 
 use std::fmt;
 
