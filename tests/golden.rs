@@ -1,8 +1,8 @@
 //! Golden fixtures: `tests/fixtures/<name>.sse` (a legacy stream) and
 //! `<name>.jsonl` (the expected output, one line per envelope). The
-//! translator's output is compared line by line, each line parsed as JSON
-//! (JSON-payload deltas compared as JSON values). A `budget<N>_` name prefix
-//! sets the budget; otherwise the default (2048) applies.
+//! translator's output is compared line by line, byte for byte (JSON
+//! payloads in the native formatter's text, DESIGN 4). A `budget<N>_` name
+//! prefix sets the budget; otherwise the default (2048) applies.
 //!
 //! `REGENERATE_FIXTURES=1 cargo test --test golden` rewrites both files of
 //! every fixture from the emitter's expectation (review each by eye).
@@ -15,8 +15,8 @@ use serde_json::{json, Value};
 use sse_gateway::translate::{translate_all, Options, DEFAULT_BUDGET};
 
 use support::emitter::{
-    emit, is_json_kind, Args, Attr, Block, Citation, ClientContent, EmitOpts, Expect, Format, Image, Item, MetaInit,
-    ServerContent,
+    emit, is_native_split, native_split, Args, Attr, Block, Citation, ClientContent, EmitOpts, Expect, Format, Image,
+    Item, MetaInit, ServerContent,
 };
 use support::envelopes::FALLBACK;
 
@@ -97,14 +97,14 @@ fn jsonl(expected: &[Expect], budget: usize) -> Vec<String> {
                 envs.extend(chunks(p, room).into_iter().map(|c| (false, c)));
             }
             envs.push((true, String::new()));
+        } else if is_native_split(&b.kind) {
+            // Cut where the native formatter cuts (DESIGN 4, third exception).
+            let fixed = envelope(b, false, "").to_string().len();
+            let cs = native_split(&b.content, fixed, budget);
+            let n = cs.len();
+            envs.extend(cs.into_iter().enumerate().map(|(j, c)| (b.closed && j + 1 == n, c)));
         } else {
-            let content = if b.json {
-                // JSON payloads: written compact (compared as values).
-                let v: Value = serde_json::from_str(&b.content).unwrap_or(Value::Null);
-                vec![v.to_string()]
-            } else {
-                b.pieces.clone()
-            };
+            let content = b.pieces.clone();
             for (i, p) in content.iter().enumerate() {
                 let last = i + 1 == content.len();
                 let cs = if p.is_empty() {
@@ -487,31 +487,11 @@ fn fixtures() -> Vec<(String, Vec<Item>)> {
 
 // -------------------------------------------------------------- comparison
 
-/// A line parsed for comparison: JSON-payload deltas parsed too.
-fn normalise(line: &str) -> Result<(Vec<String>, Value), String> {
-    if line == "[DONE]" {
-        return Ok((vec![], Value::String("[DONE]".into())));
-    }
-    let mut v: Value = serde_json::from_str(line).map_err(|e| format!("not JSON ({e}): {line}"))?;
-    let keys = v.as_object().map(|m| m.keys().cloned().collect()).unwrap_or_default();
-    let kind = v["type"].as_str().unwrap_or("").to_owned();
-    let delta = v["delta"].as_str().unwrap_or("").to_owned();
-    let json_delta = is_json_kind(&kind) || (kind == "error" && delta.starts_with('{'));
-    if json_delta && !delta.is_empty() {
-        if let Ok(d) = serde_json::from_str::<Value>(&delta) {
-            v["delta"] = d;
-        }
-    }
-    Ok((keys, v))
-}
-
 fn compare(name: &str, got: &str, want: &str) -> Result<(), String> {
     let got: Vec<&str> = got.lines().collect();
     let want: Vec<&str> = want.lines().collect();
     for (i, (g, w)) in got.iter().zip(want.iter()).enumerate() {
-        let (gk, gv) = normalise(g)?;
-        let (wk, wv) = normalise(w)?;
-        if gv != wv || gk != wk {
+        if g != w {
             return Err(format!("{name}: line {} differs\n  want: {w}\n  got:  {g}", i + 1));
         }
     }

@@ -7,6 +7,8 @@ pub mod pyjson;
 
 use std::fmt;
 
+pub use pyjson::PyStyle;
+
 /// The 13 envelope types of the JSON protocol (DESIGN 4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum EnvelopeKind {
@@ -67,10 +69,47 @@ impl EnvelopeKind {
         Self::ALL.into_iter().find(|k| k.as_str() == s)
     }
 
-    /// Text and thinking stream their deltas and close with an empty final
-    /// marker; every other kind puts its content in the final chunk.
-    pub const fn is_streamed(self) -> bool {
-        matches!(self, EnvelopeKind::Text | EnvelopeKind::Thinking)
+    /// The fields this type carries after `type, agent, final, delta`, in order (DESIGN 4's table). The encoder
+    /// writes exactly these, the tests check real output against them, and docs/TRANSLATION.md lists them.
+    pub const fn extras(self) -> &'static [Field] {
+        match self {
+            EnvelopeKind::ToolCall
+            | EnvelopeKind::ServerToolCall
+            | EnvelopeKind::ToolResult
+            | EnvelopeKind::ServerToolResult => &ID_NAME,
+            EnvelopeKind::ToolResultImage => &IMAGE,
+            EnvelopeKind::Citation => &CITATION,
+            _ => &[],
+        }
+    }
+
+    /// Where a block of this type is cut into envelopes.
+    pub const fn split(self) -> Split {
+        match self {
+            EnvelopeKind::MetaInit
+            | EnvelopeKind::AwaitingFrontendTools
+            | EnvelopeKind::Error
+            | EnvelopeKind::MetaFiles => Split::Native,
+            _ => Split::Budget,
+        }
+    }
+
+    /// How the native formatter writes this type's delta when it is a JSON document (DESIGN 4, "JSON text"):
+    /// `None` for types whose delta is text. For `tool_result` it applies to structured content only, for `error`
+    /// to a JSON error payload only.
+    pub const fn json_text(self) -> Option<PyStyle> {
+        match self {
+            EnvelopeKind::MetaInit
+            | EnvelopeKind::MetaFinal
+            | EnvelopeKind::AwaitingFrontendTools
+            | EnvelopeKind::ToolCall
+            | EnvelopeKind::ServerToolCall => Some(PyStyle::Unicode),
+            EnvelopeKind::ToolResult | EnvelopeKind::ServerToolResult | EnvelopeKind::Error => Some(PyStyle::Ascii),
+            EnvelopeKind::MetaFiles => Some(PyStyle::CompactAscii),
+            EnvelopeKind::Thinking | EnvelopeKind::Text | EnvelopeKind::Citation | EnvelopeKind::ToolResultImage => {
+                None
+            }
+        }
     }
 }
 
@@ -80,20 +119,69 @@ impl fmt::Display for EnvelopeKind {
     }
 }
 
-/// Extra fields after `delta`, pre-serialised once per block as
-/// `,"key":value,...` so that each chunk of the block only copies bytes.
-/// Keys are unique and never one of the envelope's own fields: a citation's
-/// fields come from upstream input, and a repeated key (first one wins) or
-/// one named like a fixed field is dropped, so an envelope never has two
-/// `delta`s.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Extras {
-    json: String,
-    keys: Vec<Box<str>>,
+/// Where a block is cut into envelopes (DESIGN 4, "Size bound").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Split {
+    /// Every envelope's JSON object within the budget, escapes counted.
+    Budget,
+    /// Where the native formatter cuts: the delta's UTF-8 bytes *before* escaping against the budget minus the
+    /// fixed part (the whole budget if that leaves under 64 bytes). Frontends read these types whole from one
+    /// envelope, so their boundaries must match; a line may exceed the budget by its escapes (counted oversize).
+    Native,
 }
 
-/// The fields every envelope has before its extras.
-const ENVELOPE_FIELDS: [&str; 4] = ["type", "agent", "final", "delta"];
+/// One field after `delta`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Field {
+    pub name: &'static str,
+    /// Omitted when absent (or null, or an empty legacy attribute); a required field absent is written as `""`.
+    pub optional: bool,
+    /// A JSON number (legacy attributes carry it as text).
+    pub number: bool,
+}
+
+const fn required(name: &'static str) -> Field {
+    Field {
+        name,
+        optional: false,
+        number: false,
+    }
+}
+
+const fn optional(name: &'static str, number: bool) -> Field {
+    Field {
+        name,
+        optional: true,
+        number,
+    }
+}
+
+const ID_NAME: [Field; 2] = [required("id"), required("name")];
+const IMAGE: [Field; 4] = [
+    required("id"),
+    required("name"),
+    required("src"),
+    required("media_type"),
+];
+const CITATION: [Field; 9] = [
+    required("citation_type"),
+    optional("document_index", true),
+    optional("document_title", false),
+    optional("start_char_index", true),
+    optional("end_char_index", true),
+    optional("start_page_number", true),
+    optional("end_page_number", true),
+    optional("url", false),
+    optional("title", false),
+];
+
+/// Field values for a block's envelopes, in any order; [`BlockHeader::new`] writes them in the order and subset
+/// that [`EnvelopeKind::extras`] gives (the first value of a repeated key wins; keys the type does not have are
+/// dropped, so upstream input can never add a field or shadow an envelope field).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Extras {
+    fields: Vec<(Box<str>, serde_json::Value)>,
+}
 
 impl Extras {
     pub fn new() -> Self {
@@ -101,32 +189,23 @@ impl Extras {
     }
 
     /// Adds a string field.
-    pub fn str(mut self, key: &str, value: &str) -> Self {
-        self.push(key, &serde_json::Value::from(value));
-        self
+    pub fn str(self, key: &str, value: &str) -> Self {
+        self.value(key, &serde_json::Value::from(value))
     }
 
     /// Adds any JSON value.
     pub fn value(mut self, key: &str, value: &serde_json::Value) -> Self {
-        self.push(key, value);
+        self.fields.push((key.into(), value.clone()));
         self
     }
 
-    fn push(&mut self, key: &str, value: &serde_json::Value) {
-        if ENVELOPE_FIELDS.contains(&key) || self.keys.iter().any(|k| **k == *key) {
-            return;
-        }
-        self.keys.push(key.into());
-        self.json.push(',');
-        // Writing JSON into a String cannot fail.
-        self.json.push_str(&serde_json::Value::from(key).to_string());
-        self.json.push(':');
-        self.json.push_str(&value.to_string());
+    fn get(&self, key: &str) -> Option<&serde_json::Value> {
+        self.fields.iter().find(|(k, _)| **k == *key).map(|(_, v)| v)
     }
 
-    /// The serialised fields, each preceded by a comma.
-    pub fn as_str(&self) -> &str {
-        &self.json
+    /// Bytes the values hold (for memory accounting).
+    pub fn held_bytes(&self) -> usize {
+        self.fields.iter().map(|(k, v)| k.len() + v.to_string().len()).sum()
     }
 }
 
@@ -137,7 +216,8 @@ pub struct BlockHeader {
     pub kind: EnvelopeKind,
     /// `{"type":"…","agent":"…","final":` with the agent JSON-escaped.
     prefix: String,
-    extras: Extras,
+    /// `,"key":value` for each field of the kind's table that is written.
+    extras: String,
 }
 
 /// Bytes of an envelope around its delta's escaped content:
@@ -153,12 +233,29 @@ impl BlockHeader {
         prefix.push_str("\",\"agent\":");
         prefix.push_str(&serde_json::Value::from(agent).to_string());
         prefix.push_str(",\"final\":");
-        Self { kind, prefix, extras }
+        let mut json = String::new();
+        for field in kind.extras() {
+            let value = extras.get(field.name).filter(|v| !v.is_null());
+            let value = match value {
+                Some(v) => v.clone(),
+                None if field.optional => continue,
+                None => serde_json::Value::from(""),
+            };
+            json.push_str(",\"");
+            json.push_str(field.name);
+            json.push_str("\":");
+            json.push_str(&value.to_string());
+        }
+        Self {
+            kind,
+            prefix,
+            extras: json,
+        }
     }
 
     /// Encoded size of an envelope of this block whose delta is empty.
     pub fn overhead(&self) -> usize {
-        self.prefix.len() + DELTA_FRAME + self.extras.as_str().len()
+        self.prefix.len() + DELTA_FRAME + self.extras.len()
     }
 
     /// Writes one envelope as compact JSON (no SSE framing) and returns its
@@ -181,7 +278,7 @@ impl BlockHeader {
         out.extend_from_slice(if is_final { b"true" } else { b"false" });
         out.extend_from_slice(b",\"delta\":");
         let r = delta(out);
-        out.extend_from_slice(self.extras.as_str().as_bytes());
+        out.extend_from_slice(self.extras.as_bytes());
         out.push(b'}');
         (out.len() - start, r)
     }
@@ -220,14 +317,35 @@ mod tests {
     }
 
     #[test]
-    fn extras_never_repeat_a_key_or_shadow_an_envelope_field() {
+    fn extras_follow_the_table_never_repeat_a_key_or_shadow_an_envelope_field() {
         let e = Extras::new()
+            .value("end_char_index", &9.into())
             .str("citation_type", "char_location")
             .value("delta", &2.into())
             .str("type", "x")
             .str("citation_type", "other")
-            .value("index", &0.into());
-        assert_eq!(e.as_str(), r#","citation_type":"char_location","index":0"#);
+            .value("encrypted_index", &"zz".into())
+            .value("document_title", &serde_json::Value::Null)
+            .value("document_index", &0.into());
+        let h = BlockHeader::new(EnvelopeKind::Citation, "a", e);
+        assert_eq!(
+            h.extras,
+            r#","citation_type":"char_location","document_index":0,"end_char_index":9"#
+        );
+    }
+
+    #[test]
+    fn a_required_field_absent_is_written_empty() {
+        let h = BlockHeader::new(
+            EnvelopeKind::ToolResultImage,
+            "a",
+            Extras::new().str("src", "s").str("id", "1"),
+        );
+        assert_eq!(h.extras, r#","id":"1","name":"","src":"s","media_type":"""#);
+        assert_eq!(
+            BlockHeader::new(EnvelopeKind::Text, "a", Extras::new().str("id", "1")).extras,
+            ""
+        );
     }
 
     #[test]

@@ -304,28 +304,22 @@ fn citation(out: &mut Vec<u8>, obs: &mut impl Observer, budget: usize, h: &Block
     obs.block_closed(EnvelopeKind::Citation, 1);
 }
 
-/// Citation attributes that are numbers in the envelope.
-const NUMERIC: &[&str] = &[
-    "document_index",
-    "start_char_index",
-    "end_char_index",
-    "start_page_number",
-    "end_page_number",
-    "start_block_index",
-    "end_block_index",
-];
-
-/// Envelope extras from a citation's attributes (DESIGN 3.3).
+/// Envelope extras from a citation's attributes (DESIGN 3.3): the table's numeric fields as numbers, empty
+/// attributes omitted (the legacy formatter writes an absent value as `""`).
 pub fn citation_extras(attrs: &[(String, String)]) -> Extras {
     let mut extras = Extras::new();
     if let Some(t) = attr(attrs, "type").filter(|t| !t.is_empty()) {
         extras = extras.str("citation_type", t);
     }
+    let fields = EnvelopeKind::Citation.extras();
     for (k, v) in attrs {
-        if k == "type" || v.is_empty() {
+        let Some(field) = fields.iter().find(|f| f.name == k.as_str()) else {
+            continue;
+        };
+        if v.is_empty() {
             continue;
         }
-        let number = NUMERIC.contains(&k.as_str()).then(|| v.parse::<i64>().ok()).flatten();
+        let number = field.number.then(|| v.parse::<i64>().ok()).flatten();
         extras = match number {
             Some(n) => extras.value(k, &n.into()),
             None => extras.str(k, v),
@@ -555,7 +549,8 @@ impl Parser {
                 };
                 self.pos += len;
                 ctx.multimodal = true;
-                let mut extras = Extras::new().str("id", &ctx.id);
+                // The enclosing result's id and name, then the image's own fields.
+                let mut extras = Extras::new().str("id", &ctx.id).str("name", &ctx.name);
                 for key in ["src", "media_type"] {
                     if let Some(v) = attr(&attrs, key) {
                         extras = extras.str(key, v);

@@ -1,10 +1,13 @@
 //! Writing blocks as envelopes within the byte budget: streamed blocks send
 //! each delta at once; buffered blocks send full chunks as content arrives
-//! and keep the last one back so that it can carry `final:true`.
+//! and keep the last one back so that it can carry `final:true`. The types
+//! frontends read whole are cut where the native formatter cuts them
+//! ([`Split::Native`]), and their JSON payloads may be written again in the
+//! native text first.
 
 use super::escape::incomplete_utf8_tail;
 use crate::envelope::chunker::{fitting_prefix, measure, MAX_CHAR_ESCAPED};
-use crate::envelope::BlockHeader;
+use crate::envelope::{pyjson, BlockHeader, PyStyle, Split};
 use crate::sse::encoder::{write_chunk_fitting, write_envelope};
 use crate::translate::Observer;
 
@@ -52,6 +55,29 @@ fn room(header: &BlockHeader, budget: usize) -> Option<usize> {
     budget.checked_sub(header.overhead()).filter(|&r| r > 0)
 }
 
+/// The native formatter's room for a delta's unescaped UTF-8 bytes: the budget
+/// minus the empty envelope, or the whole budget when that leaves less than
+/// [`NATIVE_MIN_ROOM`] (its "degenerate case").
+fn native_room(header: &BlockHeader, budget: usize) -> usize {
+    match budget.saturating_sub(header.overhead()) {
+        r if r < NATIVE_MIN_ROOM => budget,
+        r => r,
+    }
+}
+
+/// Below this room the native formatter gives a delta the whole budget.
+const NATIVE_MIN_ROOM: usize = 64;
+
+/// The end of the native formatter's next cut of `text` at `room` bytes,
+/// backed off to a character boundary (never to 0: `room` is at least 64).
+fn native_cut(text: &str, room: usize) -> usize {
+    let mut cut = room.min(text.len());
+    while cut > 0 && !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    cut.max(text.chars().next().map_or(0, char::len_utf8).min(text.len()))
+}
+
 /// Writes `delta` as as many `final:false` envelopes as the budget needs;
 /// returns how many were written.
 pub fn streamed_delta(
@@ -93,6 +119,14 @@ pub struct Chunked {
     pub invalid_utf8: bool,
     /// Every chunk is `final:false` (a multimodal result's text part).
     never_final: bool,
+    /// A JSON payload is written again in this style at the end, if it was
+    /// held whole (a native-split type's body).
+    reformat: Option<PyStyle>,
+    /// Native-split content held whole up to this size, so that it can be
+    /// reformatted; past it, chunks go out as they fill.
+    hold: usize,
+    /// A native-split block has started sending chunks (no reformat then).
+    streaming: bool,
 }
 
 impl Chunked {
@@ -107,11 +141,22 @@ impl Chunked {
             chunks: 0,
             invalid_utf8: false,
             never_final: false,
+            reformat: None,
+            hold: 0,
+            streaming: false,
         }
     }
 
     pub fn never_final(mut self) -> Self {
         self.never_final = true;
+        self
+    }
+
+    /// Holds the content whole (up to `hold` bytes) and, if it is a JSON
+    /// object or array, writes it again as `style` before the native split.
+    pub fn reformat_json(mut self, style: PyStyle, hold: usize) -> Self {
+        self.reformat = Some(style);
+        self.hold = hold;
         self
     }
 
@@ -171,6 +216,10 @@ impl Chunked {
     /// Adds content; writes every chunk that is surely not the last.
     pub fn push(&mut self, bytes: &[u8], out: &mut Vec<u8>, obs: &mut impl Observer, budget: usize) {
         self.append(bytes);
+        if self.header.kind.split() == Split::Native {
+            self.push_native(out, obs, budget);
+            return;
+        }
         let Some(room) = room(&self.header, budget) else {
             return; // fixed fields fill the budget: the whole block goes in one envelope
         };
@@ -200,6 +249,25 @@ impl Chunked {
         self.pending = pending;
     }
 
+    /// Native split: content is held (to be reformatted, or because it may
+    /// all fit one envelope); once over `hold`, every cut that is surely not
+    /// the last goes out, so memory stays bounded.
+    fn push_native(&mut self, out: &mut Vec<u8>, obs: &mut impl Observer, budget: usize) {
+        let room = native_room(&self.header, budget);
+        if !self.streaming && self.pending.len() <= self.hold.max(room) {
+            return;
+        }
+        self.streaming = true;
+        let mut start = 0;
+        while self.pending.len() - start > room {
+            let cut = start + native_cut(&self.pending[start..], room);
+            envelope(out, obs, budget, &self.header, false, &self.pending[start..cut]);
+            self.chunks += 1;
+            start = cut;
+        }
+        self.pending.drain(..start);
+    }
+
     /// Writes one full `final:false` chunk from the start of `text`, which
     /// does not fit as the last one; returns the bytes it took.
     fn full_chunk(
@@ -227,7 +295,12 @@ impl Chunked {
             self.invalid_utf8 = true;
             self.pending.push_str(&String::from_utf8_lossy(&tail));
         }
-        let text = std::mem::take(&mut self.pending);
+        let mut text = std::mem::take(&mut self.pending);
+        if let (Some(style), false) = (self.reformat, self.streaming) {
+            if let Some(native) = reformat_json(&text, style) {
+                text = native;
+            }
+        }
         self.write_last(&text, out, obs, budget);
         obs.block_closed(self.header.kind, self.chunks);
         self.chunks
@@ -236,6 +309,19 @@ impl Chunked {
     /// Writes `text` as the block's last chunks, the very last one final.
     fn write_last(&mut self, text: &str, out: &mut Vec<u8>, obs: &mut impl Observer, budget: usize) {
         let is_final = !self.never_final;
+        if self.header.kind.split() == Split::Native {
+            let room = native_room(&self.header, budget);
+            let mut rest = text;
+            while rest.len() > room {
+                let cut = native_cut(rest, room);
+                envelope(out, obs, budget, &self.header, false, &rest[..cut]);
+                self.chunks += 1;
+                rest = &rest[cut..];
+            }
+            envelope(out, obs, budget, &self.header, is_final, rest);
+            self.chunks += 1;
+            return;
+        }
         let Some(room) = room(&self.header, budget) else {
             envelope(out, obs, budget, &self.header, is_final, text);
             self.chunks += 1;
@@ -273,6 +359,16 @@ fn utf8_len(lead: u8) -> usize {
         0xF0..=0xF7 => 4,
         _ => 1,
     }
+}
+
+/// A JSON object or array written again in `style`; `None` for anything else
+/// (plain error text, or JSON that does not parse), which stays as it is.
+pub fn reformat_json(text: &str, style: PyStyle) -> Option<String> {
+    let first = text.trim_start().bytes().next()?;
+    if first != b'{' && first != b'[' {
+        return None;
+    }
+    pyjson::reformat(text, style)
 }
 
 /// Writes a complete payload as one buffered block.

@@ -2,8 +2,7 @@
 //! content is in their attributes: meta_init, meta_final,
 //! awaiting_frontend_tools, tool calls.
 
-use indexmap::IndexMap;
-use serde_json::value::RawValue;
+use serde_json::Value;
 
 use super::body::{Body, CitationsCtx, EndRule, Parent, Sink, ToolResultCtx};
 use super::emit::{self, Chunked};
@@ -11,7 +10,7 @@ use super::escape::Escape;
 use super::tag::{attr, Tag, TagKind};
 use super::text::streamed_kind;
 use super::{Parser, State};
-use crate::envelope::{BlockHeader, EnvelopeKind, Extras};
+use crate::envelope::{pyjson, BlockHeader, EnvelopeKind, Extras, PyStyle, Split};
 use crate::translate::{Observer, ParseErrorKind, UnknownTags};
 
 impl Parser {
@@ -84,9 +83,8 @@ impl Parser {
                 } else {
                     EnvelopeKind::AwaitingFrontendTools
                 };
-                let data = attr(&attrs, "data").unwrap_or("");
-                self.check_json(data, &name, out, obs);
-                emit::whole(out, obs, budget, BlockHeader::new(kind, &agent, Extras::new()), data);
+                let data = self.native_json(attr(&attrs, "data").unwrap_or(""), kind, &name, out, obs);
+                emit::whole(out, obs, budget, BlockHeader::new(kind, &agent, Extras::new()), &data);
                 if kind == EnvelopeKind::MetaFinal {
                     self.scopes.meta_final();
                 }
@@ -102,12 +100,12 @@ impl Parser {
                 let args = attr(&attrs, "arguments").unwrap_or("").trim();
                 // No arguments arrive as the JSON string "" (DESIGN 3.6).
                 let args = if args.is_empty() || args == "\"\"" { "{}" } else { args };
-                self.check_json(args, &name, out, obs);
+                let args = self.native_json(args, kind, &name, out, obs);
                 self.scopes.tool_call(id);
                 let extras = Extras::new()
                     .str("id", id)
                     .str("name", attr(&attrs, "name").unwrap_or(""));
-                emit::whole(out, obs, budget, BlockHeader::new(kind, &agent, extras), args);
+                emit::whole(out, obs, budget, BlockHeader::new(kind, &agent, extras), &args);
                 self.state = close_state;
             }
             "content-block-tool_result" => {
@@ -154,10 +152,9 @@ impl Parser {
                             Escape::Formatter,
                         )
                     }
-                    Some(EnvelopeKind::MetaFiles) => (
-                        BlockHeader::new(EnvelopeKind::MetaFiles, &agent, Extras::new()),
-                        Escape::None,
-                    ),
+                    Some(kind @ EnvelopeKind::MetaFiles) => {
+                        (BlockHeader::new(kind, &agent, Extras::new()), Escape::None)
+                    }
                     Some(kind) => (BlockHeader::new(kind, &agent, Extras::new()), Escape::Formatter),
                     None => {
                         obs.unknown_tag();
@@ -181,13 +178,14 @@ impl Parser {
                     self.item_done(obs);
                     return;
                 }
-                let body = Body::new(
-                    &name,
-                    EndRule::AtEventEnd,
-                    escape,
-                    Sink::Chunked(Chunked::new(header)),
-                    Parent::Top,
-                );
+                // Errors and meta_files are read whole: held (bounded) so that their JSON is written natively.
+                let chunked = match header.kind.json_text() {
+                    Some(style) if header.kind.split() == Split::Native => {
+                        Chunked::new(header).reformat_json(style, self.opts.max_item_bytes)
+                    }
+                    _ => Chunked::new(header),
+                };
+                let body = Body::new(&name, EndRule::AtEventEnd, escape, Sink::Chunked(chunked), Parent::Top);
                 self.state = State::Body(Box::new(body));
             }
         }
@@ -198,36 +196,44 @@ impl Parser {
 
     fn meta_init(&mut self, data: &str, out: &mut Vec<u8>, obs: &mut impl Observer) {
         let budget = self.opts.budget;
-        // Top-level fields only; values stay borrowed raw JSON text, so a
-        // large history is validated but never copied or rebuilt.
-        let parsed: Result<IndexMap<String, &RawValue>, _> = serde_json::from_str(data);
-        let mut rewritten = None;
-        match parsed {
+        let delta = match serde_json::from_str::<Value>(data) {
             Err(e) => {
                 self.parse_error(ParseErrorKind::InvalidJson, &format!("meta_init data: {e}"), out, obs);
+                data.to_owned()
             }
-            Ok(map) => {
-                let get = |k: &str| map.get(k).and_then(|v| serde_json::from_str::<String>(v.get()).ok());
-                let agent = get("agent_uuid");
-                let parent = get("parent_agent_uuid");
-                let format = get("format");
+            Ok(mut v) => {
+                let get = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
+                let (agent, parent, format) = (get("agent_uuid"), get("parent_agent_uuid"), get("format"));
                 if self.scopes.meta_init(agent.as_deref(), parent.as_deref()) == super::scope::Opened::Conflict {
                     obs.scope_conflict();
                 }
                 if self.opts.rewrite_format && matches!(format.as_deref(), Some("xml" | "raw")) {
-                    rewritten = map.get("format").and_then(|v| splice(data, v.get(), "\"json\""));
+                    v["format"] = Value::from("json");
                 }
+                pyjson::to_string(&v, PyStyle::Unicode)
             }
-        }
-        let delta = rewritten.as_deref().unwrap_or(data);
+        };
         let header = BlockHeader::new(EnvelopeKind::MetaInit, self.scopes.agent(), Extras::new());
-        emit::whole(out, obs, budget, header, delta);
+        emit::whole(out, obs, budget, header, &delta);
     }
 
-    /// Reports a JSON payload that does not parse (it is still sent).
-    fn check_json(&mut self, json: &str, what: &str, out: &mut Vec<u8>, obs: &mut impl Observer) {
-        if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(json) {
-            self.parse_error(ParseErrorKind::InvalidJson, &format!("{what}: {e}"), out, obs);
+    /// A JSON payload of `kind` in the native formatter's text (DESIGN 4); one
+    /// that does not parse is reported and sent as it came.
+    fn native_json(
+        &mut self,
+        json: &str,
+        kind: EnvelopeKind,
+        what: &str,
+        out: &mut Vec<u8>,
+        obs: &mut impl Observer,
+    ) -> String {
+        let style = kind.json_text().unwrap_or(PyStyle::Unicode);
+        match serde_json::from_str::<Value>(json) {
+            Ok(v) => pyjson::to_string(&v, style),
+            Err(e) => {
+                self.parse_error(ParseErrorKind::InvalidJson, &format!("{what}: {e}"), out, obs);
+                json.to_owned()
+            }
         }
     }
 }
@@ -240,11 +246,4 @@ fn buffered_kind(name: &str) -> Option<EnvelopeKind> {
         n if n.starts_with("content-block-") && n.ends_with("_tool_result") => Some(EnvelopeKind::ServerToolResult),
         _ => None,
     }
-}
-/// `text` with `part` (a slice of it) replaced by `with`; `None` if `part`
-/// does not lie inside `text`.
-fn splice(text: &str, part: &str, with: &str) -> Option<String> {
-    let start = (part.as_ptr() as usize).checked_sub(text.as_ptr() as usize)?;
-    let end = start + part.len();
-    (text.get(start..end)? == part).then(|| [&text[..start], with, &text[end..]].concat())
 }

@@ -11,7 +11,7 @@ use super::emit;
 use super::scope::Scopes;
 use super::text::failure_shape;
 use super::Parser;
-use crate::envelope::{BlockHeader, EnvelopeKind, Extras};
+use crate::envelope::{pyjson, BlockHeader, EnvelopeKind, Extras, PyStyle};
 use crate::translate::{Dialect, Observer, ParseErrorKind};
 
 /// The outcome of reading one JSON event.
@@ -57,6 +57,8 @@ enum RawBlock {
         header: BlockHeader,
         chunks: u32,
         citations: Vec<(Extras, String)>,
+        /// Bytes `citations` hold, against `max_item_bytes`.
+        cited_bytes: usize,
     },
     Tool {
         header: BlockHeader,
@@ -109,6 +111,7 @@ fn stop(block: RawBlock, scopes: &mut Scopes, out: &mut Vec<u8>, obs: &mut impl 
             header,
             chunks,
             citations,
+            ..
         } => {
             emit::envelope(out, obs, budget, &header, true, "");
             obs.block_closed(header.kind, chunks + 1);
@@ -121,13 +124,14 @@ fn stop(block: RawBlock, scopes: &mut Scopes, out: &mut Vec<u8>, obs: &mut impl 
             }
         }
         RawBlock::Tool { header, id, input } => {
-            let input = if input.trim().is_empty() {
-                "{}".to_owned()
-            } else {
-                input
+            // Natively: `json.loads(input) if input else {}`, an input that does not parse dumped as a JSON string.
+            let value = match input.trim() {
+                "" => Value::Object(Map::new()),
+                text => serde_json::from_str(text).unwrap_or(Value::String(input)),
             };
+            let style = header.kind.json_text().unwrap_or(PyStyle::Unicode);
             scopes.tool_call(&id);
-            emit::whole(out, obs, budget, header, &input);
+            emit::whole(out, obs, budget, header, &pyjson::to_string(&value, style));
         }
         RawBlock::Ignored => {}
     }
@@ -137,23 +141,20 @@ fn str_field<'m>(m: &'m Map<String, Value>, k: &str) -> &'m str {
     m.get(k).and_then(Value::as_str).unwrap_or("")
 }
 
-/// Envelope extras of a raw `citations_delta` citation; returns them with
-/// the cited text.
+/// Envelope extras of a raw `citations_delta` citation; returns them with the cited text. The header keeps the
+/// protocol's fields only (`encrypted_index`, `file_id`, … are dropped) and omits nulls; an empty string is a value,
+/// as natively.
 fn citation(mut c: Map<String, Value>) -> (Extras, String) {
-    // shift_remove keeps the other fields in their order.
     let text = match c.shift_remove("cited_text") {
         Some(Value::String(s)) => s,
         _ => String::new(),
     };
     let mut extras = Extras::new();
-    if let Some(Value::String(t)) = c.shift_remove("type") {
-        extras = extras.str("citation_type", &t);
-    }
+    // Natively `cit.get("type", "unknown")`.
+    let ty = c.shift_remove("type").unwrap_or_else(|| Value::from("unknown"));
+    extras = extras.value("citation_type", &ty);
     for (k, v) in &c {
-        let empty = v.is_null() || v.as_str().is_some_and(str::is_empty);
-        if !empty {
-            extras = extras.value(k, v);
-        }
+        extras = extras.value(k, v);
     }
     (extras, text)
 }
@@ -221,9 +222,13 @@ impl Parser {
                             input.push_str(&part);
                         }
                     }
-                    ("citations_delta", RawBlock::Streamed { citations, .. }) => {
-                        let held: usize = citations.iter().map(|(e, t)| e.as_str().len() + t.len()).sum();
-                        if held > max {
+                    (
+                        "citations_delta",
+                        RawBlock::Streamed {
+                            citations, cited_bytes, ..
+                        },
+                    ) => {
+                        if *cited_bytes > max {
                             self.parse_error(
                                 ParseErrorKind::ItemTooLarge,
                                 "citations larger than max_item_bytes",
@@ -231,7 +236,9 @@ impl Parser {
                                 obs,
                             );
                         } else if let Some(c) = delta.citation {
-                            citations.push(citation(c));
+                            let (extras, text) = citation(c);
+                            *cited_bytes += extras.held_bytes() + text.len();
+                            citations.push((extras, text));
                         }
                     }
                     // Signatures emit nothing; other pairs are ignored.
@@ -245,8 +252,9 @@ impl Parser {
             }
             "message_start" | "message_delta" | "message_stop" | "ping" => {}
             "error" => {
-                let delta = event.error.unwrap_or(Value::Null).to_string();
-                self.error_envelope(&delta, out, obs);
+                let error = event.error.unwrap_or(Value::Null);
+                let style = EnvelopeKind::Error.json_text().unwrap_or(PyStyle::Ascii);
+                self.error_envelope(&pyjson::to_string(&error, style), out, obs);
             }
             other => {
                 let msg = format!("unknown raw event type {other:?}");
@@ -274,6 +282,7 @@ impl Parser {
                     header,
                     chunks,
                     citations: Vec::new(),
+                    cited_bytes: 0,
                 }
             }
             "tool_use" | "server_tool_use" | "mcp_tool_use" => {
@@ -304,11 +313,12 @@ impl Parser {
                     .unwrap_or("")
                     .to_owned();
                 let name = cb.get("name").and_then(Value::as_str).unwrap_or(t).to_owned();
-                // Structured content stays structured JSON (DESIGN 3.6).
+                // Structured content stays structured JSON (DESIGN 3.6), in the native text.
+                let style = EnvelopeKind::ServerToolResult.json_text().unwrap_or(PyStyle::Ascii);
                 let content = match cb.remove("content") {
                     Some(Value::String(s)) => s,
-                    Some(v) => v.to_string(),
-                    None => String::new(),
+                    Some(Value::Null) | None => String::new(),
+                    Some(v) => pyjson::to_string(&v, style),
                 };
                 let extras = Extras::new().str("id", &id).str("name", &name);
                 let header = BlockHeader::new(EnvelopeKind::ServerToolResult, &agent, extras);

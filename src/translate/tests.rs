@@ -95,14 +95,15 @@ fn a_text_block_streams_its_deltas_and_closes_with_an_empty_final() {
 }
 
 #[test]
-fn the_meta_init_rewrite_changes_only_the_format_value() {
+fn the_meta_init_rewrite_changes_only_the_top_level_format_and_writes_native_json() {
     let input = r#"data: <meta_init data="{ &quot;agent_uuid&quot;:&quot;A&quot;,  &quot;format&quot; : &quot;xml&quot; , &quot;h&quot;:[1, {&quot;format&quot;:&quot;xml&quot;}] }"></meta_init>
 
 "#;
     let envs = run(Options::default(), input);
+    // Written as `json.dumps(v, ensure_ascii=False)` (DESIGN 4): Python's separators, key order kept.
     assert_eq!(
         envs[0]["delta"],
-        r#"{ "agent_uuid":"A",  "format" : "json" , "h":[1, {"format":"xml"}] }"#
+        r#"{"agent_uuid": "A", "format": "json", "h": [1, {"format": "xml"}]}"#
     );
     let kept = run(
         Options {
@@ -113,7 +114,7 @@ fn the_meta_init_rewrite_changes_only_the_format_value() {
     );
     assert_eq!(
         kept[0]["delta"],
-        r#"{ "agent_uuid":"A",  "format" : "xml" , "h":[1, {"format":"xml"}] }"#
+        r#"{"agent_uuid": "A", "format": "xml", "h": [1, {"format": "xml"}]}"#
     );
 }
 
@@ -321,10 +322,10 @@ data: [DONE]
     );
     assert_eq!(
         got[3],
-        json!({"type":"tool_call","agent":"A","final":true,"delta":"{\"a\":1}","id":"t","name":"f"})
+        json!({"type":"tool_call","agent":"A","final":true,"delta":"{\"a\": 1}","id":"t","name":"f"})
     );
     assert_eq!(got[4]["type"], "server_tool_result");
-    assert_eq!(got[4]["delta"], "[{\"url\":\"u\"}]");
+    assert_eq!(got[4]["delta"], "[{\"url\": \"u\"}]");
     assert_eq!(got[4]["name"], "web_search_tool_result");
     assert_eq!(got[5], "[DONE]");
     split_invariant(input);

@@ -177,10 +177,9 @@ pub struct Block {
     pub agent: String,
     /// Extras after `delta`, in order.
     pub extras: Vec<(String, Value)>,
-    /// The concatenated deltas.
+    /// The concatenated deltas, byte for byte (JSON payloads in the native
+    /// formatter's text, DESIGN 4).
     pub content: String,
-    /// Compare `content` as a JSON value rather than byte for byte.
-    pub json: bool,
     /// The block ends with a `final:true` envelope.
     pub closed: bool,
     /// For a closed block: whether its final envelope's delta is empty
@@ -221,15 +220,26 @@ pub struct Emitted {
     pub fragmented_json: usize,
 }
 
-/// Citation attributes that are JSON numbers in envelopes (DESIGN 3.3, CONTRACT).
-pub const NUMERIC_ATTRS: [&str; 7] = [
+/// A citation envelope's optional fields after `citation_type`, in order
+/// (DESIGN 4's table); no other field is sent.
+pub const CITATION_FIELDS: [&str; 8] = [
+    "document_index",
+    "document_title",
+    "start_char_index",
+    "end_char_index",
+    "start_page_number",
+    "end_page_number",
+    "url",
+    "title",
+];
+
+/// Citation attributes that are JSON numbers in envelopes (DESIGN 3.3).
+pub const NUMERIC_ATTRS: [&str; 5] = [
     "document_index",
     "start_char_index",
     "end_char_index",
     "start_page_number",
     "end_page_number",
-    "start_block_index",
-    "end_block_index",
 ];
 
 /// Kinds whose delta is a JSON payload.
@@ -238,6 +248,53 @@ pub fn is_json_kind(kind: &str) -> bool {
         kind,
         "meta_init" | "tool_call" | "server_tool_call" | "awaiting_frontend_tools" | "meta_files" | "meta_final"
     )
+}
+
+/// Kinds the frontends read whole, cut where the native formatter cuts
+/// (DESIGN 4, third exception).
+pub fn is_native_split(kind: &str) -> bool {
+    matches!(kind, "meta_init" | "awaiting_frontend_tools" | "error" | "meta_files")
+}
+
+/// The native formatter's `_chunk_and_emit` cut, written from its rule: the
+/// delta's UTF-8 bytes before escaping against the budget minus the empty
+/// envelope (`fixed`), the whole budget if that leaves under 64; one
+/// envelope if it fits, else cuts at that many bytes backed off to a
+/// character boundary.
+pub fn native_split(payload: &str, fixed: usize, budget: usize) -> Vec<String> {
+    let room = match budget.saturating_sub(fixed) {
+        r if r < 64 => budget,
+        r => r,
+    };
+    if payload.len() <= room {
+        return vec![payload.to_owned()];
+    }
+    let b = payload.as_bytes();
+    let mut chunks = Vec::new();
+    let mut at = 0;
+    while at < b.len() {
+        let mut end = (at + room).min(b.len());
+        if end < b.len() {
+            while end > at && b[end] & 0xC0 == 0x80 {
+                end -= 1;
+            }
+        }
+        chunks.push(payload[at..end].to_owned());
+        at = end;
+    }
+    chunks
+}
+
+/// The text the native formatter sends for a model error's content: a JSON
+/// object or array as `json.dumps` writes it, anything else as it is.
+pub fn native_error_text(text: &str) -> String {
+    let t = text.trim_start();
+    if t.starts_with('{') || t.starts_with('[') {
+        if let Ok(v) = serde_json::from_str::<Value>(text) {
+            return py_dumps(&v, true);
+        }
+    }
+    text.to_owned()
 }
 
 // ---------------------------------------------------------------- escapes
@@ -292,14 +349,24 @@ pub fn client_expected(original: &str) -> String {
 }
 
 /// `json.dumps(v)` as Python writes it: `", "` and `": "` separators,
-/// `ensure_ascii` writing non-ASCII (and DEL) as `\uXXXX`.
+/// `ensure_ascii` writing non-ASCII (and DEL) as `\uXXXX`. (Numbers: the
+/// generated values hold integers only, which Python writes as they are.)
 pub fn py_dumps(v: &Value, ascii: bool) -> String {
+    py_dumps_sep(v, ascii, (", ", ": "))
+}
+
+/// `json.dumps(v, separators=(",", ":"))`: compact, non-ASCII as `\uXXXX`.
+pub fn py_dumps_compact(v: &Value) -> String {
+    py_dumps_sep(v, true, (",", ":"))
+}
+
+fn py_dumps_sep(v: &Value, ascii: bool, sep: (&str, &str)) -> String {
     let mut out = String::new();
-    py_write(&mut out, v, ascii);
+    py_write(&mut out, v, ascii, sep);
     out
 }
 
-fn py_write(out: &mut String, v: &Value, ascii: bool) {
+fn py_write(out: &mut String, v: &Value, ascii: bool, sep: (&str, &str)) {
     match v {
         Value::Null | Value::Bool(_) | Value::Number(_) => out.push_str(&v.to_string()),
         Value::String(s) => py_str(out, s, ascii),
@@ -307,9 +374,9 @@ fn py_write(out: &mut String, v: &Value, ascii: bool) {
             out.push('[');
             for (i, x) in a.iter().enumerate() {
                 if i > 0 {
-                    out.push_str(", ");
+                    out.push_str(sep.0);
                 }
-                py_write(out, x, ascii);
+                py_write(out, x, ascii, sep);
             }
             out.push(']');
         }
@@ -317,11 +384,11 @@ fn py_write(out: &mut String, v: &Value, ascii: bool) {
             out.push('{');
             for (i, (k, x)) in m.iter().enumerate() {
                 if i > 0 {
-                    out.push_str(", ");
+                    out.push_str(sep.0);
                 }
                 py_str(out, k, ascii);
-                out.push_str(": ");
-                py_write(out, x, ascii);
+                out.push_str(sep.1);
+                py_write(out, x, ascii, sep);
             }
             out.push('}');
         }
@@ -455,7 +522,7 @@ impl Emitter {
         self.out.expected.len() - 1
     }
 
-    fn block(&mut self, kind: &str, extras: Vec<(String, Value)>, content: String, json: bool) -> usize {
+    fn block(&mut self, kind: &str, extras: Vec<(String, Value)>, content: String) -> usize {
         let agent = self.agent();
         let empty = content.is_empty();
         self.push(Block {
@@ -464,7 +531,6 @@ impl Emitter {
             extras,
             pieces: vec![content.clone()],
             content,
-            json,
             closed: true,
             final_delta_empty: Some(empty),
         })
@@ -501,7 +567,7 @@ impl Emitter {
                     self.h(&self.dumps(v))
                 );
                 self.event(data.as_bytes(), Frag::Any);
-                self.block("awaiting_frontend_tools", vec![], v.to_string(), true);
+                self.block("awaiting_frontend_tools", vec![], py_dumps(v, false));
             }
             Item::MetaFiles(v) => {
                 // No escape at all (DESIGN 3.3); raw JSON inside CDATA.
@@ -510,19 +576,19 @@ impl Emitter {
                     self.dumps(v)
                 );
                 self.event(data.as_bytes(), Frag::Any);
-                self.block("meta_files", vec![], v.to_string(), true);
+                self.block("meta_files", vec![], py_dumps_compact(v));
             }
             Item::ContentError(text) => {
                 let data = formatter_escape(&format!(
                     "<content-block-error><![CDATA[{text}]]></content-block-error>"
                 ));
                 self.event(data.as_bytes(), Frag::Any);
-                self.block("error", vec![], text.clone(), false);
+                self.block("error", vec![], native_error_text(text));
             }
             Item::MetaFinal(v) => {
                 let data = format!("<meta_final data=\"{}\"></meta_final>", self.h(&self.dumps(v)));
                 self.event(data.as_bytes(), Frag::Any);
-                self.block("meta_final", vec![], v.to_string(), true);
+                self.block("meta_final", vec![], py_dumps(v, false));
                 // DESIGN 3.5: a child's meta_final closes its scope (the
                 // envelope itself belongs to the child).
                 if self.scopes.len() > 1 {
@@ -536,9 +602,10 @@ impl Emitter {
             } => {
                 let v = json!({"error": error, "message": message, "traceback": traceback});
                 self.event(self.dumps(&v).as_bytes(), Frag::JsonLines);
-                // DESIGN 3.1/4: delta = the JSON minus the traceback.
+                // DESIGN 3.1/4: delta = the JSON minus the traceback (the
+                // gateway's own envelope: compact JSON).
                 let expected = json!({"error": error, "message": message});
-                self.block("error", vec![], expected.to_string(), true);
+                self.block("error", vec![], expected.to_string());
             }
             Item::RawNoise => {
                 let evs = [
@@ -597,7 +664,7 @@ impl Emitter {
             expected["format"] = "json".into();
         }
         // The meta_init envelope carries its own agent_uuid (CONTRACT).
-        let idx = self.block("meta_init", vec![], expected.to_string(), true);
+        let idx = self.block("meta_init", vec![], py_dumps(&expected, false));
         if let Expect::Block(b) = &mut self.out.expected[idx] {
             b.agent = m.agent.clone();
         }
@@ -619,7 +686,6 @@ impl Emitter {
             agent,
             extras: vec![],
             content: String::new(),
-            json: false,
             closed: true,
             final_delta_empty: Some(true),
             pieces: vec![],
@@ -681,17 +747,23 @@ impl Emitter {
     fn citation_blocks(&mut self, cites: &[Citation]) {
         for (i, c) in cites.iter().enumerate() {
             let mut extras = vec![("citation_type".to_owned(), Value::from(c.citation_type.clone()))];
-            for (k, v) in &c.attrs {
+            for field in CITATION_FIELDS {
+                let Some((_, v)) = c.attrs.iter().find(|(k, _)| k == field) else {
+                    continue;
+                };
                 let v = match v {
                     Attr::Num(n) => Value::from(*n),
+                    // Raw: the model's values as they are (natively only nulls are left out).
+                    Attr::Str(s) if self.raw => Value::from(s.clone()),
+                    // XML: an absent value was written as `""`; numbers arrive as text.
                     Attr::Str(s) if s.is_empty() => continue,
-                    Attr::Str(s) if NUMERIC_ATTRS.contains(&k.as_str()) => match s.parse::<u64>() {
+                    Attr::Str(s) if NUMERIC_ATTRS.contains(&field) => match s.parse::<u64>() {
                         Ok(n) => Value::from(n),
                         Err(_) => Value::from(s.clone()),
                     },
                     Attr::Str(s) => Value::from(s.clone()),
                 };
-                extras.push((k.clone(), v));
+                extras.push((field.to_owned(), v));
             }
             let last = i + 1 == cites.len();
             let agent = self.agent();
@@ -700,7 +772,6 @@ impl Emitter {
                 agent,
                 extras,
                 content: c.cited.clone(),
-                json: false,
                 closed: last,
                 final_delta_empty: last.then_some(c.cited.is_empty()),
                 pieces: vec![c.cited.clone()],
@@ -736,7 +807,6 @@ impl Emitter {
             agent,
             extras: vec![],
             content: String::new(),
-            json: false,
             closed: true,
             final_delta_empty: Some(true),
             pieces: vec![],
@@ -855,7 +925,7 @@ impl Emitter {
             ("id".to_owned(), Value::from(id)),
             ("name".to_owned(), Value::from(name)),
         ];
-        self.block(kind, extras, expected.to_string(), true);
+        self.block(kind, extras, py_dumps(&expected, false));
     }
 
     fn tool_result(&mut self, id: &str, name: &str, content: &ClientContent) {
@@ -894,12 +964,12 @@ impl Emitter {
         ];
         match content {
             ClientContent::Text(s) => {
-                self.block("tool_result", extras, client_expected(s), false);
+                self.block("tool_result", extras, client_expected(s));
             }
             ClientContent::Structured(v) => {
                 // Kept as the backend's JSON text: byte-exact.
                 let text = self.dumps(v);
-                self.block("tool_result", extras, client_expected(&text), false);
+                self.block("tool_result", extras, client_expected(&text));
             }
             ClientContent::Multimodal { text, images } => {
                 let agent = self.agent();
@@ -912,7 +982,6 @@ impl Emitter {
                         extras,
                         pieces: vec![text.clone(), String::new()],
                         content: text,
-                        json: false,
                         closed: true,
                         final_delta_empty: Some(true),
                     });
@@ -924,7 +993,6 @@ impl Emitter {
                     extras: extras.clone(),
                     pieces: vec![text.clone()],
                     content: text,
-                    json: false,
                     closed: false,
                     final_delta_empty: None,
                 });
@@ -934,11 +1002,11 @@ impl Emitter {
                         agent: agent.clone(),
                         extras: vec![
                             ("id".to_owned(), Value::from(id)),
+                            ("name".to_owned(), Value::from(name)),
                             ("src".to_owned(), Value::from(im.src.clone())),
                             ("media_type".to_owned(), Value::from(im.media_type.clone())),
                         ],
                         content: String::new(),
-                        json: false,
                         closed: false,
                         final_delta_empty: None,
                         pieces: vec![String::new()],
@@ -949,7 +1017,6 @@ impl Emitter {
                     agent,
                     extras,
                     content: String::new(),
-                    json: false,
                     closed: true,
                     final_delta_empty: Some(true),
                     pieces: vec![String::new()],
@@ -959,9 +1026,10 @@ impl Emitter {
     }
 
     fn server_tool_result(&mut self, tag: &str, id: &str, name: &Option<String>, content: &ServerContent) {
-        let (text, json) = match content {
-            ServerContent::Text(s) => (s.clone(), false),
-            ServerContent::Json(v) => (v.to_string(), true),
+        let text = match content {
+            ServerContent::Text(s) => s.clone(),
+            // Raw dialect: the structured content in `json.dumps`'s text.
+            ServerContent::Json(v) => py_dumps(v, true),
         };
         if self.raw {
             let index = self.raw_index;
@@ -993,8 +1061,8 @@ impl Emitter {
             ("id".to_owned(), Value::from(id)),
             ("name".to_owned(), Value::from(name)),
         ];
-        // XML content is text (byte-exact); raw structured content is JSON.
-        self.block("server_tool_result", extras, text, json && self.raw);
+        // XML content is text as carried; raw structured content is JSON.
+        self.block("server_tool_result", extras, text);
     }
 }
 
