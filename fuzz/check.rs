@@ -111,7 +111,11 @@ fn check_output(out: &[u8], budget: usize) {
             // Cut by unescaped bytes against the budget less the empty non-final envelope (all of it below 64).
             let room = budget.saturating_sub(fixed);
             let room = if room < 64 { budget } else { room };
-            assert!(delta.len() <= room, "{} native delta over its room {room}: {json}", delta.len());
+            assert!(
+                delta.len() <= room,
+                "{} native delta over its room {room}: {json}",
+                delta.len()
+            );
             continue;
         }
         let first = delta

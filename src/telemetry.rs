@@ -104,7 +104,7 @@ pub struct TranslatorMetrics {
     pub items: IntCounter,
     pub fragmented_items: IntCounter,
     pub item_upstream_events: Histogram,
-    pub parse_errors: [IntCounter; 7],
+    pub parse_errors: [IntCounter; ParseErrorKind::ALL.len()],
     pub unknown_tags: IntCounter,
     pub scope_conflicts: IntCounter,
     pub event_translation: Histogram,

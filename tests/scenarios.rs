@@ -745,6 +745,15 @@ fn adversarial_content_in_every_escaped_kind() {
     let all_before = |closing: &str| all.replace(&format!("]]>{closing}"), &format!("]] >{closing}"));
     // Attribute values: no raw control characters other than LF.
     let attr_all: String = all.chars().filter(|&c| c == '\n' || c >= ' ').collect();
+    // Tool names are identifiers every envelope repeats: bounded, no control characters (issue 13).
+    let name_all: String = attr_all
+        .chars()
+        .filter(|c| !c.is_control())
+        .scan(0, |len, c| {
+            *len += c.len_utf8();
+            (*len <= sse_gateway::envelope::ids::MAX_ID_BYTES).then_some(c)
+        })
+        .collect();
     let items = vec![
         top(Format::Xml),
         Item::Thinking {
@@ -773,7 +782,7 @@ fn adversarial_content_in_every_escaped_kind() {
         Item::ToolCall {
             server: false,
             id: "toolu_all".into(),
-            name: attr_all.clone(),
+            name: name_all.clone(),
             args: Args::Json(json!({"all": all})),
         },
         Item::ToolResult {
@@ -784,7 +793,7 @@ fn adversarial_content_in_every_escaped_kind() {
         Item::ServerToolResult {
             tag: "server_tool_result".into(),
             id: "s".into(),
-            name: Some(attr_all.clone()),
+            name: Some(name_all.clone()),
             content: ServerContent::Text(all_before("</content-block-server_tool_result>")),
         },
         Item::ContentError(all_before("</content-block-error>")),

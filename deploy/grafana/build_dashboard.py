@@ -458,7 +458,7 @@ def build() -> dict:
         timeseries(
             "Parse errors by kind",
             "Legacy input the translator could not parse (syntax, entity, invalid_utf8, item_too_large, "
-            "truncated, invalid_json, unexpected); each became an error envelope.",
+            "truncated, invalid_json, unexpected, invalid_id); each became an error envelope.",
             targets((f"sum by (kind) (rate(sse_gateway_parse_errors_total{sel()}[{RATE}]))", "{{kind}}")),
             unit="ops",
             stack=True,

@@ -2,21 +2,18 @@
 //!
 //! Every envelope carries its agent, and tool envelopes their id and name, so an unbounded identifier multiplies
 //! the output by its length (DESIGN 4's budget cannot hold). The legacy backends send UUIDs (36 bytes), API tool ids
-//! (`toolu_…`, ~30 bytes) and tool names of at most 64 bytes; the bound leaves room for far more.
+//! (`toolu_…`, ~30 bytes) and tool names of at most 64 bytes; the bound leaves room for far more. Control
+//! characters are refused: they would cost six bytes each once JSON-escaped, and a line break forges log lines.
 
 /// Longest identifier accepted, in bytes.
 pub const MAX_ID_BYTES: usize = 256;
 
-/// Whether `b` may appear in an identifier: printable ASCII except the characters that JSON, HTML or a log line
-/// would escape or read specially (`"` `\` `<` `>` `&` `'` `` ` ``). Each allowed byte takes one byte in JSON.
-const fn allowed(b: u8) -> bool {
-    matches!(b, 0x21..=0x7E) && !matches!(b, b'"' | b'\\' | b'<' | b'>' | b'&' | b'\'' | b'`')
-}
-
-/// Whether `id` is an acceptable identifier: at most [`MAX_ID_BYTES`] bytes, every byte allowed. The empty string
-/// passes (a missing attribute is not an attack); callers that need an id treat empty as absent.
+/// Whether `id` is an acceptable identifier: at most [`MAX_ID_BYTES`] bytes and no control character (C0, DEL,
+/// C1), so it takes at most twice its length in JSON (`"` and `\\`; never a 6-byte `\u00XX`) and cannot break a
+/// log line. The empty string passes (a missing attribute is not an attack); callers that need an id treat empty
+/// as absent.
 pub fn is_valid(id: &str) -> bool {
-    id.len() <= MAX_ID_BYTES && id.bytes().all(allowed)
+    id.len() <= MAX_ID_BYTES && !id.chars().any(char::is_control)
 }
 
 #[cfg(test)]

@@ -96,25 +96,29 @@ impl Parser {
                 } else {
                     EnvelopeKind::ServerToolCall
                 };
-                let id = attr(&attrs, "id").unwrap_or("");
+                let id = self.safe_id(attr(&attrs, "id").unwrap_or(""), "tool call id", out, obs);
+                let tool = self.safe_id(attr(&attrs, "name").unwrap_or(""), "tool name", out, obs);
                 let args = attr(&attrs, "arguments").unwrap_or("").trim();
                 // No arguments arrive as the JSON string "" (DESIGN 3.6).
                 let args = if args.is_empty() || args == "\"\"" { "{}" } else { args };
                 let args = self.native_json(args, kind, &name, out, obs);
                 self.scopes.tool_call(id);
-                let extras = Extras::new()
-                    .str("id", id)
-                    .str("name", attr(&attrs, "name").unwrap_or(""));
+                let extras = Extras::new().str("id", id).str("name", tool);
                 emit::whole(out, obs, budget, BlockHeader::new(kind, &agent, extras), &args);
                 self.state = close_state;
             }
             "content-block-tool_result" => {
-                let id = attr(&attrs, "id").unwrap_or("").to_owned();
+                let id = self
+                    .safe_id(attr(&attrs, "id").unwrap_or(""), "tool result id", out, obs)
+                    .to_owned();
+                let tool = self
+                    .safe_id(attr(&attrs, "name").unwrap_or(""), "tool name", out, obs)
+                    .to_owned();
                 // The parent's call returning closes the child scopes.
                 self.scopes.tool_result(&id);
                 let ctx = ToolResultCtx {
                     id,
-                    name: attr(&attrs, "name").unwrap_or("").to_owned(),
+                    name: tool,
                     agent: self.scopes.agent().to_owned(),
                     multimodal: false,
                 };
@@ -141,10 +145,11 @@ impl Parser {
                 let buffered = buffered_kind(&name);
                 let (header, escape) = match buffered {
                     Some(EnvelopeKind::ServerToolResult) => {
-                        let id = attr(&attrs, "id").unwrap_or("");
+                        let id = self.safe_id(attr(&attrs, "id").unwrap_or(""), "tool result id", out, obs);
                         self.scopes.tool_result(id);
                         let stem = name.strip_prefix("content-block-").unwrap_or(&name);
                         let rname = attr(&attrs, "name").filter(|n| !n.is_empty()).unwrap_or(stem);
+                        let rname = self.safe_id(rname, "tool result name", out, obs);
                         let extras = Extras::new().str("id", id).str("name", rname);
                         let agent = self.scopes.agent().to_owned();
                         (
@@ -204,6 +209,8 @@ impl Parser {
             Ok(mut v) => {
                 let get = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
                 let (agent, parent, format) = (get("agent_uuid"), get("parent_agent_uuid"), get("format"));
+                // An agent id every envelope would repeat must be one (issue 13); a bad one names no scope.
+                let agent = agent.filter(|a| self.safe_id(a, "meta_init agent_uuid", out, obs) == a);
                 if self.scopes.meta_init(agent.as_deref(), parent.as_deref()) == super::scope::Opened::Conflict {
                     obs.scope_conflict();
                 }

@@ -28,7 +28,7 @@ mod text;
 
 use memchr::memmem;
 
-use crate::envelope::{BlockHeader, EnvelopeKind, Extras};
+use crate::envelope::{ids, BlockHeader, EnvelopeKind, Extras};
 use crate::sse::encoder::DONE;
 use crate::sse::SseEvent;
 use crate::translate::{DataJoin, Observer, Options, ParseErrorKind, StreamEnd};
@@ -501,6 +501,21 @@ impl Parser {
             State::Citations(mut ctx) => ctx.abandon(out, obs, budget),
             _ => {}
         }
+    }
+
+    /// `id` if every envelope may repeat it (`envelope::ids`), else `""` after an `error` envelope: a long or
+    /// unsafe identifier would multiply the output by its length (issue 13). `what` names it in the message.
+    fn safe_id<'a>(&mut self, id: &'a str, what: &str, out: &mut Vec<u8>, obs: &mut impl Observer) -> &'a str {
+        if ids::is_valid(id) {
+            return id;
+        }
+        let message = format!(
+            "{what} of {} bytes is not an identifier (at most {} bytes, no control characters); replaced by \"\"",
+            id.len(),
+            ids::MAX_ID_BYTES
+        );
+        self.parse_error(ParseErrorKind::InvalidId, &message, out, obs);
+        ""
     }
 
     /// Writes an `error` envelope `{"type":"parse_error","kind","message"}`.

@@ -291,8 +291,9 @@ impl Parser {
                 } else {
                     EnvelopeKind::ServerToolCall
                 };
-                let id = str_field(&cb, "id").to_owned();
-                let extras = Extras::new().str("id", &id).str("name", str_field(&cb, "name"));
+                let id = self.safe_id(str_field(&cb, "id"), "tool call id", out, obs).to_owned();
+                let tool = self.safe_id(str_field(&cb, "name"), "tool name", out, obs);
+                let extras = Extras::new().str("id", &id).str("name", tool);
                 // Input usually streams as input_json_delta; a non-empty
                 // initial input is the whole of it.
                 let input = match cb.get("input") {
@@ -312,7 +313,9 @@ impl Parser {
                     .and_then(Value::as_str)
                     .unwrap_or("")
                     .to_owned();
+                let id = self.safe_id(&id, "tool result id", out, obs).to_owned();
                 let name = cb.get("name").and_then(Value::as_str).unwrap_or(t).to_owned();
+                let name = self.safe_id(&name, "tool result name", out, obs).to_owned();
                 // Structured content stays structured JSON (DESIGN 3.6), in the native text.
                 let style = EnvelopeKind::ServerToolResult.json_text().unwrap_or(PyStyle::Ascii);
                 let content = match cb.remove("content") {

@@ -126,6 +126,11 @@ impl Default for Options {
     }
 }
 
+/// Input taken at a time by [`Translator::feed_bounded`]. An envelope repeats at most a few bounded
+/// identifiers (`envelope::ids`), so one step's output is a bounded multiple of it, except where an item held
+/// whole (at most `max_item_bytes`) ends in it.
+pub const FEED_STEP: usize = 4 << 10;
+
 /// One stream's translator.
 pub struct Translator<O: Observer = Stats> {
     decoder: Decoder,
@@ -142,7 +147,8 @@ impl Translator<Stats> {
 }
 
 impl<O: Observer> Translator<O> {
-    /// `fallback_agent` names the stream's agent until a `meta_init` does.
+    /// `fallback_agent` names the stream's agent until a `meta_init` does; the caller checks it with
+    /// `envelope::ids::is_valid` (every envelope repeats it).
     pub fn with_observer(opts: Options, fallback_agent: &str, observer: O) -> Self {
         let decoder = Decoder::new(DecoderOptions {
             line_ends: opts.line_ends,
@@ -154,6 +160,22 @@ impl<O: Observer> Translator<O> {
             observer,
             finished: false,
         }
+    }
+
+    /// Translates a prefix of `input` into `out`, stopping once `out` holds at least `limit` bytes; returns how
+    /// many input bytes were taken (all of them when the output stays under `limit`). The caller feeds the rest
+    /// later, so the output written for one upstream read is bounded whatever the input amplifies to: at most
+    /// `limit` plus what one [`FEED_STEP`] of input produces (DESIGN 2: any split gives the same output).
+    pub fn feed_bounded(&mut self, input: &[u8], out: &mut Vec<u8>, limit: usize) -> usize {
+        let mut taken = 0;
+        for step in input.chunks(FEED_STEP) {
+            if out.len() >= limit {
+                break;
+            }
+            self.feed(step, out);
+            taken += step.len();
+        }
+        taken
     }
 
     /// Translates the next piece of the upstream body into `out`.

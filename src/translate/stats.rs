@@ -20,10 +20,13 @@ pub enum ParseErrorKind {
     InvalidJson,
     /// Text outside any block, or an event we cannot place.
     Unexpected,
+    /// An agent id, tool id or tool name over `envelope::ids::MAX_ID_BYTES` or outside the character set every
+    /// envelope repeats safely.
+    InvalidId,
 }
 
 impl ParseErrorKind {
-    pub const ALL: [ParseErrorKind; 7] = [
+    pub const ALL: [ParseErrorKind; 8] = [
         ParseErrorKind::Syntax,
         ParseErrorKind::Entity,
         ParseErrorKind::InvalidUtf8,
@@ -31,6 +34,7 @@ impl ParseErrorKind {
         ParseErrorKind::Truncated,
         ParseErrorKind::InvalidJson,
         ParseErrorKind::Unexpected,
+        ParseErrorKind::InvalidId,
     ];
 
     /// Metric label and the `kind` field of the error envelope.
@@ -43,6 +47,7 @@ impl ParseErrorKind {
             ParseErrorKind::Truncated => "truncated",
             ParseErrorKind::InvalidJson => "invalid_json",
             ParseErrorKind::Unexpected => "unexpected",
+            ParseErrorKind::InvalidId => "invalid_id",
         }
     }
 }
@@ -72,7 +77,7 @@ pub trait Observer {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Stats {
     /// Envelopes written, indexed by `EnvelopeKind as usize`.
-    pub envelopes: [u64; 13],
+    pub envelopes: [u64; EnvelopeKind::ALL.len()],
     pub envelope_bytes: u64,
     pub oversize: u64,
     pub blocks: u64,
@@ -83,7 +88,7 @@ pub struct Stats {
     /// Items that spanned more than one upstream event or `data:` line.
     pub fragmented_items: u64,
     /// Parse errors, indexed like `ParseErrorKind::ALL`.
-    pub parse_errors: [u64; 7],
+    pub parse_errors: [u64; ParseErrorKind::ALL.len()],
     pub unknown_tags: u64,
     pub scope_conflicts: u64,
 }

@@ -508,3 +508,87 @@ fn fuzz_regression_an_unfinished_interrupting_item_is_reported_and_the_block_goe
         .contains("did not end with its event"));
     assert_eq!(envs[3]["name"], "n");
 }
+
+#[test]
+fn bounded_feeding_stops_at_the_limit_and_gives_the_same_output() {
+    let mut input = META.to_owned() + "\n\ndata: <content-block-text>\n\n";
+    for i in 0..3000 {
+        input.push_str(&format!("data: d{i}\n\n"));
+    }
+    input.push_str("data: </content-block-text>\n\ndata: [DONE]\n\n");
+    let (whole, _) = translate_all(Options::default(), "f", input.as_bytes());
+    let mut t = Translator::new(Options::default(), "f");
+    let (mut out, mut rest, mut rounds) = (Vec::new(), input.as_bytes(), 0);
+    let limit = 8 << 10;
+    while !rest.is_empty() {
+        let mut piece = Vec::new();
+        let taken = t.feed_bounded(rest, &mut piece, limit);
+        assert!(taken > 0);
+        // One step of input past the limit at most: 4 KiB of one-byte deltas is ~500 small envelopes.
+        assert!(
+            piece.len() < limit + 64 * FEED_STEP,
+            "{} bytes for one read",
+            piece.len()
+        );
+        out.extend_from_slice(&piece);
+        rest = &rest[taken..];
+        rounds += 1;
+    }
+    t.finish(&mut out);
+    assert!(rounds > 3, "the limit never stopped a read");
+    assert_eq!(out, whole);
+}
+
+#[test]
+fn an_upstream_agent_id_that_is_no_identifier_is_reported_and_never_repeated() {
+    let huge = "a".repeat(60_000);
+    let mut input = format!(
+        "data: <meta_init data=\"{{&quot;format&quot;: &quot;xml&quot;, &quot;agent_uuid&quot;: &quot;{huge}&quot;}}\"></meta_init>\n\ndata: <content-block-text>\n\n"
+    );
+    for _ in 0..2000 {
+        input.push_str("data: x\n\n");
+    }
+    input.push_str("data: </content-block-text>\n\ndata: [DONE]\n\n");
+    let (out, stats) = translate_all(Options::default(), "fallback", input.as_bytes());
+    let envs = parse(&out);
+    assert_eq!(stats.parse_errors[ParseErrorKind::InvalidId as usize], 1);
+    let error = envs.iter().find(|e| e["type"] == "error").expect("an error envelope");
+    assert!(error["delta"].as_str().unwrap().contains("invalid_id"));
+    // Every envelope goes on under the fallback agent; only meta_init's own delta holds the id (cut natively).
+    for e in envs.iter().filter(|e| e.is_object()) {
+        assert_eq!(e["agent"], "fallback");
+    }
+    let lines: Vec<&[u8]> = out.split(|&b| b == b'\n').filter(|l| !l.is_empty()).collect();
+    let text_lines = lines.iter().filter(|l| l.starts_with(br#"data: {"type":"text""#));
+    assert_eq!(text_lines.clone().count(), 2001);
+    assert!(text_lines.into_iter().all(|l| l.len() < 100));
+    // The id once (in meta_init), not once per envelope (that would be 120 MB).
+    assert!(out.len() < 60_000 + 2001 * 100, "output {} bytes", out.len());
+}
+
+#[test]
+fn long_or_unsafe_tool_ids_and_names_are_reported_and_replaced_by_empty() {
+    let long = "t".repeat(ids_max() + 1);
+    let input = format!(
+        "data: <content-block-tool_call id=\"{long}\" name=\"a\tb\" arguments=\"{{}}\"></content-block-tool_call>\n\n\
+         data: <content-block-tool_result id=\"{long}\" name=\"ok\"><![CDATA[r]]></content-block-tool_result>\n\n\
+         data: <content-block-{long}_tool_result id=\"s1\"><![CDATA[r]]></content-block-{long}_tool_result>\n\n\
+         data: [DONE]\n\n"
+    );
+    let (out, stats) = translate_all(Options::default(), "f", input.as_bytes());
+    let envs = parse(&out);
+    assert_eq!(stats.parse_errors[ParseErrorKind::InvalidId as usize], 4);
+    let call = envs.iter().find(|e| e["type"] == "tool_call").unwrap();
+    assert_eq!((&call["id"], &call["name"]), (&json!(""), &json!("")));
+    let result = envs.iter().find(|e| e["type"] == "tool_result").unwrap();
+    assert_eq!(
+        (&result["id"], &result["name"], &result["delta"]),
+        (&json!(""), &json!("ok"), &json!("r"))
+    );
+    let server = envs.iter().find(|e| e["type"] == "server_tool_result").unwrap();
+    assert_eq!((&server["id"], &server["name"]), (&json!("s1"), &json!("")));
+}
+
+fn ids_max() -> usize {
+    crate::envelope::ids::MAX_ID_BYTES
+}
