@@ -46,6 +46,13 @@ pub struct Server {
     pub admin_listen: String,
     /// Seconds a client has to send a complete request head (default 10).
     pub header_read_timeout_secs: f64,
+    /// Seconds a request body may stall: the whole of a small body the gateway reads itself, and any pause
+    /// between two reads of a body streamed upstream; past it: 408 (default 60, like nginx's
+    /// `client_body_timeout`).
+    pub body_read_timeout_secs: f64,
+    /// Seconds a client connection (HTTP/1.1 keep-alive or HTTP/2) may stay open with no request in flight
+    /// before it is closed (HTTP/2: GOAWAY); open streams are never cut by it (default 60).
+    pub idle_timeout_secs: f64,
     /// Largest request head in bytes, HTTP/1 buffer and HTTP/2 header list (default 65536).
     pub max_header_bytes: usize,
     /// Seconds open streams may run after SIGTERM before the process exits (default 30).
@@ -63,6 +70,8 @@ impl Default for Server {
             listen: "0.0.0.0:8080".into(),
             admin_listen: "127.0.0.1:9090".into(),
             header_read_timeout_secs: 10.0,
+            body_read_timeout_secs: 60.0,
+            idle_timeout_secs: 60.0,
             max_header_bytes: 64 << 10,
             drain_timeout_secs: 30.0,
             http2: true,
@@ -363,6 +372,12 @@ impl Settings {
             self.server.header_read_timeout_secs,
             false,
         )?;
+        secs(
+            "server.body_read_timeout_secs",
+            self.server.body_read_timeout_secs,
+            false,
+        )?;
+        secs("server.idle_timeout_secs", self.server.idle_timeout_secs, false)?;
         secs("server.drain_timeout_secs", self.server.drain_timeout_secs, true)?;
         if !(MIN_HEADER_BYTES..=MAX_HEADER_BYTES).contains(&self.server.max_header_bytes) {
             return Err(invalid(
