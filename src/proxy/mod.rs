@@ -166,6 +166,7 @@ async fn proxy(
     if parts.status.is_server_error() {
         metrics.upstream_error(UpstreamErrorKind::Status);
     }
+    drop_conflicting_length(&mut parts.headers);
     headers::strip_hop_by_hop(&mut parts.headers);
     let event_stream = negotiate::is_event_stream(&parts.headers);
     let translatable = negotiate::is_translatable(&method, parts.status, &parts.headers);
@@ -200,6 +201,15 @@ async fn proxy(
     let body = GatewayBody::new(body, translator, info, Arc::clone(metrics), shared.keepalive)
         .with_idle_timeout(shared.idle_timeout);
     Response::from_parts(parts, ResponseBody::Upstream(Box::new(body)))
+}
+
+/// A response framed by `Transfer-Encoding` was read to its chunked end whatever its `Content-Length` said
+/// (RFC 9112 §6.3: the length must then be ignored, and a proxy must remove it); passing the length on would
+/// cut the client's copy short and let it look complete.
+fn drop_conflicting_length(h: &mut http::HeaderMap) {
+    if h.contains_key(header::TRANSFER_ENCODING) && h.remove(header::CONTENT_LENGTH).is_some() {
+        tracing::warn!("upstream sent Content-Length with Transfer-Encoding: length dropped");
+    }
 }
 
 #[derive(Deserialize)]
