@@ -22,12 +22,12 @@ use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
-use super::forward::UpstreamBody;
+use super::request_body::ClientBody;
 
-type Conn = http1::Connection<TokioIo<TcpStream>, UpstreamBody>;
+type Conn = http1::Connection<TokioIo<TcpStream>, ClientBody>;
 
 /// Sends `req` over `io`, a connection of its own, driving the connection until the response head arrives.
-pub async fn send(io: TokioIo<TcpStream>, req: Request<UpstreamBody>) -> hyper::Result<Response<UpstreamIncoming>> {
+pub async fn send(io: TokioIo<TcpStream>, req: Request<ClientBody>) -> hyper::Result<Response<UpstreamIncoming>> {
     let (mut sender, conn) = http1::Builder::new().handshake(io).await?;
     let mut conn = Some(conn);
     let mut response = std::pin::pin!(sender.send_request(req));

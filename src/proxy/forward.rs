@@ -15,9 +15,11 @@ use thiserror::Error;
 use tower_service::Service;
 
 use super::dedicated::{self, UpstreamIncoming};
+use super::request_body::ClientBody;
 use crate::config::{duration, Settings, UpstreamConnection, UpstreamTarget};
 
-/// Body of an upstream request: the client's body streamed as is, or a small body already read.
+/// The client's body as the upstream request takes it: streamed as is, or a small body already read (sent
+/// wrapped in a `ClientBody`).
 pub type UpstreamBody = BoxBody<Bytes, hyper::Error>;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -41,7 +43,7 @@ pub enum ForwardError {
 
 /// The upstream: where every request goes, never a host taken from the request.
 pub struct Upstream {
-    client: Client<HttpConnector, UpstreamBody>,
+    client: Client<HttpConnector, ClientBody>,
     /// Makes the dedicated connections (the pool has its own copy).
     connector: HttpConnector,
     /// The connection of requests that accept `text/event-stream`.
@@ -105,7 +107,7 @@ impl Upstream {
     /// Points a prepared request at the upstream and sends it on `connection`; resolves with the response head.
     pub async fn send(
         &self,
-        mut req: Request<UpstreamBody>,
+        mut req: Request<ClientBody>,
         connection: UpstreamConnection,
     ) -> Result<Response<UpstreamIncoming>, ForwardError> {
         *req.uri_mut() = self.uri_for(req.uri().path_and_query())?;
@@ -128,7 +130,7 @@ impl Upstream {
         }
     }
 
-    async fn send_dedicated(&self, mut req: Request<UpstreamBody>) -> Result<Response<UpstreamIncoming>, ForwardError> {
+    async fn send_dedicated(&self, mut req: Request<ClientBody>) -> Result<Response<UpstreamIncoming>, ForwardError> {
         let io = self
             .connector
             .clone()

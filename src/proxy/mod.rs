@@ -6,6 +6,7 @@ pub mod forward;
 pub mod headers;
 pub mod negotiate;
 pub mod observe;
+pub mod request_body;
 pub mod server;
 
 use std::net::SocketAddr;
@@ -21,12 +22,13 @@ use serde::Deserialize;
 use tracing::Instrument;
 
 use crate::config::{duration, Settings, StreamFormat};
-use crate::telemetry::{Metrics, Mode, UpstreamErrorKind};
+use crate::telemetry::{ClientErrorKind, Metrics, Mode, UpstreamErrorKind};
 use crate::translate::{self, Translator};
 use body::{GatewayBody, ResponseBody, StreamInfo};
 use forward::{ForwardError, Upstream, UpstreamBody};
 use headers::{X_ACCEL_BUFFERING, X_REQUEST_ID, X_STREAM_FORMAT};
 use observe::StreamObserver;
+use request_body::ClientBody;
 
 /// Longest `X-Request-Id` taken from a client; longer ones are replaced.
 const MAX_REQUEST_ID: usize = 128;
@@ -44,6 +46,8 @@ pub struct Shared {
     pub agent_header: HeaderName,
     pub agent_body_max: usize,
     pub trust_forwarded: bool,
+    /// `server.body_read_timeout_secs`.
+    pub body_read_timeout: Duration,
 }
 
 impl Shared {
@@ -61,6 +65,7 @@ impl Shared {
             agent_header: HeaderName::from_bytes(t.agent_header.as_bytes()).map_err(|e| e.to_string())?,
             agent_body_max: t.agent_body_max_bytes,
             trust_forwarded: settings.server.trust_forwarded_headers,
+            body_read_timeout: duration(settings.server.body_read_timeout_secs),
         })
     }
 }
@@ -114,16 +119,16 @@ async fn proxy(
     // The fallback agent for this stream (DESIGN 3.5 / 3.6): agent_uuid of a small JSON body (resumed runs send
     // no meta_init), else the agent header, else a fresh id.
     let (body, body_agent) = if may_translate {
-        match sniff_agent(&parts, body, shared.agent_body_max).await {
-            Ok(r) => r,
-            Err(()) => {
-                return gateway_error(
-                    metrics,
-                    StatusCode::BAD_REQUEST,
-                    "bad_request_body",
-                    "request body failed",
-                );
-            }
+        // The whole read is bounded: the body is small, and a client that stalls in it must not hold the
+        // connection (the upstream has not been contacted yet).
+        let sniffed = tokio::time::timeout(
+            shared.body_read_timeout,
+            sniff_agent(&parts, body, shared.agent_body_max),
+        );
+        match sniffed.await {
+            Ok(Ok(r)) => r,
+            Ok(Err(())) => return client_failed(metrics, ClientErrorKind::BadBody),
+            Err(_) => return client_failed(metrics, ClientErrorKind::BodyTimeout),
         }
     } else {
         (body.boxed(), None)
@@ -157,6 +162,7 @@ async fn proxy(
         .connection_for(negotiate::accepts_event_stream(&parts.headers));
     metrics.upstream_request(connection);
     let sent = Instant::now();
+    let body = ClientBody::new(body, shared.body_read_timeout);
     let upstream_resp = match shared.upstream.send(Request::from_parts(parts, body), connection).await {
         Ok(r) => r,
         Err(e) => return forward_failed(metrics, e),
@@ -258,7 +264,19 @@ fn request_id<B>(req: &Request<B>) -> String {
         .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string())
 }
 
+/// Answers a request whose own body failed (400, or 408 when it stalled), counted as the client's error.
+fn client_failed(metrics: &Metrics, kind: ClientErrorKind) -> Response<ResponseBody> {
+    metrics.client_error(kind);
+    let (status, code) = request_body::answer(kind);
+    tracing::info!(kind = kind.as_str(), status = status.as_u16(), "request body failed");
+    gateway_error(metrics, status, code, "the request body failed or stalled")
+}
+
 fn forward_failed(metrics: &Metrics, e: ForwardError) -> Response<ResponseBody> {
+    // The upstream request fails too when the client's body does; that is not the upstream's fault.
+    if let Some(kind) = request_body::client_fault(&e) {
+        return client_failed(metrics, kind);
+    }
     let (status, kind, code) = match &e {
         ForwardError::Connect(_) => (
             StatusCode::BAD_GATEWAY,
