@@ -1,6 +1,7 @@
 //! The reverse proxy: one request in, forwarded to the upstream, its response passed on or translated.
 
 pub mod body;
+pub mod conn;
 pub mod dedicated;
 pub mod forward;
 pub mod headers;
