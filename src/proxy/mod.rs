@@ -116,6 +116,7 @@ async fn proxy(
     let method = req.method().clone();
     let client_host = headers::client_host(&req);
     let (mut parts, body) = req.into_parts();
+    let flushes = parts.extensions.get::<Arc<conn::Flushes>>().cloned();
 
     // The fallback agent for this stream (DESIGN 3.5 / 3.6): agent_uuid of a small JSON body (resumed runs send
     // no meta_init), else the agent header, else a fresh id.
@@ -206,7 +207,8 @@ async fn proxy(
         span,
     };
     let body = GatewayBody::new(body, translator, info, Arc::clone(metrics), shared.keepalive)
-        .with_idle_timeout(shared.idle_timeout);
+        .with_idle_timeout(shared.idle_timeout)
+        .with_flushes(flushes);
     Response::from_parts(parts, ResponseBody::Upstream(Box::new(body)))
 }
 
