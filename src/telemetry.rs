@@ -92,13 +92,16 @@ pub enum ClientErrorKind {
     BodyTimeout,
     /// The client closed its connection before its request body ended.
     BodyIncomplete,
+    /// An HTTP/1.1 request with no `Host` header or more than one (answered 400).
+    BadHost,
 }
 
 impl ClientErrorKind {
-    pub const ALL: [ClientErrorKind; 3] = [
+    pub const ALL: [ClientErrorKind; 4] = [
         ClientErrorKind::BadBody,
         ClientErrorKind::BodyTimeout,
         ClientErrorKind::BodyIncomplete,
+        ClientErrorKind::BadHost,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -106,6 +109,7 @@ impl ClientErrorKind {
             ClientErrorKind::BadBody => "bad_body",
             ClientErrorKind::BodyTimeout => "body_timeout",
             ClientErrorKind::BodyIncomplete => "body_incomplete",
+            ClientErrorKind::BadHost => "bad_host",
         }
     }
 }
@@ -150,7 +154,7 @@ pub struct Metrics {
     pub upstream_requests: [IntCounter; 2],
     pub upstream_errors: IntCounterVec,
     /// By `ClientErrorKind`.
-    pub client_errors: [IntCounter; 3],
+    pub client_errors: [IntCounter; 4],
     pub client_disconnects: IntCounter,
     pub keepalives: IntCounter,
     pub ready: IntGauge,
@@ -348,7 +352,7 @@ impl Metrics {
             IntCounterVec::new(
                 Opts::new(
                     name("client_errors_total"),
-                    "Requests failed by the client (bad or stalled request body), by kind.",
+                    "Requests failed by the client (bad or stalled request body, bad Host), by kind.",
                 ),
                 &["kind"],
             )?,

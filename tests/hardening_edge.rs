@@ -467,3 +467,84 @@ Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
     }
     gw.stop().await;
 }
+
+// ------------------------------------------------------------------------------------------------------------
+// Lower-priority items: a GET's chunked body, Host header count, an unsolicited 101.
+// ------------------------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_with_a_chunked_body_forwards_the_body() {
+    let up = Emulator::start(|_| small_answer()).await;
+    let gw = TestGateway::start(&up.url(), |_| {}).await;
+    let mut s = raw(
+        gw.addr,
+        b"GET /search HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n\
+5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
+    )
+    .await;
+    let resp = read_to_eof(&mut s).await.expect("answered");
+    assert_eq!(status_of(&resp), Some(200), "{}", String::from_utf8_lossy(&resp));
+    let rec = up.recorded();
+    assert_eq!(rec.len(), 1);
+    assert_eq!(String::from_utf8_lossy(&rec[0].body), "hello world");
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http1_1_requests_without_exactly_one_host_get_400() {
+    let up = Emulator::start(|_| small_answer()).await;
+    let gw = TestGateway::start(&up.url(), |_| {}).await;
+    for (name, req) in [
+        ("no Host", &b"GET /x HTTP/1.1\r\nConnection: close\r\n\r\n"[..]),
+        (
+            "two Host lines",
+            &b"GET /x HTTP/1.1\r\nHost: a.test\r\nHost: b.test\r\nConnection: close\r\n\r\n"[..],
+        ),
+    ] {
+        let mut s = raw(gw.addr, req).await;
+        let resp = read_to_eof(&mut s).await.expect("answered");
+        assert_eq!(
+            status_of(&resp),
+            Some(400),
+            "{name}: {}",
+            String::from_utf8_lossy(&resp)
+        );
+    }
+    assert!(up.recorded().is_empty(), "a request with a bad Host went upstream");
+    assert_eq!(client_errors(&gw.metrics().await, "bad_host"), 2.0);
+    // HTTP/1.0 may omit it.
+    let mut s = raw(gw.addr, b"GET /x HTTP/1.0\r\n\r\n").await;
+    let resp = read_to_eof(&mut s).await.expect("answered");
+    assert_eq!(
+        status_of(&resp),
+        Some(200),
+        "HTTP/1.0: {}",
+        String::from_utf8_lossy(&resp)
+    );
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unsolicited_101_from_the_upstream_is_502_for_http2_clients() {
+    let up =
+        raw_upstream(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n".to_vec())
+            .await;
+    let gw = TestGateway::start(&format!("http://{up}"), |_| {}).await;
+    let h2 = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build_http::<Full<Bytes>>();
+    let req = http::Request::get(gw.url("/ws"))
+        .body(Full::new(Bytes::new()))
+        .expect("request");
+    let resp = tokio::time::timeout(PATIENCE, h2.request(req))
+        .await
+        .expect("in time")
+        .expect("a response");
+    assert_eq!(resp.status(), 502);
+    let m = gw.metrics().await;
+    assert_eq!(
+        metric(&m, "sse_gateway_upstream_errors_total", &["kind=\"protocol\""]),
+        1.0
+    );
+    gw.stop().await;
+}

@@ -108,6 +108,9 @@ async fn proxy(
             "CONNECT is not supported",
         );
     }
+    if !host_count_ok(&req) {
+        return client_failed(metrics, ClientErrorKind::BadHost);
+    }
     let wants = match negotiate::requested(req.headers(), req.uri(), shared.default_format) {
         Ok(f) => f,
         Err(e) => return gateway_error(metrics, StatusCode::BAD_REQUEST, "bad_stream_format", &e.to_string()),
@@ -148,6 +151,7 @@ async fn proxy(
 
     let h = &mut parts.headers;
     headers::strip_hop_by_hop(h);
+    keep_chunked_body(&method, h, &body);
     headers::set_forwarded(h, peer.ip(), client_host.as_deref(), shared.trust_forwarded);
     h.remove(X_STREAM_FORMAT);
     if may_translate {
@@ -173,6 +177,18 @@ async fn proxy(
     let (mut parts, body) = upstream_resp.into_parts();
     if parts.status.is_server_error() {
         metrics.upstream_error(UpstreamErrorKind::Status);
+    }
+    if parts.status == StatusCode::SWITCHING_PROTOCOLS {
+        // The Upgrade header is never forwarded, so a 101 is unsolicited; passed on, it would switch an
+        // HTTP/1.1 client's connection to nothing and is not even legal in HTTP/2.
+        metrics.upstream_error(UpstreamErrorKind::Protocol);
+        tracing::warn!("upstream answered 101 Switching Protocols unasked: 502");
+        return gateway_error(
+            metrics,
+            StatusCode::BAD_GATEWAY,
+            "upstream_failed",
+            "unsolicited 101 response",
+        );
     }
     drop_conflicting_length(&mut parts.headers);
     headers::strip_hop_by_hop(&mut parts.headers);
@@ -210,6 +226,22 @@ async fn proxy(
         .with_idle_timeout(shared.idle_timeout)
         .with_flushes(flushes);
     Response::from_parts(parts, ResponseBody::Upstream(Box::new(body)))
+}
+
+/// RFC 9112 §3.2: an HTTP/1.1 request without exactly one `Host` header must be refused with 400 (an earlier
+/// or later hop could pick a different one of two). HTTP/1.0 may omit it; HTTP/2 has `:authority`.
+fn host_count_ok<B>(req: &Request<B>) -> bool {
+    req.version() != http::Version::HTTP_11 || req.headers().get_all(header::HOST).iter().count() == 1
+}
+
+/// hyper's client sends no body with a GET or HEAD of unknown length unless the request says it has one; a
+/// client's chunked body is forwarded (as nginx does), so it is said again after the hop-by-hop fields went.
+fn keep_chunked_body(method: &Method, h: &mut http::HeaderMap, body: &UpstreamBody) {
+    use http_body::Body as _;
+    let unknown_length = !body.is_end_stream() && body.size_hint().exact().is_none();
+    if matches!(*method, Method::GET | Method::HEAD) && unknown_length && !h.contains_key(header::CONTENT_LENGTH) {
+        h.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
+    }
 }
 
 /// A response framed by `Transfer-Encoding` was read to its chunked end whatever its `Content-Length` said

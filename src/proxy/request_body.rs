@@ -64,6 +64,7 @@ pub fn answer(kind: ClientErrorKind) -> (StatusCode, &'static str) {
     match kind {
         ClientErrorKind::BodyTimeout => (StatusCode::REQUEST_TIMEOUT, "request_body_timeout"),
         ClientErrorKind::BadBody | ClientErrorKind::BodyIncomplete => (StatusCode::BAD_REQUEST, "bad_request_body"),
+        ClientErrorKind::BadHost => (StatusCode::BAD_REQUEST, "bad_host"),
     }
 }
 
