@@ -23,6 +23,8 @@ pub const ENV_PREFIX: &str = "SSE_GATEWAY";
 const MIN_HEADER_BYTES: usize = 8192;
 /// Largest header block we let a client send (hyper's own ceiling is ~400 KiB).
 const MAX_HEADER_BYTES: usize = 1 << 20;
+/// A sanity ceiling on `upstream.max_connections` (far above any file descriptor limit).
+const MAX_UPSTREAM_CONNECTIONS: usize = 1 << 24;
 /// A sanity ceiling on durations (one day): larger values are typos.
 const MAX_SECS: f64 = 86_400.0;
 
@@ -94,6 +96,9 @@ pub struct Upstream {
     pub pool_idle_timeout_secs: f64,
     /// Idle pooled connections kept (default 64).
     pub pool_max_idle: usize,
+    /// Upstream requests in flight at once, each holding a connection until its response ends; requests over
+    /// it are answered 503 (default 1024, Envoy's default circuit breaker).
+    pub max_connections: usize,
     /// Connection of requests that accept `text/event-stream` (default "dedicated"); others are pooled.
     pub stream_connections: UpstreamConnection,
     /// Seconds an event stream may go without a byte from the upstream before it is ended with an
@@ -110,6 +115,7 @@ impl Default for Upstream {
             response_timeout_secs: 60.0,
             pool_idle_timeout_secs: 90.0,
             pool_max_idle: 64,
+            max_connections: 1024,
             stream_connections: UpstreamConnection::Dedicated,
             idle_timeout_secs: 0.0,
         }
@@ -404,6 +410,12 @@ impl Settings {
             true,
         )?;
         secs("upstream.idle_timeout_secs", self.upstream.idle_timeout_secs, true)?;
+        if !(1..=MAX_UPSTREAM_CONNECTIONS).contains(&self.upstream.max_connections) {
+            return Err(invalid(
+                "upstream.max_connections",
+                format!("must be between 1 and {MAX_UPSTREAM_CONNECTIONS}"),
+            ));
+        }
         let t = &self.translate;
         if t.budget < translate::MIN_BUDGET {
             return Err(invalid(

@@ -156,6 +156,7 @@ pub struct Metrics {
     /// By `ClientErrorKind`.
     pub client_errors: [IntCounter; 4],
     pub client_disconnects: IntCounter,
+    pub upstream_rejected: IntCounter,
     pub keepalives: IntCounter,
     pub ready: IntGauge,
     pub draining: IntGauge,
@@ -367,6 +368,10 @@ impl Metrics {
             upstream_requests,
             upstream_errors,
             client_errors,
+            upstream_rejected: counter(
+                "upstream_rejected_total",
+                "Requests answered 503 because upstream.max_connections requests were in flight.",
+            )?,
             client_disconnects: counter(
                 "client_disconnects_total",
                 "Responses whose client went away before the end.",
@@ -461,6 +466,7 @@ mod tests {
             "upstream_requests_total",
             "upstream_errors_total",
             "client_errors_total",
+            "upstream_rejected_total",
             "client_disconnects_total",
             "keepalives_total",
             "bytes_in_total",

@@ -548,3 +548,55 @@ async fn an_unsolicited_101_from_the_upstream_is_502_for_http2_clients() {
     );
     gw.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_over_upstream_max_connections_get_503_and_a_slot_frees_when_its_response_ends() {
+    let up = Emulator::start(|r| {
+        if r.target == "/hold" {
+            vec![sse_head(), Step::WriteAll(b"data: hi\n\n".to_vec()), Step::Hang]
+        } else {
+            small_answer()
+        }
+    })
+    .await;
+    let gw = TestGateway::start(&up.url(), |s| s.upstream.max_connections = 1).await;
+    let mut held = raw(
+        gw.addr,
+        b"GET /hold HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\nX-Stream-Format: legacy\r\n\r\n",
+    )
+    .await;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while find(&got, b"\r\n\r\n").is_none() {
+        let n = tokio::time::timeout(PATIENCE, held.read(&mut buf))
+            .await
+            .expect("a head")
+            .expect("read");
+        assert!(n > 0, "closed early");
+        got.extend_from_slice(&buf[..n]);
+    }
+    let (parts, body) = send("GET", &gw.url("/other"), &[], Bytes::new()).await;
+    assert_eq!(parts.status, 503, "{}", String::from_utf8_lossy(&body));
+    let json: serde_json::Value = serde_json::from_slice(&body).expect("a JSON error body");
+    assert_eq!(json["error"], "upstream_busy");
+    assert_eq!(
+        metric(&gw.metrics().await, "sse_gateway_upstream_rejected_total", &[]),
+        1.0
+    );
+    drop(held);
+    // The slot comes back once the held stream's body is dropped (client gone).
+    let mut status = 0;
+    for _ in 0..100 {
+        status = send("GET", &gw.url("/other"), &[], Bytes::new())
+            .await
+            .0
+            .status
+            .as_u16();
+        if status == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(status, 200, "the slot was not released");
+    gw.stop().await;
+}

@@ -21,6 +21,7 @@ use hyper::body::Incoming;
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
+use tokio::sync::OwnedSemaphorePermit;
 
 use super::request_body::ClientBody;
 
@@ -103,11 +104,23 @@ pub struct UpstreamIncoming {
     body: Incoming,
     /// `None` for a pooled response.
     driven: Option<Driven>,
+    /// One of `upstream.max_connections`, released when the body (and so its connection) is dropped.
+    _slot: Option<OwnedSemaphorePermit>,
 }
 
 impl UpstreamIncoming {
     pub fn pooled(body: Incoming) -> Self {
-        Self { body, driven: None }
+        Self {
+            body,
+            driven: None,
+            _slot: None,
+        }
+    }
+
+    /// Holds `slot` for as long as the body lives.
+    pub fn holding(mut self, slot: OwnedSemaphorePermit) -> Self {
+        self._slot = Some(slot);
+        self
     }
 
     fn dedicated(body: Incoming, conn: Option<Conn>) -> Self {
@@ -122,6 +135,7 @@ impl UpstreamIncoming {
         Self {
             body,
             driven: Some(Driven { conn, gate, waker }),
+            _slot: None,
         }
     }
 }

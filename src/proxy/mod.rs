@@ -329,6 +329,10 @@ fn forward_failed(metrics: &Metrics, e: ForwardError) -> Response<ResponseBody> 
             "upstream_failed",
         ),
         ForwardError::BadTarget => (StatusCode::BAD_REQUEST, None, "bad_request_target"),
+        ForwardError::Busy(_) => {
+            metrics.upstream_rejected.inc();
+            (StatusCode::SERVICE_UNAVAILABLE, None, "upstream_busy")
+        }
     };
     if let Some(k) = kind {
         metrics.upstream_error(k);
