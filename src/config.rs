@@ -23,6 +23,8 @@ pub const ENV_PREFIX: &str = "SSE_GATEWAY";
 const MIN_HEADER_BYTES: usize = 8192;
 /// Largest header block we let a client send (hyper's own ceiling is ~400 KiB).
 const MAX_HEADER_BYTES: usize = 1 << 20;
+/// A sanity ceiling on `upstream.max_connections` (far above any file descriptor limit).
+const MAX_UPSTREAM_CONNECTIONS: usize = 1 << 24;
 /// A sanity ceiling on durations (one day): larger values are typos.
 const MAX_SECS: f64 = 86_400.0;
 
@@ -46,6 +48,13 @@ pub struct Server {
     pub admin_listen: String,
     /// Seconds a client has to send a complete request head (default 10).
     pub header_read_timeout_secs: f64,
+    /// Seconds a request body may stall: the whole of a small body the gateway reads itself, and any pause
+    /// between two reads of a body streamed upstream; past it: 408 (default 60, like nginx's
+    /// `client_body_timeout`).
+    pub body_read_timeout_secs: f64,
+    /// Seconds a client connection (HTTP/1.1 keep-alive or HTTP/2) may stay open with no request in flight
+    /// before it is closed (HTTP/2: GOAWAY); open streams are never cut by it (default 60).
+    pub idle_timeout_secs: f64,
     /// Largest request head in bytes, HTTP/1 buffer and HTTP/2 header list (default 65536).
     pub max_header_bytes: usize,
     /// Seconds open streams may run after SIGTERM before the process exits (default 30).
@@ -63,6 +72,8 @@ impl Default for Server {
             listen: "0.0.0.0:8080".into(),
             admin_listen: "127.0.0.1:9090".into(),
             header_read_timeout_secs: 10.0,
+            body_read_timeout_secs: 60.0,
+            idle_timeout_secs: 60.0,
             max_header_bytes: 64 << 10,
             drain_timeout_secs: 30.0,
             http2: true,
@@ -85,6 +96,9 @@ pub struct Upstream {
     pub pool_idle_timeout_secs: f64,
     /// Idle pooled connections kept (default 64).
     pub pool_max_idle: usize,
+    /// Upstream requests in flight at once, each holding a connection until its response ends; requests over
+    /// it are answered 503 (default 1024, Envoy's default circuit breaker).
+    pub max_connections: usize,
     /// Connection of requests that accept `text/event-stream` (default "dedicated"); others are pooled.
     pub stream_connections: UpstreamConnection,
     /// Seconds an event stream may go without a byte from the upstream before it is ended with an
@@ -101,6 +115,7 @@ impl Default for Upstream {
             response_timeout_secs: 60.0,
             pool_idle_timeout_secs: 90.0,
             pool_max_idle: 64,
+            max_connections: 1024,
             stream_connections: UpstreamConnection::Dedicated,
             idle_timeout_secs: 0.0,
         }
@@ -363,6 +378,12 @@ impl Settings {
             self.server.header_read_timeout_secs,
             false,
         )?;
+        secs(
+            "server.body_read_timeout_secs",
+            self.server.body_read_timeout_secs,
+            false,
+        )?;
+        secs("server.idle_timeout_secs", self.server.idle_timeout_secs, false)?;
         secs("server.drain_timeout_secs", self.server.drain_timeout_secs, true)?;
         if !(MIN_HEADER_BYTES..=MAX_HEADER_BYTES).contains(&self.server.max_header_bytes) {
             return Err(invalid(
@@ -389,6 +410,12 @@ impl Settings {
             true,
         )?;
         secs("upstream.idle_timeout_secs", self.upstream.idle_timeout_secs, true)?;
+        if !(1..=MAX_UPSTREAM_CONNECTIONS).contains(&self.upstream.max_connections) {
+            return Err(invalid(
+                "upstream.max_connections",
+                format!("must be between 1 and {MAX_UPSTREAM_CONNECTIONS}"),
+            ));
+        }
         let t = &self.translate;
         if t.budget < translate::MIN_BUDGET {
             return Err(invalid(

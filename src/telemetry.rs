@@ -82,6 +82,38 @@ impl UpstreamErrorKind {
     }
 }
 
+/// The `kind` label of `client_errors_total`: requests that failed through the client's fault, kept apart from
+/// the upstream's so that no client can raise upstream-health alerts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientErrorKind {
+    /// The request body broke its framing (answered 400).
+    BadBody,
+    /// The request body stalled past `server.body_read_timeout_secs` (answered 408).
+    BodyTimeout,
+    /// The client closed its connection before its request body ended.
+    BodyIncomplete,
+    /// An HTTP/1.1 request with no `Host` header or more than one (answered 400).
+    BadHost,
+}
+
+impl ClientErrorKind {
+    pub const ALL: [ClientErrorKind; 4] = [
+        ClientErrorKind::BadBody,
+        ClientErrorKind::BodyTimeout,
+        ClientErrorKind::BodyIncomplete,
+        ClientErrorKind::BadHost,
+    ];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ClientErrorKind::BadBody => "bad_body",
+            ClientErrorKind::BodyTimeout => "body_timeout",
+            ClientErrorKind::BodyIncomplete => "body_incomplete",
+            ClientErrorKind::BadHost => "bad_host",
+        }
+    }
+}
+
 /// Per-mode handles resolved once, so the hot path never looks labels up.
 #[derive(Clone)]
 pub struct ModeMetrics {
@@ -121,7 +153,10 @@ pub struct Metrics {
     /// By `UpstreamConnection`.
     pub upstream_requests: [IntCounter; 2],
     pub upstream_errors: IntCounterVec,
+    /// By `ClientErrorKind`.
+    pub client_errors: [IntCounter; 4],
     pub client_disconnects: IntCounter,
+    pub upstream_rejected: IntCounter,
     pub keepalives: IntCounter,
     pub ready: IntGauge,
     pub draining: IntGauge,
@@ -313,6 +348,17 @@ impl Metrics {
         ] {
             upstream_errors.with_label_values(&[k.as_str()]);
         }
+        let client_errors = reg(
+            r,
+            IntCounterVec::new(
+                Opts::new(
+                    name("client_errors_total"),
+                    "Requests failed by the client (bad or stalled request body, bad Host), by kind.",
+                ),
+                &["kind"],
+            )?,
+        )?;
+        let client_errors = ClientErrorKind::ALL.map(|k| client_errors.with_label_values(&[k.as_str()]));
         Ok(Self {
             requests,
             modes,
@@ -321,6 +367,11 @@ impl Metrics {
             translator,
             upstream_requests,
             upstream_errors,
+            client_errors,
+            upstream_rejected: counter(
+                "upstream_rejected_total",
+                "Requests answered 503 because upstream.max_connections requests were in flight.",
+            )?,
             client_disconnects: counter(
                 "client_disconnects_total",
                 "Responses whose client went away before the end.",
@@ -347,6 +398,10 @@ impl Metrics {
 
     pub fn upstream_error(&self, k: UpstreamErrorKind) {
         self.upstream_errors.with_label_values(&[k.as_str()]).inc();
+    }
+
+    pub fn client_error(&self, k: ClientErrorKind) {
+        self.client_errors[k as usize].inc();
     }
 
     pub fn request(&self, m: Mode, status: http::StatusCode) {
@@ -410,6 +465,8 @@ mod tests {
             "scope_conflicts_total",
             "upstream_requests_total",
             "upstream_errors_total",
+            "client_errors_total",
+            "upstream_rejected_total",
             "client_disconnects_total",
             "keepalives_total",
             "bytes_in_total",

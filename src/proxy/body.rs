@@ -16,6 +16,7 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::Full;
 use tokio::time::Sleep;
 
+use super::conn::Flushes;
 use super::dedicated::UpstreamIncoming;
 use super::observe::StreamObserver;
 use crate::sse::encoder::KEEPALIVE;
@@ -96,6 +97,19 @@ enum State {
     Done,
 }
 
+/// How long an aborting pass-through body waits for what it already yielded to be flushed to the client. hyper
+/// drops its unwritten buffer when a body fails, so the abort waits for the connection's next flush (HTTP/1
+/// flushes at once; an HTTP/2 connection only when it has frames to write, hence a bound).
+const ABORT_FLUSH_WAIT: Duration = Duration::from_secs(2);
+
+/// A pass-through abort held back until the client connection has flushed.
+struct Aborting {
+    error: BodyError,
+    flushes: Arc<Flushes>,
+    epoch: u64,
+    wait: Pin<Box<Sleep>>,
+}
+
 /// An upstream poll's result kept for the next poll: the end, an error or trailers met while gathering data.
 type Deferred = Option<Option<Result<Frame<Bytes>, hyper::Error>>>;
 
@@ -113,6 +127,9 @@ pub struct GatewayBody {
     deferred: Deferred,
     state: State,
     outcome: Option<Outcome>,
+    /// The client connection's flushes, for `aborting`.
+    flushes: Option<Arc<Flushes>>,
+    aborting: Option<Aborting>,
     started: Instant,
     first_byte_sent: bool,
     bytes_in: u64,
@@ -151,6 +168,8 @@ impl GatewayBody {
             deferred: None,
             state: State::Streaming,
             outcome: None,
+            flushes: None,
+            aborting: None,
             started: now,
             first_byte_sent: false,
             bytes_in: 0,
@@ -168,6 +187,41 @@ impl GatewayBody {
             });
         }
         self
+    }
+
+    /// Lets a pass-through abort wait for the client connection to flush what was yielded before it.
+    pub fn with_flushes(mut self, flushes: Option<Arc<Flushes>>) -> Self {
+        self.flushes = flushes;
+        self
+    }
+
+    /// Ends a byte-exact body that cannot say "error" in-band: the client response is aborted, once the bytes
+    /// already yielded (and the head) have been flushed, so the client keeps every complete event.
+    fn abort(&mut self, error: BodyError, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        self.end(Outcome::UpstreamError);
+        let Some(flushes) = self.flushes.clone() else {
+            return Poll::Ready(Some(Err(error)));
+        };
+        self.aborting = Some(Aborting {
+            error,
+            epoch: flushes.epoch(),
+            flushes,
+            wait: Box::pin(tokio::time::sleep(ABORT_FLUSH_WAIT)),
+        });
+        self.poll_abort(cx)
+    }
+
+    fn poll_abort(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        let Some(a) = self.aborting.as_mut() else {
+            return Poll::Ready(None);
+        };
+        if a.flushes.poll_flushed_since(a.epoch, cx).is_pending() && a.wait.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        match self.aborting.take() {
+            Some(a) => Poll::Ready(Some(Err(a.error))),
+            None => Poll::Ready(None),
+        }
     }
 
     /// Whether the upstream has been silent past the idle timeout (polls its timer).
@@ -294,6 +348,9 @@ impl Body for GatewayBody {
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = &mut *self;
+        if this.aborting.is_some() {
+            return this.poll_abort(cx);
+        }
         loop {
             if matches!(this.state, State::Done) {
                 return Poll::Ready(None);
@@ -388,11 +445,7 @@ impl Body for GatewayBody {
                     return match translated {
                         // The client gets a well-formed end: error envelope, then a clean end of body.
                         Some(out) => this.end_with(Outcome::UpstreamError, out),
-                        // A byte-exact body cannot say "error" in-band: abort the client response.
-                        None => {
-                            this.end(Outcome::UpstreamError);
-                            Poll::Ready(Some(Err(Box::new(e))))
-                        }
+                        None => this.abort(Box::new(e), cx),
                     };
                 }
                 Poll::Ready(None) => {
@@ -428,11 +481,7 @@ impl Body for GatewayBody {
                                 t.abort(message, &mut out);
                                 this.end_with(Outcome::UpstreamError, out)
                             }
-                            _ => {
-                                // A byte-exact body cannot say "error" in-band: abort the client response.
-                                this.end(Outcome::UpstreamError);
-                                Poll::Ready(Some(Err(message.into())))
-                            }
+                            _ => this.abort(message.into(), cx),
                         };
                     }
                     if let Some(comment) = this.poll_keepalive(cx) {
@@ -445,7 +494,8 @@ impl Body for GatewayBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        matches!(self.state, State::Done)
+        // An abort still to come is not an end: hyper would finish the response cleanly.
+        matches!(self.state, State::Done) && self.aborting.is_none()
     }
 
     fn size_hint(&self) -> SizeHint {

@@ -21,13 +21,14 @@ use hyper::body::Incoming;
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
+use tokio::sync::OwnedSemaphorePermit;
 
-use super::forward::UpstreamBody;
+use super::request_body::ClientBody;
 
-type Conn = http1::Connection<TokioIo<TcpStream>, UpstreamBody>;
+type Conn = http1::Connection<TokioIo<TcpStream>, ClientBody>;
 
 /// Sends `req` over `io`, a connection of its own, driving the connection until the response head arrives.
-pub async fn send(io: TokioIo<TcpStream>, req: Request<UpstreamBody>) -> hyper::Result<Response<UpstreamIncoming>> {
+pub async fn send(io: TokioIo<TcpStream>, req: Request<ClientBody>) -> hyper::Result<Response<UpstreamIncoming>> {
     let (mut sender, conn) = http1::Builder::new().handshake(io).await?;
     let mut conn = Some(conn);
     let mut response = std::pin::pin!(sender.send_request(req));
@@ -103,11 +104,23 @@ pub struct UpstreamIncoming {
     body: Incoming,
     /// `None` for a pooled response.
     driven: Option<Driven>,
+    /// One of `upstream.max_connections`, released when the body (and so its connection) is dropped.
+    _slot: Option<OwnedSemaphorePermit>,
 }
 
 impl UpstreamIncoming {
     pub fn pooled(body: Incoming) -> Self {
-        Self { body, driven: None }
+        Self {
+            body,
+            driven: None,
+            _slot: None,
+        }
+    }
+
+    /// Holds `slot` for as long as the body lives.
+    pub fn holding(mut self, slot: OwnedSemaphorePermit) -> Self {
+        self._slot = Some(slot);
+        self
     }
 
     fn dedicated(body: Incoming, conn: Option<Conn>) -> Self {
@@ -122,6 +135,7 @@ impl UpstreamIncoming {
         Self {
             body,
             driven: Some(Driven { conn, gate, waker }),
+            _slot: None,
         }
     }
 }

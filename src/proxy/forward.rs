@@ -1,6 +1,7 @@
 //! The client to the one configured upstream (a pool, and dedicated connections for event streams), and the
 //! rewrite of a client request into an upstream one.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -12,12 +13,15 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use thiserror::Error;
+use tokio::sync::Semaphore;
 use tower_service::Service;
 
 use super::dedicated::{self, UpstreamIncoming};
+use super::request_body::ClientBody;
 use crate::config::{duration, Settings, UpstreamConnection, UpstreamTarget};
 
-/// Body of an upstream request: the client's body streamed as is, or a small body already read.
+/// The client's body as the upstream request takes it: streamed as is, or a small body already read (sent
+/// wrapped in a `ClientBody`).
 pub type UpstreamBody = BoxBody<Bytes, hyper::Error>;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -37,11 +41,14 @@ pub enum ForwardError {
     /// The request URI could not be rebuilt for the upstream (answered 400).
     #[error("bad request target")]
     BadTarget,
+    /// `upstream.max_connections` requests are in flight already (answered 503).
+    #[error("{0} upstream connections in use (upstream.max_connections)")]
+    Busy(usize),
 }
 
 /// The upstream: where every request goes, never a host taken from the request.
 pub struct Upstream {
-    client: Client<HttpConnector, UpstreamBody>,
+    client: Client<HttpConnector, ClientBody>,
     /// Makes the dedicated connections (the pool has its own copy).
     connector: HttpConnector,
     /// The connection of requests that accept `text/event-stream`.
@@ -49,6 +56,9 @@ pub struct Upstream {
     target: UpstreamTarget,
     host: HeaderValue,
     response_timeout: Duration,
+    /// `upstream.max_connections` permits, one per request in flight upstream.
+    slots: Arc<Semaphore>,
+    max_connections: usize,
 }
 
 impl Upstream {
@@ -73,6 +83,8 @@ impl Upstream {
             target,
             host,
             response_timeout: duration(settings.upstream.response_timeout_secs),
+            slots: Arc::new(Semaphore::new(settings.upstream.max_connections)),
+            max_connections: settings.upstream.max_connections,
         })
     }
 
@@ -105,10 +117,14 @@ impl Upstream {
     /// Points a prepared request at the upstream and sends it on `connection`; resolves with the response head.
     pub async fn send(
         &self,
-        mut req: Request<UpstreamBody>,
+        mut req: Request<ClientBody>,
         connection: UpstreamConnection,
     ) -> Result<Response<UpstreamIncoming>, ForwardError> {
         *req.uri_mut() = self.uri_for(req.uri().path_and_query())?;
+        // Refused at once rather than queued: a queue would hold the client's connection without a bound.
+        let slot = Arc::clone(&self.slots)
+            .try_acquire_owned()
+            .map_err(|_| ForwardError::Busy(self.max_connections))?;
         // The upstream is spoken to in HTTP/1.1 whatever the client used.
         *req.version_mut() = Version::HTTP_11;
         req.headers_mut().insert(header::HOST, self.host.clone());
@@ -124,11 +140,11 @@ impl Upstream {
         };
         match tokio::time::timeout(self.response_timeout, exchange).await {
             Err(_) => Err(ForwardError::Timeout(self.response_timeout)),
-            Ok(r) => r,
+            Ok(r) => r.map(|resp| resp.map(|body| body.holding(slot))),
         }
     }
 
-    async fn send_dedicated(&self, mut req: Request<UpstreamBody>) -> Result<Response<UpstreamIncoming>, ForwardError> {
+    async fn send_dedicated(&self, mut req: Request<ClientBody>) -> Result<Response<UpstreamIncoming>, ForwardError> {
         let io = self
             .connector
             .clone()

@@ -1,11 +1,13 @@
 //! The reverse proxy: one request in, forwarded to the upstream, its response passed on or translated.
 
 pub mod body;
+pub mod conn;
 pub mod dedicated;
 pub mod forward;
 pub mod headers;
 pub mod negotiate;
 pub mod observe;
+pub mod request_body;
 pub mod server;
 
 use std::net::SocketAddr;
@@ -21,12 +23,13 @@ use serde::Deserialize;
 use tracing::Instrument;
 
 use crate::config::{duration, Settings, StreamFormat};
-use crate::telemetry::{Metrics, Mode, UpstreamErrorKind};
+use crate::telemetry::{ClientErrorKind, Metrics, Mode, UpstreamErrorKind};
 use crate::translate::{self, Translator};
 use body::{GatewayBody, ResponseBody, StreamInfo};
 use forward::{ForwardError, Upstream, UpstreamBody};
 use headers::{X_ACCEL_BUFFERING, X_REQUEST_ID, X_STREAM_FORMAT};
 use observe::StreamObserver;
+use request_body::ClientBody;
 
 /// Longest `X-Request-Id` taken from a client; longer ones are replaced.
 const MAX_REQUEST_ID: usize = 128;
@@ -44,6 +47,8 @@ pub struct Shared {
     pub agent_header: HeaderName,
     pub agent_body_max: usize,
     pub trust_forwarded: bool,
+    /// `server.body_read_timeout_secs`.
+    pub body_read_timeout: Duration,
 }
 
 impl Shared {
@@ -61,6 +66,7 @@ impl Shared {
             agent_header: HeaderName::from_bytes(t.agent_header.as_bytes()).map_err(|e| e.to_string())?,
             agent_body_max: t.agent_body_max_bytes,
             trust_forwarded: settings.server.trust_forwarded_headers,
+            body_read_timeout: duration(settings.server.body_read_timeout_secs),
         })
     }
 }
@@ -102,6 +108,9 @@ async fn proxy(
             "CONNECT is not supported",
         );
     }
+    if !host_count_ok(&req) {
+        return client_failed(metrics, ClientErrorKind::BadHost);
+    }
     let wants = match negotiate::requested(req.headers(), req.uri(), shared.default_format) {
         Ok(f) => f,
         Err(e) => return gateway_error(metrics, StatusCode::BAD_REQUEST, "bad_stream_format", &e.to_string()),
@@ -110,20 +119,21 @@ async fn proxy(
     let method = req.method().clone();
     let client_host = headers::client_host(&req);
     let (mut parts, body) = req.into_parts();
+    let flushes = parts.extensions.get::<Arc<conn::Flushes>>().cloned();
 
     // The fallback agent for this stream (DESIGN 3.5 / 3.6): agent_uuid of a small JSON body (resumed runs send
     // no meta_init), else the agent header, else a fresh id.
     let (body, body_agent) = if may_translate {
-        match sniff_agent(&parts, body, shared.agent_body_max).await {
-            Ok(r) => r,
-            Err(()) => {
-                return gateway_error(
-                    metrics,
-                    StatusCode::BAD_REQUEST,
-                    "bad_request_body",
-                    "request body failed",
-                );
-            }
+        // The whole read is bounded: the body is small, and a client that stalls in it must not hold the
+        // connection (the upstream has not been contacted yet).
+        let sniffed = tokio::time::timeout(
+            shared.body_read_timeout,
+            sniff_agent(&parts, body, shared.agent_body_max),
+        );
+        match sniffed.await {
+            Ok(Ok(r)) => r,
+            Ok(Err(())) => return client_failed(metrics, ClientErrorKind::BadBody),
+            Err(_) => return client_failed(metrics, ClientErrorKind::BodyTimeout),
         }
     } else {
         (body.boxed(), None)
@@ -141,6 +151,7 @@ async fn proxy(
 
     let h = &mut parts.headers;
     headers::strip_hop_by_hop(h);
+    keep_chunked_body(&method, h, &body);
     headers::set_forwarded(h, peer.ip(), client_host.as_deref(), shared.trust_forwarded);
     h.remove(X_STREAM_FORMAT);
     if may_translate {
@@ -157,6 +168,7 @@ async fn proxy(
         .connection_for(negotiate::accepts_event_stream(&parts.headers));
     metrics.upstream_request(connection);
     let sent = Instant::now();
+    let body = ClientBody::new(body, shared.body_read_timeout);
     let upstream_resp = match shared.upstream.send(Request::from_parts(parts, body), connection).await {
         Ok(r) => r,
         Err(e) => return forward_failed(metrics, e),
@@ -166,6 +178,19 @@ async fn proxy(
     if parts.status.is_server_error() {
         metrics.upstream_error(UpstreamErrorKind::Status);
     }
+    if parts.status == StatusCode::SWITCHING_PROTOCOLS {
+        // The Upgrade header is never forwarded, so a 101 is unsolicited; passed on, it would switch an
+        // HTTP/1.1 client's connection to nothing and is not even legal in HTTP/2.
+        metrics.upstream_error(UpstreamErrorKind::Protocol);
+        tracing::warn!("upstream answered 101 Switching Protocols unasked: 502");
+        return gateway_error(
+            metrics,
+            StatusCode::BAD_GATEWAY,
+            "upstream_failed",
+            "unsolicited 101 response",
+        );
+    }
+    drop_conflicting_length(&mut parts.headers);
     headers::strip_hop_by_hop(&mut parts.headers);
     let event_stream = negotiate::is_event_stream(&parts.headers);
     let translatable = negotiate::is_translatable(&method, parts.status, &parts.headers);
@@ -198,8 +223,34 @@ async fn proxy(
         span,
     };
     let body = GatewayBody::new(body, translator, info, Arc::clone(metrics), shared.keepalive)
-        .with_idle_timeout(shared.idle_timeout);
+        .with_idle_timeout(shared.idle_timeout)
+        .with_flushes(flushes);
     Response::from_parts(parts, ResponseBody::Upstream(Box::new(body)))
+}
+
+/// RFC 9112 §3.2: an HTTP/1.1 request without exactly one `Host` header must be refused with 400 (an earlier
+/// or later hop could pick a different one of two). HTTP/1.0 may omit it; HTTP/2 has `:authority`.
+fn host_count_ok<B>(req: &Request<B>) -> bool {
+    req.version() != http::Version::HTTP_11 || req.headers().get_all(header::HOST).iter().count() == 1
+}
+
+/// hyper's client sends no body with a GET or HEAD of unknown length unless the request says it has one; a
+/// client's chunked body is forwarded (as nginx does), so it is said again after the hop-by-hop fields went.
+fn keep_chunked_body(method: &Method, h: &mut http::HeaderMap, body: &UpstreamBody) {
+    use http_body::Body as _;
+    let unknown_length = !body.is_end_stream() && body.size_hint().exact().is_none();
+    if matches!(*method, Method::GET | Method::HEAD) && unknown_length && !h.contains_key(header::CONTENT_LENGTH) {
+        h.insert(header::TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
+    }
+}
+
+/// A response framed by `Transfer-Encoding` was read to its chunked end whatever its `Content-Length` said
+/// (RFC 9112 §6.3: the length must then be ignored, and a proxy must remove it); passing the length on would
+/// cut the client's copy short and let it look complete.
+fn drop_conflicting_length(h: &mut http::HeaderMap) {
+    if h.contains_key(header::TRANSFER_ENCODING) && h.remove(header::CONTENT_LENGTH).is_some() {
+        tracing::warn!("upstream sent Content-Length with Transfer-Encoding: length dropped");
+    }
 }
 
 #[derive(Deserialize)]
@@ -248,7 +299,19 @@ fn request_id<B>(req: &Request<B>) -> String {
         .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string())
 }
 
+/// Answers a request whose own body failed (400, or 408 when it stalled), counted as the client's error.
+fn client_failed(metrics: &Metrics, kind: ClientErrorKind) -> Response<ResponseBody> {
+    metrics.client_error(kind);
+    let (status, code) = request_body::answer(kind);
+    tracing::info!(kind = kind.as_str(), status = status.as_u16(), "request body failed");
+    gateway_error(metrics, status, code, "the request body failed or stalled")
+}
+
 fn forward_failed(metrics: &Metrics, e: ForwardError) -> Response<ResponseBody> {
+    // The upstream request fails too when the client's body does; that is not the upstream's fault.
+    if let Some(kind) = request_body::client_fault(&e) {
+        return client_failed(metrics, kind);
+    }
     let (status, kind, code) = match &e {
         ForwardError::Connect(_) => (
             StatusCode::BAD_GATEWAY,
@@ -266,6 +329,10 @@ fn forward_failed(metrics: &Metrics, e: ForwardError) -> Response<ResponseBody> 
             "upstream_failed",
         ),
         ForwardError::BadTarget => (StatusCode::BAD_REQUEST, None, "bad_request_target"),
+        ForwardError::Busy(_) => {
+            metrics.upstream_rejected.inc();
+            (StatusCode::SERVICE_UNAVAILABLE, None, "upstream_busy")
+        }
     };
     if let Some(k) = kind {
         metrics.upstream_error(k);

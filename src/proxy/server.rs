@@ -7,14 +7,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use http::Request;
+use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use prometheus::Registry;
 use thiserror::Error;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
 
+use super::conn::{self, Activity, ClientIo, Flushes, Tracked};
 use super::{handle, Shared};
 use crate::admin::{self, Health};
 use crate::config::{duration, Settings};
@@ -96,9 +99,13 @@ impl Gateway {
             settings,
         } = self;
         let admin_task = tokio::spawn(admin::serve(admin_listener, registry, Arc::clone(&health)));
-        let builder = connection_builder(&settings);
-        let first_request_timeout = duration(settings.server.header_read_timeout_secs);
-        let graceful = GracefulShutdown::new();
+        let builder = Arc::new(connection_builder(&settings));
+        let limits = ConnLimits {
+            first_request: duration(settings.server.header_read_timeout_secs),
+            idle: duration(settings.server.idle_timeout_secs),
+        };
+        // Every connection task holds a receiver: the drain signals through it and waits for them all to go.
+        let (drain_tx, drain_rx) = watch::channel(false);
         health.set_ready(true);
         let mut shutdown = std::pin::pin!(shutdown);
         loop {
@@ -116,30 +123,15 @@ impl Gateway {
             };
             // Latency over throughput: each envelope is its own small write.
             let _ = stream.set_nodelay(true);
-            let seen_request = Arc::new(AtomicBool::new(false));
-            let service = {
-                let shared = Arc::clone(&shared);
-                let seen_request = Arc::clone(&seen_request);
-                service_fn(move |req| {
-                    seen_request.store(true, Ordering::Relaxed);
-                    let shared = Arc::clone(&shared);
-                    // Boxed: an HTTP/2 stream's task holds its service future inline for as long as the
-                    // stream lasts, so an unboxed (large) future would cost every idle stream its size.
-                    Box::pin(async move { Ok::<_, Infallible>(handle(req, peer, shared).await) })
-                })
-            };
-            let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
-            let conn = graceful.watch(conn);
-            tokio::spawn(async move {
-                tokio::select! {
-                    r = conn => if let Err(e) = r {
-                        tracing::debug!(error = %e, %peer, "connection ended with an error");
-                    },
-                    () = first_request_guard(seen_request, first_request_timeout) => {
-                        tracing::debug!(%peer, "no request within the header read timeout: closed");
-                    }
-                }
-            });
+            let conn = serve_connection(
+                Arc::clone(&builder),
+                stream,
+                peer,
+                Arc::clone(&shared),
+                limits,
+                drain_rx.clone(),
+            );
+            tokio::spawn(conn);
         }
         health.set_ready(false);
         health.set_draining(true);
@@ -149,12 +141,85 @@ impl Gateway {
             drain_timeout_secs = drain.as_secs_f64(),
             "shutting down: draining open streams"
         );
+        drop(drain_rx);
+        let _ = drain_tx.send(true);
         tokio::select! {
-            () = graceful.shutdown() => tracing::info!("drained"),
+            () = drain_tx.closed() => tracing::info!("drained"),
             () = tokio::time::sleep(drain) => tracing::warn!("drain timeout reached: closing remaining streams"),
         }
         admin_task.abort();
     }
+}
+
+/// Time limits of one client connection.
+#[derive(Clone, Copy)]
+struct ConnLimits {
+    /// `server.header_read_timeout_secs`, for the first request.
+    first_request: Duration,
+    /// `server.idle_timeout_secs`.
+    idle: Duration,
+}
+
+/// Serves one client connection to its end. Besides hyper's own work it closes the connection when it idles
+/// (no request in flight for the idle timeout: HTTP/1.1 closes, HTTP/2 sends GOAWAY) or the drain starts, and
+/// drops it (with the responses in flight, so their upstreams) as soon as the client leaves.
+async fn serve_connection(
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    shared: Arc<Shared>,
+    limits: ConnLimits,
+    mut drain: watch::Receiver<bool>,
+) {
+    let stream = Arc::new(stream);
+    let activity = Activity::new();
+    let flushes = Arc::new(Flushes::default());
+    let seen_request = Arc::new(AtomicBool::new(false));
+    let service = {
+        let (activity, flushes, seen_request) =
+            (Arc::clone(&activity), Arc::clone(&flushes), Arc::clone(&seen_request));
+        service_fn(move |mut req: Request<Incoming>| {
+            seen_request.store(true, Ordering::Relaxed);
+            let in_flight = activity.begin();
+            req.extensions_mut().insert(Arc::clone(&flushes));
+            let shared = Arc::clone(&shared);
+            // Boxed: an HTTP/2 stream's task holds its service future inline for as long as the stream lasts,
+            // so an unboxed (large) future would cost every idle stream its size.
+            Box::pin(async move {
+                let resp = handle(req, peer, shared).await;
+                Ok::<_, Infallible>(resp.map(|body| Tracked::new(body, in_flight)))
+            })
+        })
+    };
+    let io = ClientIo::new(Arc::clone(&stream), flushes);
+    let conn = builder.serve_connection(TokioIo::new(io), service).into_owned();
+    let mut conn = std::pin::pin!(conn);
+    let closing = tokio::select! {
+        r = conn.as_mut() => return log_end(r, peer),
+        () = first_request_guard(seen_request, limits.first_request) => {
+            tracing::debug!(%peer, "no request within the header read timeout: closed");
+            return;
+        }
+        () = conn::client_left(&stream, &activity) => return left(peer),
+        () = activity.idle_for(limits.idle) => "idle timeout",
+        _ = drain.wait_for(|d| *d) => "draining",
+    };
+    tracing::debug!(%peer, why = closing, "closing the connection gracefully");
+    conn.as_mut().graceful_shutdown();
+    tokio::select! {
+        r = conn.as_mut() => log_end(r, peer),
+        () = conn::client_left(&stream, &activity) => left(peer),
+    }
+}
+
+fn log_end(r: Result<(), Box<dyn std::error::Error + Send + Sync>>, peer: SocketAddr) {
+    if let Err(e) = r {
+        tracing::debug!(error = %e, %peer, "connection ended with an error");
+    }
+}
+
+fn left(peer: SocketAddr) {
+    tracing::debug!(%peer, "client closed its connection with a request in flight: dropped");
 }
 
 /// hyper's header read timeout starts once it knows the protocol; a client that stalls before that (inside

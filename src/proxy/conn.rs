@@ -1,0 +1,274 @@
+//! One client connection's socket and state: shared with watchers that hyper does not provide (a client that
+//! leaves while hyper is not reading, idleness between requests), and the flushes a failing body waits for.
+
+use std::io;
+use std::net::Shutdown;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{ready, Context, Poll, Waker};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use super::body::{BodyError, ResponseBody};
+
+/// How often a watcher looks again at a socket that has unread bytes: readiness cannot tell a close behind
+/// them apart from more bytes, and hyper will not read them while a response is in flight.
+const RECHECK: Duration = Duration::from_millis(200);
+
+/// The accepted socket as hyper's I/O, readable by a watcher too (tokio's readiness calls take `&self`).
+pub struct ClientIo {
+    stream: Arc<TcpStream>,
+    flushes: Arc<Flushes>,
+}
+
+impl ClientIo {
+    pub fn new(stream: Arc<TcpStream>, flushes: Arc<Flushes>) -> Self {
+        Self { stream, flushes }
+    }
+}
+
+impl AsyncRead for ClientIo {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        loop {
+            ready!(self.stream.poll_read_ready(cx))?;
+            // `try_read` clears the readiness it found stale, so the next poll waits for the socket.
+            match self.stream.try_read(buf.initialize_unfilled()) {
+                Ok(n) => {
+                    buf.advance(n);
+                    return Poll::Ready(Ok(()));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+}
+
+impl AsyncWrite for ClientIo {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        loop {
+            ready!(self.stream.poll_write_ready(cx))?;
+            match self.stream.try_write(buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                r => return Poll::Ready(r),
+            }
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            ready!(self.stream.poll_write_ready(cx))?;
+            match self.stream.try_write_vectored(bufs) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                r => return Poll::Ready(r),
+            }
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    /// hyper's HTTP/1 connection calls this once everything it buffered is written (and HTTP/2 after its
+    /// frames): the moment a failing response body waits for.
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.flushes.flushed();
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(socket2::SockRef::from(&*self.stream).shutdown(Shutdown::Write))
+    }
+}
+
+/// Counts the connection's flushes and wakes the bodies waiting for the next one.
+#[derive(Default)]
+pub struct Flushes {
+    epoch: AtomicU64,
+    waiting: AtomicBool,
+    wakers: Mutex<Vec<Waker>>,
+}
+
+impl Flushes {
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    fn flushed(&self) {
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        if self.waiting.swap(false, Ordering::AcqRel) {
+            let wakers = std::mem::take(&mut *self.wakers.lock().unwrap_or_else(|p| p.into_inner()));
+            wakers.into_iter().for_each(Waker::wake);
+        }
+    }
+
+    /// Ready once a flush completed after `epoch` was read.
+    pub fn poll_flushed_since(&self, epoch: u64, cx: &mut Context<'_>) -> Poll<()> {
+        if self.epoch() > epoch {
+            return Poll::Ready(());
+        }
+        {
+            let mut wakers = self.wakers.lock().unwrap_or_else(|p| p.into_inner());
+            if !wakers.iter().any(|w| w.will_wake(cx.waker())) {
+                wakers.push(cx.waker().clone());
+            }
+            self.waiting.store(true, Ordering::Release);
+        }
+        // A flush between the first look and the registration would not have woken us.
+        if self.epoch() > epoch {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+}
+
+/// Requests in flight on one connection, and since when it has had none.
+pub struct Activity {
+    start: Instant,
+    in_flight: AtomicUsize,
+    /// Milliseconds after `start` at which the last request ended.
+    idle_since_ms: AtomicU64,
+}
+
+impl Activity {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self {
+            start: Instant::now(),
+            in_flight: AtomicUsize::new(0),
+            idle_since_ms: AtomicU64::new(0),
+        })
+    }
+
+    pub fn busy(&self) -> bool {
+        self.in_flight.load(Ordering::Acquire) > 0
+    }
+
+    /// Marks a request in flight until the returned guard (kept with its response body) is dropped.
+    pub fn begin(self: &Arc<Self>) -> InFlight {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        InFlight(Arc::clone(self))
+    }
+
+    /// Resolves once the connection has had no request in flight for `limit`. Checked at most once per
+    /// `limit`, so a busy connection costs one timer wake-up per interval.
+    pub async fn idle_for(&self, limit: Duration) {
+        let mut check_at = self.start + limit;
+        loop {
+            tokio::time::sleep_until(check_at).await;
+            if self.busy() {
+                check_at = Instant::now() + limit;
+                continue;
+            }
+            let since = self.start + Duration::from_millis(self.idle_since_ms.load(Ordering::Acquire));
+            let due = since + limit;
+            if Instant::now() >= due && !self.busy() {
+                return;
+            }
+            check_at = due.max(Instant::now() + Duration::from_millis(1));
+        }
+    }
+}
+
+/// A request in flight; dropped with its response body (or with the request when it is cancelled).
+pub struct InFlight(Arc<Activity>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let a = &self.0;
+        let ms = u64::try_from(a.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        // Before the count: a watcher that sees no request in flight sees when the last one ended.
+        a.idle_since_ms.store(ms, Ordering::Release);
+        a.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A response body that holds its request's `InFlight` until it ends.
+pub struct Tracked {
+    body: ResponseBody,
+    _in_flight: InFlight,
+}
+
+impl Tracked {
+    pub fn new(body: ResponseBody, in_flight: InFlight) -> Self {
+        Self {
+            body,
+            _in_flight: in_flight,
+        }
+    }
+}
+
+impl Body for Tracked {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// Resolves when the client has closed (or reset) its side while a request is in flight. hyper notices that
+/// itself only while it reads; its HTTP/1 server stops reading while a response is in flight and a pipelined
+/// request waits in its buffer, and would then hold the upstream until it next writes.
+pub async fn client_left(stream: &TcpStream, activity: &Activity) {
+    loop {
+        let Ok(ready) = stream.ready(Interest::READABLE).await else {
+            return;
+        };
+        if (ready.is_read_closed() || ready.is_error()) && activity.busy() {
+            return;
+        }
+        // Readable: bytes for hyper to read (readiness stays set until it does), or a close hyper will see
+        // when it reads, or one to look at again once a request is in flight.
+        tokio::time::sleep(RECHECK).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_for_waits_while_a_request_is_in_flight() {
+        let a = Activity::new();
+        let guard = a.begin();
+        let idle = tokio::time::timeout(Duration::from_secs(30), a.idle_for(Duration::from_secs(1))).await;
+        assert!(idle.is_err(), "idle while a request was in flight");
+        drop(guard);
+        let idle = tokio::time::timeout(Duration::from_secs(3), a.idle_for(Duration::from_secs(1))).await;
+        assert!(idle.is_ok(), "not idle after the request ended");
+    }
+
+    #[test]
+    fn a_flush_after_the_epoch_wakes_the_waiter() {
+        let f = Flushes::default();
+        let e = f.epoch();
+        struct Noop;
+        impl std::task::Wake for Noop {
+            fn wake(self: Arc<Self>) {}
+        }
+        let waker = Waker::from(Arc::new(Noop));
+        let mut cx = Context::from_waker(&waker);
+        assert!(f.poll_flushed_since(e, &mut cx).is_pending());
+        f.flushed();
+        assert!(f.poll_flushed_since(e, &mut cx).is_ready());
+    }
+}

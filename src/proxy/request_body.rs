@@ -1,0 +1,185 @@
+//! The client's request body on its way upstream: a stall timeout, and failures marked as the client's.
+//!
+//! hyper's client reports a failed request body as its own error (the request to the upstream failed), so
+//! without a mark a client's malformed or stalled upload would look like an upstream failure. The mark is
+//! this module's error type in the error's source chain.
+
+use std::error::Error as StdError;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::StatusCode;
+use http_body::{Body, Frame, SizeHint};
+use thiserror::Error;
+use tokio::time::{Instant, Sleep};
+
+use super::forward::UpstreamBody;
+use crate::telemetry::ClientErrorKind;
+
+/// Why the client's request body failed.
+#[derive(Debug, Error)]
+pub enum ClientBodyError {
+    /// No byte of the body for `server.body_read_timeout_secs`.
+    #[error("request body stalled for {0:?}")]
+    Timeout(Duration),
+    /// The body as hyper read it from the client failed (bad framing, or the client left mid-body).
+    #[error("request body failed: {0}")]
+    Failed(#[source] hyper::Error),
+}
+
+impl ClientBodyError {
+    pub fn kind(&self) -> ClientErrorKind {
+        match self {
+            ClientBodyError::Timeout(_) => ClientErrorKind::BodyTimeout,
+            ClientBodyError::Failed(e) if left_mid_body(e) => ClientErrorKind::BodyIncomplete,
+            ClientBodyError::Failed(_) => ClientErrorKind::BadBody,
+        }
+    }
+}
+
+/// Whether a body error is the client's connection ending (as opposed to bytes that break the framing).
+fn left_mid_body(e: &hyper::Error) -> bool {
+    if e.is_incomplete_message() {
+        return true;
+    }
+    let mut source = e.source();
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind::*;
+            return matches!(
+                io.kind(),
+                UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe
+            );
+        }
+        source = s.source();
+    }
+    false
+}
+
+/// The status and error code the gateway answers a client fault with.
+pub fn answer(kind: ClientErrorKind) -> (StatusCode, &'static str) {
+    match kind {
+        ClientErrorKind::BodyTimeout => (StatusCode::REQUEST_TIMEOUT, "request_body_timeout"),
+        ClientErrorKind::BadBody | ClientErrorKind::BodyIncomplete => (StatusCode::BAD_REQUEST, "bad_request_body"),
+        ClientErrorKind::BadHost => (StatusCode::BAD_REQUEST, "bad_host"),
+    }
+}
+
+/// The client's fault, if an error (or one of its causes) is a request body failure.
+pub fn client_fault(e: &(dyn StdError + 'static)) -> Option<ClientErrorKind> {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if let Some(c) = err.downcast_ref::<ClientBodyError>() {
+            return Some(c.kind());
+        }
+        cur = err.source();
+    }
+    None
+}
+
+/// The request body sent upstream: the client's body with a stall timeout, its errors marked.
+pub struct ClientBody {
+    inner: UpstreamBody,
+    timeout: Duration,
+    /// Armed when a poll finds no data: the stall clock runs only while the upstream side waits for the client
+    /// (a slow upstream that stops polling the body must not count against the client).
+    stall: Option<Pin<Box<Sleep>>>,
+    armed: bool,
+}
+
+impl ClientBody {
+    pub fn new(inner: UpstreamBody, timeout: Duration) -> Self {
+        Self {
+            inner,
+            timeout,
+            stall: None,
+            armed: false,
+        }
+    }
+
+    /// Whether the client has been silent past the timeout since this wait began.
+    fn stalled(&mut self, cx: &mut Context<'_>) -> bool {
+        let deadline = Instant::now() + self.timeout;
+        let sleep = self
+            .stall
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        if !self.armed {
+            sleep.as_mut().reset(deadline);
+            self.armed = true;
+        }
+        sleep.as_mut().poll(cx).is_ready()
+    }
+}
+
+impl Body for ClientBody {
+    type Data = Bytes;
+    type Error = ClientBodyError;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                this.armed = false;
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(ClientBodyError::Failed(e)))),
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending if this.stalled(cx) => Poll::Ready(Some(Err(ClientBodyError::Timeout(this.timeout)))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+
+    /// A body that never yields.
+    struct Silent;
+
+    impl Body for Silent {
+        type Data = Bytes;
+        type Error = hyper::Error;
+
+        fn poll_frame(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+            Poll::Pending
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_body_fails_with_a_timeout_that_is_the_clients_fault() {
+        let mut body = ClientBody::new(Silent.boxed(), Duration::from_secs(60));
+        let e = body.frame().await.expect("a frame").expect_err("a timeout");
+        assert!(matches!(e, ClientBodyError::Timeout(_)));
+        let wrapped: Box<dyn StdError + Send + Sync> = Box::new(e);
+        assert_eq!(client_fault(&*wrapped), Some(ClientErrorKind::BodyTimeout));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_stall_clock_starts_when_the_body_is_waited_for() {
+        let full = http_body_util::Full::new(Bytes::from_static(b"x")).map_err(|never| match never {});
+        let mut body = ClientBody::new(full.boxed(), Duration::from_secs(1));
+        // Long after the body was made (an upstream slow to read it), data already there is no stall.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(body.frame().await.expect("a frame").is_ok());
+        assert!(body.frame().await.is_none());
+    }
+
+    #[test]
+    fn other_errors_are_not_the_clients() {
+        let e = std::io::Error::other("connection refused");
+        assert_eq!(client_fault(&e), None);
+    }
+}

@@ -1,0 +1,602 @@
+//! Issue 13, the client edge: request body timeouts, idle client connections, clients that leave with
+//! pipelined bytes unread, upstream failures in the same read as data, `Content-Length` beside
+//! `Transfer-Encoding`, and client faults kept out of the upstream error counts.
+
+mod gateway_support;
+use gateway_support as support;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Frame;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// Bound on "closed promptly": far above the configured timeouts (1 s), far below the defaults the old code
+/// fell back on (15 s keepalives, 60 s timeouts).
+const PROMPTLY: Duration = Duration::from_secs(8);
+
+fn client_errors(m: &str, kind: &str) -> f64 {
+    metric(m, "sse_gateway_client_errors_total", &[&format!("kind=\"{kind}\"")])
+}
+
+fn upstream_errors(m: &str) -> f64 {
+    metric(m, "sse_gateway_upstream_errors_total", &[])
+}
+
+/// The status code of a raw HTTP/1.1 response.
+fn status_of(resp: &[u8]) -> Option<u16> {
+    let line = resp.split(|&b| b == b'\r').next()?;
+    std::str::from_utf8(line).ok()?.split(' ').nth(1)?.parse().ok()
+}
+
+/// The body of a raw response that carries `Content-Length` (the gateway's own error bodies do).
+fn json_body(resp: &[u8]) -> serde_json::Value {
+    let at = find(resp, b"\r\n\r\n").expect("a complete head") + 4;
+    serde_json::from_slice(&resp[at..]).unwrap_or_else(|e| panic!("not a JSON body ({e}): {:?}", &resp[at..]))
+}
+
+async fn gateway(up: &str, body_timeout: f64) -> TestGateway {
+    TestGateway::start(up, |s| {
+        s.server.body_read_timeout_secs = body_timeout;
+        // Well above the body timeout: a 504 here would mean the stalled body was blamed on the upstream.
+        s.upstream.response_timeout_secs = 30.0;
+    })
+    .await
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// 2 and 7: request bodies that stall or break are the client's fault: 408 / 400, counted as client errors.
+// ------------------------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_json_body_that_stalls_after_one_byte_gets_408_without_contacting_the_upstream() {
+    let up = Emulator::start(|_| vec![sse_head(), Step::EndChunks]).await;
+    let gw = gateway(&up.url(), 1.0).await;
+    let mut s = raw(
+        gw.addr,
+        b"POST /agent/run HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{",
+    )
+    .await;
+    let resp = tokio::time::timeout(PROMPTLY, read_to_eof(&mut s))
+        .await
+        .expect("the stalled connection is answered and closed")
+        .expect("read");
+    assert_eq!(status_of(&resp), Some(408), "{}", String::from_utf8_lossy(&resp));
+    assert_eq!(json_body(&resp)["error"], "request_body_timeout");
+    assert!(up.recorded().is_empty(), "the upstream was contacted");
+    let m = gw.metrics().await;
+    assert_eq!(client_errors(&m, "body_timeout"), 1.0);
+    assert_eq!(upstream_errors(&m), 0.0);
+    gw.stop().await;
+}
+
+/// A request body that sends what is put in its channel, never ending while the sender lives.
+struct Stalling(tokio::sync::mpsc::Receiver<Bytes>);
+
+impl http_body::Body for Stalling {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.get_mut().0.poll_recv(cx).map(|o| o.map(|b| Ok(Frame::data(b))))
+    }
+}
+
+/// A body that sends `first` and then nothing; it stays open while the returned sender lives.
+fn stalling_body(first: &'static [u8]) -> (Stalling, tokio::sync::mpsc::Sender<Bytes>) {
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    let _ = tx.try_send(Bytes::from_static(first));
+    (Stalling(rx), tx)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_json_body_that_stalls_on_http2_gets_408() {
+    let up = Emulator::start(|_| vec![sse_head(), Step::EndChunks]).await;
+    let gw = gateway(&up.url(), 1.0).await;
+    let (body, _keep_open) = stalling_body(b"{");
+    let stream = TcpStream::connect(gw.addr).await.expect("connect");
+    let (mut sender, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+        .await
+        .expect("h2 handshake");
+    tokio::spawn(conn);
+    let req = http::Request::post(gw.url("/agent/run"))
+        .header("content-type", "application/json")
+        .header("content-length", "100")
+        .body(body)
+        .expect("request");
+    let resp = tokio::time::timeout(PROMPTLY, sender.send_request(req))
+        .await
+        .expect("answered while the body stalls")
+        .expect("response");
+    assert_eq!(resp.status(), 408);
+    assert!(up.recorded().is_empty(), "the upstream was contacted");
+    let m = gw.metrics().await;
+    assert_eq!(client_errors(&m, "body_timeout"), 1.0);
+    assert_eq!(upstream_errors(&m), 0.0);
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_body_that_stalls_mid_way_gets_408_not_504() {
+    let up = Emulator::start(|_| {
+        vec![
+            Step::head(200, &[("Content-Length", "2")], false),
+            Step::WriteAll(b"ok".to_vec()),
+        ]
+    })
+    .await;
+    let gw = gateway(&up.url(), 1.0).await;
+    let mut s = raw(
+        gw.addr,
+        b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\nContent-Length: 1000\r\n\r\n0123456789",
+    )
+    .await;
+    let resp = tokio::time::timeout(PROMPTLY, read_to_eof(&mut s))
+        .await
+        .expect("the stalled request is answered and closed")
+        .expect("read");
+    assert_eq!(status_of(&resp), Some(408), "{}", String::from_utf8_lossy(&resp));
+    assert_eq!(json_body(&resp)["error"], "request_body_timeout");
+    let m = gw.metrics().await;
+    assert_eq!(client_errors(&m, "body_timeout"), 1.0);
+    assert_eq!(upstream_errors(&m), 0.0, "a stalled client is not an upstream timeout");
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_chunked_body_gets_400_and_is_not_an_upstream_error() {
+    let up = Emulator::start(|_| {
+        vec![
+            Step::head(200, &[("Content-Length", "2")], false),
+            Step::WriteAll(b"ok".to_vec()),
+        ]
+    })
+    .await;
+    let gw = gateway(&up.url(), 10.0).await;
+    for (path, extra) in [("/upload", ""), ("/stream", "Accept: text/event-stream\r\n")] {
+        let req = format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\n{extra}Content-Type: application/octet-stream\r\n\
+             Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nZZ-not-a-size\r\n"
+        );
+        let mut s = raw(gw.addr, req.as_bytes()).await;
+        let resp = tokio::time::timeout(PROMPTLY, read_to_eof(&mut s))
+            .await
+            .expect("answered and closed")
+            .expect("read");
+        assert_eq!(
+            status_of(&resp),
+            Some(400),
+            "{path}: {}",
+            String::from_utf8_lossy(&resp)
+        );
+        assert_eq!(json_body(&resp)["error"], "bad_request_body", "{path}");
+    }
+    let m = gw.metrics().await;
+    assert_eq!(client_errors(&m, "bad_body"), 2.0);
+    assert_eq!(
+        upstream_errors(&m),
+        0.0,
+        "a client's bad body is not an upstream protocol error"
+    );
+    gw.stop().await;
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// 3: idle client connections are closed; open streams are not.
+// ------------------------------------------------------------------------------------------------------------
+
+async fn idle_gateway(up: &str) -> TestGateway {
+    TestGateway::start(up, |s| {
+        s.server.idle_timeout_secs = 1.0;
+        // Far above the idle timeout, so that it is not what closes a kept-alive HTTP/1.1 connection.
+        s.server.header_read_timeout_secs = 60.0;
+    })
+    .await
+}
+
+fn small_answer() -> Vec<Step> {
+    vec![
+        Step::head(200, &[("Content-Length", "2")], false),
+        Step::WriteAll(b"ok".to_vec()),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_http2_connection_is_closed_after_the_idle_timeout() {
+    let up = Emulator::start(|_| small_answer()).await;
+    let gw = idle_gateway(&up.url()).await;
+    let stream = TcpStream::connect(gw.addr).await.expect("connect");
+    let (mut sender, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        // The client answers the gateway's PINGs and sends its own: liveness is not activity.
+        .keep_alive_interval(Duration::from_millis(300))
+        .keep_alive_while_idle(true)
+        .timer(hyper_util::rt::TokioTimer::new())
+        .handshake(TokioIo::new(stream))
+        .await
+        .expect("h2 handshake");
+    let conn = tokio::spawn(conn);
+    let req = http::Request::get(gw.url("/x"))
+        .body(Full::new(Bytes::new()))
+        .expect("request");
+    let resp = tokio::time::timeout(PATIENCE, sender.send_request(req))
+        .await
+        .expect("answered")
+        .expect("response");
+    assert_eq!(resp.status(), 200);
+    let _ = resp.into_body().collect().await;
+    let ended = tokio::time::timeout(PROMPTLY, conn).await;
+    assert!(
+        ended.is_ok(),
+        "the idle HTTP/2 connection is still open {PROMPTLY:?} later"
+    );
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_http1_keep_alive_connection_is_closed_after_the_idle_timeout() {
+    let up = Emulator::start(|_| small_answer()).await;
+    let gw = idle_gateway(&up.url()).await;
+    let mut s = raw(gw.addr, b"GET /x HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    let got = tokio::time::timeout(PROMPTLY, read_to_eof(&mut s))
+        .await
+        .expect("the idle keep-alive connection is still open")
+        .expect("read");
+    assert_eq!(status_of(&got), Some(200), "{}", String::from_utf8_lossy(&got));
+    gw.stop().await;
+}
+
+fn slow_stream() -> Vec<Step> {
+    let mut steps = vec![sse_head(), Step::WriteAll(b"data: <content-block-text>\n\n".to_vec())];
+    for i in 0..3 {
+        steps.push(Step::Pause(Duration::from_millis(1200)));
+        steps.push(Step::WriteAll(format!("data: part {i}\n\n").into_bytes()));
+    }
+    steps.push(Step::WriteAll(
+        b"data: </content-block-text>\n\ndata: [DONE]\n\n".to_vec(),
+    ));
+    steps.push(Step::EndChunks);
+    steps
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_open_longer_than_the_idle_timeout_are_not_cut_on_http1_or_http2() {
+    let up = Emulator::start(|_| slow_stream()).await;
+    let gw = TestGateway::start(&up.url(), |s| {
+        s.server.idle_timeout_secs = 1.0;
+        s.translate.keepalive_interval_secs = 0.0;
+    })
+    .await;
+    let (parts, body) = send("POST", &gw.url("/agent/run"), &[("x-agent-id", "a")], "{}").await;
+    assert_eq!(parts.status, 200);
+    assert_eq!(
+        envelopes(&body).last(),
+        Some(&serde_json::json!("[DONE]")),
+        "HTTP/1.1 stream cut"
+    );
+    let h2 = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build_http::<Full<Bytes>>();
+    let req = http::Request::post(gw.url("/agent/run"))
+        .header("x-agent-id", "a")
+        .body(Full::new(Bytes::from_static(b"{}")))
+        .expect("request");
+    let resp = tokio::time::timeout(PATIENCE, h2.request(req))
+        .await
+        .expect("in time")
+        .expect("response");
+    assert_eq!(resp.version(), http::Version::HTTP_2);
+    let body = tokio::time::timeout(PATIENCE, resp.into_body().collect())
+        .await
+        .expect("in time")
+        .expect("the HTTP/2 stream ends cleanly")
+        .to_bytes();
+    assert_eq!(
+        envelopes(&body).last(),
+        Some(&serde_json::json!("[DONE]")),
+        "HTTP/2 stream cut"
+    );
+    gw.stop().await;
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// 4: a client that leaves with pipelined bytes unread.
+// ------------------------------------------------------------------------------------------------------------
+
+async fn pipelined_client_leaves(first_request_headers: &str) {
+    let mut up = Emulator::start(|_| {
+        vec![
+            sse_head(),
+            Step::WriteAll(b"data: <content-block-text>\n\ndata: hi\n\n".to_vec()),
+            Step::AwaitClose,
+        ]
+    })
+    .await;
+    let gw = TestGateway::start(&up.url(), |_| {}).await;
+    let two = format!(
+        "GET /agent/run HTTP/1.1\r\nHost: x\r\n{first_request_headers}\r\nGET /second HTTP/1.1\r\nHost: x\r\n\r\n"
+    );
+    let mut s = raw(gw.addr, two.as_bytes()).await;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while find(&got, b"\r\n\r\n").is_none() {
+        let n = tokio::time::timeout(PATIENCE, s.read(&mut buf))
+            .await
+            .expect("a response head")
+            .expect("read");
+        assert!(n > 0, "gateway closed early");
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert_eq!(status_of(&got), Some(200), "{}", String::from_utf8_lossy(&got));
+    drop(s);
+    let closed = tokio::time::timeout(PROMPTLY, up.closed.recv()).await;
+    assert!(
+        closed.is_ok(),
+        "upstream connection still open {PROMPTLY:?} after the pipelining client left"
+    );
+    assert_eq!(up.recorded().len(), 1, "the second request must not go upstream");
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipelining_client_that_leaves_mid_translated_stream_drops_the_upstream() {
+    pipelined_client_leaves("").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipelining_client_that_leaves_mid_pass_through_stream_drops_the_upstream() {
+    pipelined_client_leaves("Accept: text/event-stream\r\nX-Stream-Format: legacy\r\n").await;
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// 5 and 6: a raw upstream that writes a whole response in one write.
+// ------------------------------------------------------------------------------------------------------------
+
+/// An upstream that answers every connection with `response`, written at once after the request head.
+async fn raw_upstream(response: Vec<u8>) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let response = response.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while find(&head, b"\r\n\r\n").is_none() {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let _ = s.write_all(&response).await;
+                // Closing with the request's body possibly unread: a reset, as a crashing backend sends.
+                let _ = s.set_zero_linger();
+            });
+        }
+    });
+    addr
+}
+
+fn chunk(data: &[u8]) -> Vec<u8> {
+    let mut c = format!("{:x}\r\n", data.len()).into_bytes();
+    c.extend_from_slice(data);
+    c.extend_from_slice(b"\r\n");
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pass_through_on_a_dedicated_connection_delivers_the_head_and_complete_events_before_an_upstream_abort() {
+    let events: &[&[u8]] = &[b"data: one\n\n", b"data: two\n\n", b"data: three\n\n"];
+    let mut response =
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    for e in events {
+        response.extend_from_slice(&chunk(e));
+    }
+    response.extend_from_slice(b"ZZ-not-a-chunk-size\r\n");
+    let up = raw_upstream(response).await;
+    let gw = TestGateway::start(&format!("http://{up}"), |_| {}).await;
+    let want: Vec<u8> = events.concat();
+    let mut failures = Vec::new();
+    for i in 0..20 {
+        let mut s = raw(
+            gw.addr,
+            b"GET /events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\nX-Stream-Format: legacy\r\n\r\n",
+        )
+        .await;
+        let got = read_to_eof(&mut s).await.expect("the aborted response is closed");
+        let whole = find(&got, b"\r\n\r\n").map(|at| dechunk_partial(&got[at + 4..]));
+        if status_of(&got) != Some(200) || whole.as_deref() != Some(&want[..]) {
+            failures.push(format!("run {i}: {:?}", String::from_utf8_lossy(&got)));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of 20 runs lost the head or events:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    gw.stop().await;
+}
+
+/// The complete chunks of a chunked body that was cut (no last chunk).
+fn dechunk_partial(mut b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(eol) = find(b, b"\r\n") {
+        let Some(n) = std::str::from_utf8(&b[..eol])
+            .ok()
+            .and_then(|s| usize::from_str_radix(s, 16).ok())
+        else {
+            break;
+        };
+        if n == 0 || b.len() < eol + 2 + n + 2 {
+            break;
+        }
+        out.extend_from_slice(&b[eol + 2..eol + 2 + n]);
+        b = &b[eol + 2 + n + 2..];
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_response_with_content_length_and_chunked_encoding_is_not_truncated() {
+    let body: Vec<u8> = (0..256u32).map(|i| b'a' + (i % 26) as u8).collect();
+    let mut response = b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: 5\r\n\
+Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+        .to_vec();
+    response.extend_from_slice(&chunk(&body));
+    response.extend_from_slice(b"0\r\n\r\n");
+    let up = raw_upstream(response).await;
+    let gw = TestGateway::start(&format!("http://{up}"), |_| {}).await;
+    for accept in ["*/*", "text/event-stream"] {
+        let (parts, got) = send("GET", &gw.url("/file"), &[("accept", accept)], Bytes::new()).await;
+        assert_eq!(parts.status, 200, "{accept}");
+        assert_ne!(
+            parts.headers.get("content-length").map(|v| v.as_bytes()),
+            Some(&b"5"[..]),
+            "{accept}: the conflicting Content-Length was passed on"
+        );
+        assert_eq!(got, body, "{accept}: body");
+    }
+    gw.stop().await;
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// Lower-priority items: a GET's chunked body, Host header count, an unsolicited 101.
+// ------------------------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_with_a_chunked_body_forwards_the_body() {
+    let up = Emulator::start(|_| small_answer()).await;
+    let gw = TestGateway::start(&up.url(), |_| {}).await;
+    let mut s = raw(
+        gw.addr,
+        b"GET /search HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n\
+5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
+    )
+    .await;
+    let resp = read_to_eof(&mut s).await.expect("answered");
+    assert_eq!(status_of(&resp), Some(200), "{}", String::from_utf8_lossy(&resp));
+    let rec = up.recorded();
+    assert_eq!(rec.len(), 1);
+    assert_eq!(String::from_utf8_lossy(&rec[0].body), "hello world");
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http1_1_requests_without_exactly_one_host_get_400() {
+    let up = Emulator::start(|_| small_answer()).await;
+    let gw = TestGateway::start(&up.url(), |_| {}).await;
+    for (name, req) in [
+        ("no Host", &b"GET /x HTTP/1.1\r\nConnection: close\r\n\r\n"[..]),
+        (
+            "two Host lines",
+            &b"GET /x HTTP/1.1\r\nHost: a.test\r\nHost: b.test\r\nConnection: close\r\n\r\n"[..],
+        ),
+    ] {
+        let mut s = raw(gw.addr, req).await;
+        let resp = read_to_eof(&mut s).await.expect("answered");
+        assert_eq!(
+            status_of(&resp),
+            Some(400),
+            "{name}: {}",
+            String::from_utf8_lossy(&resp)
+        );
+    }
+    assert!(up.recorded().is_empty(), "a request with a bad Host went upstream");
+    assert_eq!(client_errors(&gw.metrics().await, "bad_host"), 2.0);
+    // HTTP/1.0 may omit it.
+    let mut s = raw(gw.addr, b"GET /x HTTP/1.0\r\n\r\n").await;
+    let resp = read_to_eof(&mut s).await.expect("answered");
+    assert_eq!(
+        status_of(&resp),
+        Some(200),
+        "HTTP/1.0: {}",
+        String::from_utf8_lossy(&resp)
+    );
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unsolicited_101_from_the_upstream_is_502_for_http2_clients() {
+    let up =
+        raw_upstream(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n".to_vec())
+            .await;
+    let gw = TestGateway::start(&format!("http://{up}"), |_| {}).await;
+    let h2 = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build_http::<Full<Bytes>>();
+    let req = http::Request::get(gw.url("/ws"))
+        .body(Full::new(Bytes::new()))
+        .expect("request");
+    let resp = tokio::time::timeout(PATIENCE, h2.request(req))
+        .await
+        .expect("in time")
+        .expect("a response");
+    assert_eq!(resp.status(), 502);
+    let m = gw.metrics().await;
+    assert_eq!(
+        metric(&m, "sse_gateway_upstream_errors_total", &["kind=\"protocol\""]),
+        1.0
+    );
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_over_upstream_max_connections_get_503_and_a_slot_frees_when_its_response_ends() {
+    let up = Emulator::start(|r| {
+        if r.target == "/hold" {
+            vec![sse_head(), Step::WriteAll(b"data: hi\n\n".to_vec()), Step::Hang]
+        } else {
+            small_answer()
+        }
+    })
+    .await;
+    let gw = TestGateway::start(&up.url(), |s| s.upstream.max_connections = 1).await;
+    let mut held = raw(
+        gw.addr,
+        b"GET /hold HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\nX-Stream-Format: legacy\r\n\r\n",
+    )
+    .await;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while find(&got, b"\r\n\r\n").is_none() {
+        let n = tokio::time::timeout(PATIENCE, held.read(&mut buf))
+            .await
+            .expect("a head")
+            .expect("read");
+        assert!(n > 0, "closed early");
+        got.extend_from_slice(&buf[..n]);
+    }
+    let (parts, body) = send("GET", &gw.url("/other"), &[], Bytes::new()).await;
+    assert_eq!(parts.status, 503, "{}", String::from_utf8_lossy(&body));
+    let json: serde_json::Value = serde_json::from_slice(&body).expect("a JSON error body");
+    assert_eq!(json["error"], "upstream_busy");
+    assert_eq!(
+        metric(&gw.metrics().await, "sse_gateway_upstream_rejected_total", &[]),
+        1.0
+    );
+    drop(held);
+    // The slot comes back once the held stream's body is dropped (client gone).
+    let mut status = 0;
+    for _ in 0..100 {
+        status = send("GET", &gw.url("/other"), &[], Bytes::new())
+            .await
+            .0
+            .status
+            .as_u16();
+        if status == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(status, 200, "the slot was not released");
+    gw.stop().await;
+}
