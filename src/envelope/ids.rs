@@ -42,7 +42,9 @@ mod tests {
     fn long_or_escaping_identifiers_fail() {
         assert!(is_valid(&"a".repeat(MAX_ID_BYTES)));
         assert!(!is_valid(&"a".repeat(MAX_ID_BYTES + 1)));
-        for bad in ["a b", "a\"b", "a\\b", "a\nb", "a\u{1}b", "<x>", "a&b", "é", "a'b", "tab\t"] {
+        for bad in [
+            "a b", "a\"b", "a\\b", "a\nb", "a\u{1}b", "<x>", "a&b", "é", "a'b", "tab\t",
+        ] {
             assert!(!is_valid(bad), "{bad:?}");
         }
     }
