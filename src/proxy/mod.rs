@@ -1,5 +1,6 @@
 //! The reverse proxy: one request in, forwarded to the upstream, its response passed on or translated.
 
+pub mod agent;
 pub mod body;
 pub mod dedicated;
 pub mod forward;
@@ -17,7 +18,6 @@ use http::header::{self, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
-use serde::Deserialize;
 use tracing::Instrument;
 
 use crate::config::{duration, Settings, StreamFormat};
@@ -128,16 +128,21 @@ async fn proxy(
     } else {
         (body.boxed(), None)
     };
-    let agent = body_agent
-        .or_else(|| {
-            parts
-                .headers
-                .get(&shared.agent_header)
-                .and_then(|v| v.to_str().ok())
-                .filter(|s| !s.is_empty())
-                .map(str::to_owned)
-        })
-        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    // Only a translated (or shadowed) stream uses the agent: a legacy request's header is not judged.
+    let choice = if may_translate {
+        agent::choose(body_agent.as_deref(), &parts.headers, &shared.agent_header)
+    } else {
+        agent::Choice::default()
+    };
+    for source in &choice.rejected {
+        // Not the value: it is what a hostile client controls.
+        tracing::debug!(
+            source = source.as_str(),
+            "client-supplied agent id refused (too long or unsafe characters)"
+        );
+        metrics.rejected_agent_id(*source);
+    }
+    let agent = choice.agent.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
 
     let h = &mut parts.headers;
     headers::strip_hop_by_hop(h);
@@ -202,39 +207,19 @@ async fn proxy(
     Response::from_parts(parts, ResponseBody::Upstream(Box::new(body)))
 }
 
-#[derive(Deserialize)]
-struct AgentField {
-    agent_uuid: Option<String>,
-}
-
 /// Reads `agent_uuid` from a small JSON body (bounded by `max` and by its declared Content-Length) and returns
-/// the body to forward; any other body is streamed untouched. `Err` when the client's body fails.
+/// the body to forward with that candidate, unchecked (`agent::choose` checks it); any other body is streamed
+/// untouched. `Err` when the client's body fails.
 async fn sniff_agent(
     parts: &http::request::Parts,
     body: Incoming,
     max: usize,
 ) -> Result<(UpstreamBody, Option<String>), ()> {
-    let is_json = parts
-        .headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .map(|t| t.trim().to_ascii_lowercase())
-        .is_some_and(|t| t == "application/json" || t.ends_with("+json"));
-    let len = parts
-        .headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    let small = matches!(len, Some(n) if n > 0 && n <= max);
-    if !is_json || !small {
+    if !agent::body_is_sniffable(&parts.headers, max) {
         return Ok((body.boxed(), None));
     }
     let bytes = Limited::new(body, max).collect().await.map_err(|_| ())?.to_bytes();
-    let agent = serde_json::from_slice::<AgentField>(&bytes)
-        .ok()
-        .and_then(|f| f.agent_uuid)
-        .filter(|s| !s.is_empty());
+    let agent = agent::body_agent(&bytes);
     let body = Full::new(bytes).map_err(|never| match never {}).boxed();
     Ok((body, agent))
 }
