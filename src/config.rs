@@ -52,8 +52,8 @@ pub struct Server {
     pub drain_timeout_secs: f64,
     /// Accept HTTP/2 (prior knowledge, h2c) besides HTTP/1.1 (default true).
     pub http2: bool,
-    /// Keep X-Forwarded-Proto / X-Forwarded-Host set by a proxy in front instead of overwriting them
-    /// (default false: only trust it when a load balancer you run sits in front).
+    /// Keep X-Forwarded-Proto / X-Forwarded-Host, `Forwarded` and `X-Real-IP` set by a proxy in front instead of
+    /// overwriting or removing them (default false: only trust it when a load balancer you run sits in front).
     pub trust_forwarded_headers: bool,
 }
 

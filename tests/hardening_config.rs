@@ -126,3 +126,38 @@ async fn client_agent_ids_that_are_too_long_or_unsafe_are_replaced_by_a_fresh_uu
     );
     gw.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_x_forwarded_for_line_reaches_the_upstream_in_order_and_untrusted_forwarded_headers_do_not() {
+    let up = Emulator::start(|_| vec![Step::head(200, &[("Content-Length", "0")], false)]).await;
+    let gw = TestGateway::start(&up.url(), |_| {}).await;
+    // What a client behind HAProxy's `option forwardfor` looks like: its own forged line, then HAProxy's.
+    let (parts, _) = send(
+        "GET",
+        &gw.url("/x"),
+        &[
+            ("x-forwarded-for", "6.6.6.6"),
+            ("x-forwarded-for", "203.0.113.7"),
+            ("forwarded", "for=6.6.6.6"),
+            ("x-real-ip", "6.6.6.6"),
+        ],
+        "",
+    )
+    .await;
+    assert_eq!(parts.status, 200);
+    let rec = up.recorded().pop().expect("the request reached the upstream");
+    let xff: Vec<&str> = rec
+        .headers
+        .iter()
+        .filter(|(k, _)| k == "x-forwarded-for")
+        .map(|(_, v)| v.as_str())
+        .collect();
+    assert_eq!(
+        xff,
+        ["6.6.6.6, 203.0.113.7, 127.0.0.1"],
+        "one line: every address in order, then the peer"
+    );
+    assert_eq!(rec.header("forwarded"), None, "Forwarded passed untrusted");
+    assert_eq!(rec.header("x-real-ip"), None, "X-Real-IP passed untrusted");
+    gw.stop().await;
+}
