@@ -52,6 +52,10 @@ pub struct Server {
     pub drain_timeout_secs: f64,
     /// Accept HTTP/2 (prior knowledge, h2c) besides HTTP/1.1 (default true).
     pub http2: bool,
+    /// Whether a layer (file, environment, flag) set `listen`; not a key. The demo backend's gateway binds
+    /// loopback unless it did (see `demo_listen`).
+    #[serde(skip)]
+    pub listen_given: bool,
     /// Keep X-Forwarded-Proto / X-Forwarded-Host, `Forwarded` and `X-Real-IP` set by a proxy in front instead of
     /// overwriting or removing them (default false: only trust it when a load balancer you run sits in front).
     pub trust_forwarded_headers: bool,
@@ -66,6 +70,7 @@ impl Default for Server {
             max_header_bytes: 64 << 10,
             drain_timeout_secs: 30.0,
             http2: true,
+            listen_given: false,
             trust_forwarded_headers: false,
         }
     }
@@ -75,7 +80,8 @@ impl Default for Server {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Upstream {
-    /// Base URL, `http://host:port[/prefix]` (default "": none, which starts the built-in demo backend).
+    /// Base URL, `http://host:port[/prefix]` (default: unset, which starts the built-in demo backend; set but empty
+    /// is refused, so a blank variable cannot silently turn a deployment into the demo).
     pub url: String,
     /// Seconds to establish the TCP connection (default 5); past it: 502.
     pub connect_timeout_secs: f64,
@@ -284,6 +290,14 @@ impl UpstreamTarget {
         if authority.host().is_empty() {
             return Err("needs a host".into());
         }
+        // userinfo would go out in Host and be printed wherever the URL is; secrets belong elsewhere.
+        if authority.as_str().contains('@') {
+            return Err(
+                "must not contain credentials (user:password@): the upstream gets no authentication from the \
+                        gateway, and the URL is logged"
+                    .into(),
+            );
+        }
         if uri.query().is_some() {
             return Err("must not have a query".into());
         }
@@ -338,10 +352,13 @@ impl Settings {
         builder = set(builder, "server.listen", &overrides.listen).map_err(err)?;
         builder = set(builder, "server.admin_listen", &overrides.admin_listen).map_err(err)?;
         let cfg = builder.build().map_err(err)?;
+        // Which keys some layer set, as opposed to the built-in defaults (which are serde's, not config's).
+        let given = |key: &str| cfg.get::<config::Value>(key).is_ok();
+        let (url_given, listen_given) = (given("upstream.url"), given("server.listen"));
         // Through a plain value so that serde_path_to_error can name the key (`translate.dialect`), which
         // config's own messages leave out for unknown keys and bad enum values.
         let value: serde_json::Value = cfg.try_deserialize().map_err(err)?;
-        let settings: Settings = serde_path_to_error::deserialize(value).map_err(|e| {
+        let mut settings: Settings = serde_path_to_error::deserialize(value).map_err(|e| {
             let path = e.path().to_string();
             let inner = one_line(&e.into_inner().to_string());
             if path.is_empty() || path == "." {
@@ -350,6 +367,14 @@ impl Settings {
                 ConfigError::Load(format!("{path}: {inner}"))
             }
         })?;
+        if url_given && settings.upstream.url.is_empty() {
+            // Only an absent upstream means the demo; an empty one is a blank variable or a typo.
+            return Err(invalid(
+                "upstream.url",
+                "is set but empty (leave it unset for the built-in demo backend)",
+            ));
+        }
+        settings.server.listen_given = listen_given;
         settings.validate()?;
         Ok(settings)
     }
@@ -448,9 +473,33 @@ impl Settings {
         }
     }
 
-    /// The effective configuration as TOML (for `--check-config`).
+    /// The effective configuration as TOML (for `--check-config`), the upstream URL without userinfo.
     pub fn to_toml(&self) -> String {
-        toml::to_string(self).unwrap_or_else(|e| format!("# cannot render: {e}\n"))
+        let mut shown = self.clone();
+        shown.upstream.url = redact_userinfo(&self.upstream.url);
+        toml::to_string(&shown).unwrap_or_else(|e| format!("# cannot render: {e}\n"))
+    }
+
+    /// The public listener of a gateway in front of the demo backend: as configured when a layer set it, else
+    /// the default's port on loopback, so that `cargo run` on a laptop does not serve canned agent output to
+    /// the network.
+    pub fn demo_listen(&self) -> String {
+        if self.server.listen_given {
+            return self.server.listen.clone();
+        }
+        let port = parse_addr("", &self.server.listen).map_or(8080, |a| a.port());
+        SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, port)).to_string()
+    }
+}
+
+/// `url` with any userinfo (`user:password@`) replaced by `***@`, for printing. Validation refuses userinfo; this
+/// guards every place a URL is shown against a value that did not pass through it.
+pub fn redact_userinfo(url: &str) -> String {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let end = url[start..].find(['/', '?', '#']).map_or(url.len(), |i| start + i);
+    match url[start..end].rfind('@') {
+        Some(at) => format!("{}***{}", &url[..start], &url[start + at..]),
+        None => url.to_owned(),
     }
 }
 
@@ -536,5 +585,46 @@ mod tests {
         assert!(e.to_string().contains("budget"), "{e}");
         let e = load(&[("SSE_GATEWAY__UPSTREAM__URL", "https://x")], Overrides::default()).unwrap_err();
         assert!(e.to_string().starts_with("upstream.url:"), "{e}");
+    }
+
+    #[test]
+    fn an_empty_upstream_is_refused_and_only_an_absent_one_means_the_demo() {
+        for (env, flag) in [
+            (vec![("SSE_GATEWAY__UPSTREAM__URL", "")], None),
+            (vec![], Some(String::new())),
+        ] {
+            let o = Overrides {
+                upstream: flag,
+                ..Overrides::default()
+            };
+            let e = load(&env, o).unwrap_err();
+            assert!(e.to_string().starts_with("upstream.url:"), "{e}");
+        }
+        assert_eq!(load(&[], Overrides::default()).unwrap().upstream.url, "");
+    }
+
+    #[test]
+    fn credentials_in_the_upstream_url_are_refused_without_echoing_them() {
+        for url in ["http://user:s3cret@127.0.0.1:9", "http://s3cret@127.0.0.1:9/api"] {
+            let e = load(&[("SSE_GATEWAY__UPSTREAM__URL", url)], Overrides::default()).unwrap_err();
+            let msg = e.to_string();
+            assert!(msg.starts_with("upstream.url:") && !msg.contains("s3cret"), "{msg}");
+        }
+        assert_eq!(redact_userinfo("http://u:p@h:1/x@y"), "http://***@h:1/x@y");
+        assert_eq!(redact_userinfo("u:p@h:1"), "***@h:1");
+        assert_eq!(redact_userinfo("http://h:1/a"), "http://h:1/a");
+    }
+
+    #[test]
+    fn the_demo_binds_loopback_unless_listen_was_given() {
+        let s = load(&[], Overrides::default()).unwrap();
+        assert_eq!(s.demo_listen(), "127.0.0.1:8080");
+        let s = load(&[("SSE_GATEWAY__SERVER__LISTEN", "0.0.0.0:8080")], Overrides::default()).unwrap();
+        assert_eq!(s.demo_listen(), "0.0.0.0:8080");
+        let o = Overrides {
+            listen: Some("127.0.0.2:7".into()),
+            ..Overrides::default()
+        };
+        assert_eq!(load(&[], o).unwrap().demo_listen(), "127.0.0.2:7");
     }
 }

@@ -47,8 +47,82 @@ fn check_config(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, St
     )
 }
 
+/// A gateway process whose stdout and stderr are both collected; killed on drop.
+struct Captured {
+    child: std::process::Child,
+    out: mpsc::Receiver<(bool, String)>,
+    lines: Vec<(bool, String)>,
+}
+
+impl Captured {
+    fn spawn(args: &[&str], env: &[(&str, &str)]) -> Captured {
+        let mut c = bin();
+        c.args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let mut child = c.spawn().expect("spawn sse-gateway");
+        let (tx, out) = mpsc::channel();
+        let pipe = |r: Box<dyn Read + Send>, is_err: bool, tx: mpsc::Sender<(bool, String)>| {
+            std::thread::spawn(move || {
+                for line in BufReader::new(r).lines().map_while(Result::ok) {
+                    let _ = tx.send((is_err, line));
+                }
+            });
+        };
+        pipe(Box::new(child.stdout.take().expect("stdout")), false, tx.clone());
+        pipe(Box::new(child.stderr.take().expect("stderr")), true, tx);
+        Captured {
+            child,
+            out,
+            lines: Vec::new(),
+        }
+    }
+
+    /// Collects output until `done` holds for what was printed, or the process has exited and said all, or
+    /// `PATIENCE` passes; returns (stdout, stderr) so far.
+    fn until(&mut self, done: impl Fn(&str, &str) -> bool) -> (String, String) {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let joined = |err: bool| {
+                self.lines
+                    .iter()
+                    .filter(|(e, _)| *e == err)
+                    .map(|(_, l)| format!("{l}\n"))
+                    .collect::<String>()
+            };
+            let (o, e) = (joined(false), joined(true));
+            if done(&o, &e) || Instant::now() > deadline {
+                return (o, e);
+            }
+            match self.out.recv_timeout(Duration::from_millis(100)) {
+                Ok(line) => self.lines.push(line),
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                // Both pipes closed: the process is gone and everything is read.
+                Err(mpsc::RecvTimeoutError::Disconnected) => return (o, e),
+            }
+        }
+    }
+
+    /// Kills the process and returns everything it printed.
+    fn stop(mut self) -> (String, String) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.until(|_, _| false)
+    }
+}
+
+impl Drop for Captured {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// Asserts a configuration is refused the way every bad one is: exit 2, one line on stderr naming `key`.
-#[allow(dead_code)]
 fn assert_refused(args: &[&str], env: &[(&str, &str)], key: &str) -> String {
     let (code, _, err) = check_config(args, env);
     assert_eq!(code, Some(2), "{args:?} {env:?}: exit status (stderr: {err})");
@@ -160,4 +234,58 @@ async fn every_x_forwarded_for_line_reaches_the_upstream_in_order_and_untrusted_
     assert_eq!(rec.header("forwarded"), None, "Forwarded passed untrusted");
     assert_eq!(rec.header("x-real-ip"), None, "X-Real-IP passed untrusted");
     gw.stop().await;
+}
+
+#[test]
+fn an_empty_upstream_is_a_config_error_not_the_demo() {
+    assert_refused(&["--upstream", ""], &[], "upstream.url");
+    assert_refused(&[], &[("SSE_GATEWAY__UPSTREAM__URL", "")], "upstream.url");
+    // Not only under --check-config: the daemon itself stops before binding (a held port would make a
+    // gateway that went on to start the demo fail differently, with exit 1).
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = held.local_addr().unwrap().to_string();
+    let out = bin()
+        .args(["--upstream", "", "--listen", &addr, "--admin-listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("upstream.url"));
+    // An absent upstream is still the demo.
+    let (code, printed, _) = check_config(&[], &[]);
+    assert_eq!(code, Some(0));
+    assert!(printed.contains("url = \"\""), "{printed}");
+}
+
+#[test]
+fn credentials_in_the_upstream_url_are_refused_and_never_printed() {
+    for url in ["http://user:s3cret@127.0.0.1:9", "http://s3cret@127.0.0.1:9/api"] {
+        let err = assert_refused(&["--upstream", url], &[], "upstream.url");
+        assert!(!err.contains("s3cret"), "the secret echoed: {err}");
+        let (_, out, err) = check_config(&[], &[("SSE_GATEWAY__UPSTREAM__URL", url)]);
+        assert!(!out.contains("s3cret") && !err.contains("s3cret"), "{out}{err}");
+    }
+}
+
+#[test]
+fn the_demo_binds_loopback_by_default_and_warns_that_it_is_the_demo() {
+    // The public listener is left to its default; whether port 8080 is free on this machine or not, the address
+    // the gateway chose is in its banner or in its bind error.
+    let mut gw = Captured::spawn(&["--admin-listen", "127.0.0.1:0"], &[]);
+    let (out, err) = gw.until(|o, e| o.contains("proxy listening on") || e.contains("cannot listen on"));
+    let (out, err) = if out.contains("proxy listening on") {
+        // Running: wait for the curl line that follows the banner, so the WARN line before it is in too.
+        let _ = gw.until(|o, _| o.contains("curl -N"));
+        gw.stop()
+    } else {
+        (out, err)
+    };
+    assert!(
+        out.contains("proxy listening on http://127.0.0.1:8080") || err.contains("cannot listen on 127.0.0.1:8080"),
+        "demo mode did not choose 127.0.0.1:8080:\n{out}{err}"
+    );
+    let warn = err
+        .lines()
+        .find(|l| l.contains("WARN") && l.contains("built-in demo backend"))
+        .unwrap_or_else(|| panic!("no WARN line naming the built-in demo backend:\n{err}"));
+    assert!(warn.contains("not a real upstream"), "{warn}");
 }
