@@ -289,3 +289,62 @@ fn the_demo_binds_loopback_by_default_and_warns_that_it_is_the_demo() {
         .unwrap_or_else(|| panic!("no WARN line naming the built-in demo backend:\n{err}"));
     assert!(warn.contains("not a real upstream"), "{warn}");
 }
+
+/// The public address a gateway process printed in its banner.
+fn public_addr(out: &str) -> std::net::SocketAddr {
+    out.lines()
+        .find(|l| l.contains("proxy listening on"))
+        .and_then(|l| l.rsplit("http://").next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no banner: {out}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_request_id_that_could_forge_log_fields_never_reaches_the_log() {
+    let up = Emulator::start(|_| resumed_run()).await;
+    let mut gw = Captured::spawn(
+        &[
+            "--upstream",
+            &up.url(),
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ],
+        &[("RUST_LOG", "sse_gateway=debug")],
+    );
+    let (out, err) = gw.until(|o, _| o.contains("admin listening on"));
+    let addr = public_addr(&format!("{out}{err}"));
+    let forged = "x method=DELETE path=/admin\tid=forged";
+    let mut conn = raw(
+        addr,
+        format!(
+            "POST /agent/run HTTP/1.1\r\nHost: gw\r\nX-Request-Id: {forged}\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}"
+        )
+        .as_bytes(),
+    )
+    .await;
+    let resp = String::from_utf8_lossy(&read_to_eof(&mut conn).await.expect("response in time")).into_owned();
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+    let echoed = resp
+        .lines()
+        .find_map(|l| l.strip_prefix("x-request-id: "))
+        .unwrap_or_else(|| panic!("no X-Request-Id in {resp}"));
+    assert!(
+        !echoed.is_empty() && echoed.bytes().all(|b| b.is_ascii_alphanumeric()),
+        "replaced by a fresh id: {echoed:?}"
+    );
+    assert_eq!(
+        up.recorded()[0].header("x-request-id"),
+        Some(echoed),
+        "the upstream gets the same id"
+    );
+    // The request's span shows up in the stream-end line; it must carry the fresh id, nothing forged.
+    let (_, err) = gw.until(|_, e| e.contains(echoed) && e.contains("completed"));
+    assert!(
+        err.contains(&format!("id={echoed}")),
+        "the span's id is the fresh one:\n{err}"
+    );
+    for fragment in ["method=DELETE", "path=/admin", "id=forged", "id=x "] {
+        assert!(!err.contains(fragment), "forged field {fragment:?} in the log:\n{err}");
+    }
+}

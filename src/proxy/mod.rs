@@ -31,6 +31,16 @@ use observe::StreamObserver;
 /// Longest `X-Request-Id` taken from a client; longer ones are replaced.
 const MAX_REQUEST_ID: usize = 128;
 
+/// Whether a client's `X-Request-Id` may be used as is: it is written unescaped into text logs (the request span's
+/// `id=` field), so a space, `=` or control character would let a client forge fields of its own log lines.
+fn is_safe_request_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_REQUEST_ID
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+}
+
 /// What every request handler shares.
 pub struct Shared {
     pub upstream: Upstream,
@@ -228,7 +238,7 @@ fn request_id<B>(req: &Request<B>) -> String {
     req.headers()
         .get(X_REQUEST_ID)
         .and_then(|v| v.to_str().ok())
-        .filter(|s| !s.is_empty() && s.len() <= MAX_REQUEST_ID)
+        .filter(|s| is_safe_request_id(s))
         .map(str::to_owned)
         .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string())
 }
@@ -296,7 +306,29 @@ pub fn gateway_error(metrics: &Metrics, status: StatusCode, code: &str, message:
 
 #[cfg(test)]
 mod tests {
-    use super::error_chain;
+    use super::{error_chain, is_safe_request_id, request_id, MAX_REQUEST_ID};
+
+    #[test]
+    fn a_request_id_that_could_forge_log_fields_is_replaced() {
+        let with = |id: &str| request_id(&http::Request::builder().header("x-request-id", id).body(()).unwrap());
+        for ok in ["abc-123", "7f3a.b_c:d", &"a".repeat(MAX_REQUEST_ID)] {
+            assert_eq!(with(ok), ok);
+        }
+        for bad in [
+            "a b",
+            "id=x",
+            "a\tb",
+            "a\"b",
+            "caf\u{e9}",
+            &"a".repeat(MAX_REQUEST_ID + 1),
+        ] {
+            assert!(!is_safe_request_id(bad), "{bad:?}");
+            if let Ok(v) = http::HeaderValue::from_str(bad) {
+                let got = with(v.to_str().unwrap_or_default());
+                assert!(got != bad && is_safe_request_id(&got), "{bad:?} -> {got:?}");
+            }
+        }
+    }
 
     #[derive(Debug, thiserror::Error)]
     enum Outer {
