@@ -302,6 +302,14 @@ impl UpstreamTarget {
             return Err("must not have a query".into());
         }
         let prefix = uri.path().trim_end_matches('/').to_owned();
+        // Client paths are confined under the prefix (`proxy::forward::upstream_path`); a prefix that climbs
+        // itself would make "under" meaningless.
+        if prefix
+            .split('/')
+            .any(|s| crate::proxy::forward::dot_segment(s).is_some())
+        {
+            return Err("the path prefix must not contain . or .. segments".into());
+        }
         Ok(Self {
             scheme,
             authority,
@@ -613,6 +621,7 @@ mod tests {
         assert_eq!(redact_userinfo("http://u:p@h:1/x@y"), "http://***@h:1/x@y");
         assert_eq!(redact_userinfo("u:p@h:1"), "***@h:1");
         assert_eq!(redact_userinfo("http://h:1/a"), "http://h:1/a");
+        assert!(UpstreamTarget::parse("http://h:1/api/%2e%2E/x").is_err());
     }
 
     #[test]

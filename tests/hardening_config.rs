@@ -348,3 +348,34 @@ async fn a_client_request_id_that_could_forge_log_fields_never_reaches_the_log()
         assert!(!err.contains(fragment), "forged field {fragment:?} in the log:\n{err}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_upstream_sees_the_client_path_normalized_under_the_prefix() {
+    let up = Emulator::start(|_| vec![Step::head(200, &[("Content-Length", "0")], false)]).await;
+    let gw = TestGateway::start(&format!("{}/api/v1", up.url()), |_| {}).await;
+    for (request_line, want) in [
+        ("GET /../../admin HTTP/1.1", "/api/v1/admin"),
+        (
+            "GET /a/%2e%2E/%2E./.%2e/admin?next=../x HTTP/1.1",
+            "/api/v1/admin?next=../x",
+        ),
+        ("OPTIONS * HTTP/1.1", "/api/v1"),
+    ] {
+        let before = up.recorded().len();
+        let mut conn = raw(
+            gw.addr,
+            format!("{request_line}\r\nHost: gw\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await;
+        let resp = read_to_eof(&mut conn).await.expect("response in time");
+        assert!(
+            resp.starts_with(b"HTTP/1.1 200"),
+            "{request_line}: {}",
+            String::from_utf8_lossy(&resp)
+        );
+        let rec = up.recorded();
+        assert_eq!(rec.len(), before + 1, "{request_line}");
+        assert_eq!(rec[before].target, want, "{request_line}");
+    }
+    gw.stop().await;
+}
