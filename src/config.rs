@@ -3,7 +3,7 @@
 //! Layers, lowest first: built-in defaults < `config/default.toml` (if present in the working directory)
 //! < `--config FILE` < environment `SSE_GATEWAY__SECTION__KEY` < command-line flags.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -25,6 +25,20 @@ const MIN_HEADER_BYTES: usize = 8192;
 const MAX_HEADER_BYTES: usize = 1 << 20;
 /// A sanity ceiling on durations (one day): larger values are typos.
 const MAX_SECS: f64 = 86_400.0;
+/// Ceiling of `translate.budget`: an envelope is one SSE line a client parses whole; beyond 1 MiB the budget bounds
+/// nothing a client can hold.
+pub const MAX_BUDGET: usize = 1 << 20;
+/// Ceiling of `translate.max_item_bytes`: one buffered legacy item per stream; 1 GiB is already far beyond any
+/// single tool result, and larger values are typos that turn one stream into an out-of-memory kill.
+pub const MAX_ITEM_BYTES_CEILING: usize = 1 << 30;
+/// Ceiling of `translate.max_text_event_bytes` and `translate.json_sniff_bytes` (16 MiB): both are held per stream.
+pub const MAX_HELD_BYTES_CEILING: usize = 16 << 20;
+/// Ceiling of `translate.agent_body_max_bytes` (16 MiB): request bodies up to it are read into memory before the
+/// upstream sees a byte; resumed-run bodies are a few KiB.
+pub const MAX_AGENT_BODY_BYTES: usize = 16 << 20;
+/// Floor of a non-zero `translate.keepalive_interval_secs`: below a second, keepalives are a write storm on every
+/// idle stream, not a keepalive.
+pub const MIN_KEEPALIVE_SECS: f64 = 1.0;
 
 /// Everything the daemon reads from configuration.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -155,7 +169,7 @@ pub struct Translate {
     pub default_format: StreamFormat,
     /// Translate and count, but send the original bytes (default false).
     pub shadow: bool,
-    /// Max bytes of one envelope's JSON object (default 2048, at least 256).
+    /// Max bytes of one envelope's JSON object (default 2048; 256 to `MAX_BUDGET`, 1 MiB).
     pub budget: usize,
     /// Upstream dialect: "auto", "xml" or "raw" (default "auto").
     pub dialect: Dialect,
@@ -171,17 +185,19 @@ pub struct Translate {
     pub include_traceback: bool,
     /// Content of unknown tags: "text" or "drop" (default "text").
     pub unknown_tags: UnknownTags,
-    /// Bound on one buffered legacy item in bytes (default 16777216).
+    /// Bound on one buffered legacy item in bytes (default 16777216; at most 1 GiB).
     pub max_item_bytes: usize,
-    /// Bound on one text event held until it completes, in bytes (default 65536).
+    /// Bound on one text event held until it completes, in bytes (default 65536; at most 16 MiB).
     pub max_text_event_bytes: usize,
-    /// Client tool results up to this size are checked for JSON whole; larger ones by whether that much of them starts a JSON value (default 8192).
+    /// Client tool results up to this size are checked for JSON whole; larger ones by whether that much of them starts a JSON value (default 8192; at most 16 MiB).
     pub json_sniff_bytes: usize,
-    /// Seconds of silence before a `: keepalive` comment on a translated stream; 0 disables (default 15).
+    /// Seconds of silence before a `: keepalive` comment on a translated stream; 0 disables, else at least 1
+    /// (default 15).
     pub keepalive_interval_secs: f64,
     /// Request header naming the agent until the stream's `meta_init` does (default "x-agent-id").
     pub agent_header: String,
-    /// JSON request bodies up to this size are read for `agent_uuid` (resumed runs); 0 disables (default 65536).
+    /// JSON request bodies up to this size are read for `agent_uuid` (resumed runs); 0 disables (default 65536; at most
+    /// 16 MiB).
     pub agent_body_max_bytes: usize,
     /// A translated stream that ends without `[DONE]` (or the backend's failure JSON) gets an
     /// `upstream_error` envelope and counts as an upstream error (default true).
@@ -316,6 +332,39 @@ impl UpstreamTarget {
             prefix,
         })
     }
+
+    /// Whether connecting here could reach `listener` (same port, and the same host or both local). Names other
+    /// than `localhost` are not resolved: validation does no DNS.
+    pub fn points_at(&self, listener: SocketAddr) -> bool {
+        let port = self.authority.port_u16().unwrap_or(80);
+        let host = self.authority.host().trim_start_matches('[').trim_end_matches(']');
+        let ip = if host.eq_ignore_ascii_case("localhost") {
+            IpAddr::from(std::net::Ipv4Addr::LOCALHOST)
+        } else {
+            match host.parse::<IpAddr>() {
+                Ok(ip) => ip,
+                Err(_) => return false,
+            }
+        };
+        reaches(SocketAddr::new(ip, port), listener)
+    }
+}
+
+/// Whether a connection to `to` reaches `listener`: the same non-zero port, and the same address or both local
+/// (loopback, or unspecified: a wildcard listener answers on loopback, and connecting to 0.0.0.0 reaches this
+/// host). A wildcard listener also answers on this host's other addresses, which are not known here: an upstream
+/// on another host with the same port is common, so only local addresses count.
+fn reaches(to: SocketAddr, listener: SocketAddr) -> bool {
+    let local = |ip: IpAddr| ip.is_loopback() || ip.is_unspecified();
+    listener.port() != 0
+        && listener.port() == to.port()
+        && (listener.ip() == to.ip() || (local(listener.ip()) && local(to.ip())))
+}
+
+/// Whether two listeners would claim the same socket: the same non-zero port, and the same address or either a
+/// wildcard.
+fn overlaps(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() != 0 && a.port() == b.port() && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
 }
 
 impl Settings {
@@ -389,8 +438,14 @@ impl Settings {
 
     /// Checks every value a type cannot express.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        parse_addr("server.listen", &self.server.listen)?;
-        parse_addr("server.admin_listen", &self.server.admin_listen)?;
+        let listen = parse_addr("server.listen", &self.server.listen)?;
+        let admin = parse_addr("server.admin_listen", &self.server.admin_listen)?;
+        if overlaps(listen, admin) {
+            return Err(invalid(
+                "server.admin_listen",
+                format!("{admin} is the public listener server.listen ({listen}); the admin port must be its own"),
+            ));
+        }
         secs(
             "server.header_read_timeout_secs",
             self.server.header_read_timeout_secs,
@@ -404,7 +459,16 @@ impl Settings {
             ));
         }
         if !self.upstream.url.is_empty() {
-            UpstreamTarget::parse(&self.upstream.url).map_err(|p| invalid("upstream.url", p))?;
+            let target = UpstreamTarget::parse(&self.upstream.url).map_err(|p| invalid("upstream.url", p))?;
+            // Every request would come back to us, and each of those too, until the fds run out.
+            for (key, addr) in [("server.listen", listen), ("server.admin_listen", admin)] {
+                if target.points_at(addr) {
+                    return Err(invalid(
+                        "upstream.url",
+                        format!("points at the gateway's own listener {key} ({addr})"),
+                    ));
+                }
+            }
         }
         secs(
             "upstream.connect_timeout_secs",
@@ -423,22 +487,41 @@ impl Settings {
         )?;
         secs("upstream.idle_timeout_secs", self.upstream.idle_timeout_secs, true)?;
         let t = &self.translate;
-        if t.budget < translate::MIN_BUDGET {
+        if !(translate::MIN_BUDGET..=MAX_BUDGET).contains(&t.budget) {
             return Err(invalid(
                 "translate.budget",
-                format!("{} is below the minimum {}", t.budget, translate::MIN_BUDGET),
+                format!("{} is not between {} and {MAX_BUDGET}", t.budget, translate::MIN_BUDGET),
             ));
         }
-        for (key, v) in [
-            ("translate.max_item_bytes", t.max_item_bytes),
-            ("translate.max_text_event_bytes", t.max_text_event_bytes),
-            ("translate.json_sniff_bytes", t.json_sniff_bytes),
+        for (key, v, max) in [
+            ("translate.max_item_bytes", t.max_item_bytes, MAX_ITEM_BYTES_CEILING),
+            (
+                "translate.max_text_event_bytes",
+                t.max_text_event_bytes,
+                MAX_HELD_BYTES_CEILING,
+            ),
+            ("translate.json_sniff_bytes", t.json_sniff_bytes, MAX_HELD_BYTES_CEILING),
         ] {
-            if v == 0 {
-                return Err(invalid(key, "must be greater than 0"));
+            if !(1..=max).contains(&v) {
+                return Err(invalid(key, format!("{v} is not between 1 and {max}")));
             }
         }
+        if t.agent_body_max_bytes > MAX_AGENT_BODY_BYTES {
+            return Err(invalid(
+                "translate.agent_body_max_bytes",
+                format!("{} is above the ceiling {MAX_AGENT_BODY_BYTES}", t.agent_body_max_bytes),
+            ));
+        }
         secs("translate.keepalive_interval_secs", t.keepalive_interval_secs, true)?;
+        if t.keepalive_interval_secs > 0.0 && t.keepalive_interval_secs < MIN_KEEPALIVE_SECS {
+            return Err(invalid(
+                "translate.keepalive_interval_secs",
+                format!(
+                    "{} is below the floor {MIN_KEEPALIVE_SECS} (0 turns keepalives off)",
+                    t.keepalive_interval_secs
+                ),
+            ));
+        }
         if http::HeaderName::from_bytes(t.agent_header.as_bytes()).is_err() {
             return Err(invalid(
                 "translate.agent_header",
@@ -622,6 +705,48 @@ mod tests {
         assert_eq!(redact_userinfo("u:p@h:1"), "***@h:1");
         assert_eq!(redact_userinfo("http://h:1/a"), "http://h:1/a");
         assert!(UpstreamTarget::parse("http://h:1/api/%2e%2E/x").is_err());
+    }
+
+    #[test]
+    fn an_upstream_reaches_a_listener_only_on_the_same_port_and_a_local_or_equal_address() {
+        let t = |url: &str| UpstreamTarget::parse(url).unwrap();
+        let any: SocketAddr = "0.0.0.0:8080".parse().unwrap();
+        assert!(t("http://127.0.0.1:8080").points_at(any));
+        assert!(t("http://LOCALHOST:8080/api").points_at(any));
+        assert!(t("http://[::1]:8080").points_at(any));
+        assert!(t("http://0.0.0.0:8080").points_at("127.0.0.1:8080".parse().unwrap()));
+        assert!(t("http://10.0.0.5:8080").points_at("10.0.0.5:8080".parse().unwrap()));
+        assert!(
+            t("http://127.0.0.1").points_at("[::]:80".parse().unwrap()),
+            "port 80 by default"
+        );
+        assert!(
+            !t("http://10.0.0.5:8080").points_at(any),
+            "another host on the same port"
+        );
+        assert!(!t("http://127.0.0.1:8081").points_at(any));
+        assert!(!t("http://127.0.0.1:8080").points_at("10.0.0.5:8080".parse().unwrap()));
+        assert!(
+            !t("http://127.0.0.1:0").points_at("127.0.0.1:0".parse().unwrap()),
+            "ephemeral"
+        );
+        assert!(!t("http://backend:8080").points_at(any), "names are not resolved");
+    }
+
+    #[test]
+    fn a_keepalive_below_a_second_is_refused_and_zero_is_off() {
+        let ka = |v: &str| {
+            load(
+                &[("SSE_GATEWAY__TRANSLATE__KEEPALIVE_INTERVAL_SECS", v)],
+                Overrides::default(),
+            )
+        };
+        assert!(ka("0.5")
+            .unwrap_err()
+            .to_string()
+            .starts_with("translate.keepalive_interval_secs:"));
+        assert_eq!(ka("0").unwrap().translate.keepalive_interval_secs, 0.0);
+        assert_eq!(ka("1").unwrap().translate.keepalive_interval_secs, 1.0);
     }
 
     #[test]

@@ -379,3 +379,62 @@ async fn the_upstream_sees_the_client_path_normalized_under_the_prefix() {
     }
     gw.stop().await;
 }
+
+#[test]
+fn self_pointing_upstreams_shared_listeners_and_values_past_their_ceiling_exit_2_naming_the_key() {
+    // The upstream is the gateway itself: the public port (default 0.0.0.0:8080), the admin port, port 80.
+    assert_refused(&["--upstream", "http://127.0.0.1:8080"], &[], "upstream.url");
+    assert_refused(&["--upstream", "http://localhost:9090/api"], &[], "upstream.url");
+    assert_refused(
+        &["--upstream", "http://127.0.0.1", "--listen", "0.0.0.0:80"],
+        &[],
+        "upstream.url",
+    );
+    assert_refused(
+        &["--listen", "127.0.0.1:7000", "--admin-listen", "127.0.0.1:7000"],
+        &[],
+        "server.admin_listen",
+    );
+    assert_refused(&["--admin-listen", "127.0.0.1:8080"], &[], "server.admin_listen");
+    for (key, env, value) in [
+        (
+            "translate.max_item_bytes",
+            "SSE_GATEWAY__TRANSLATE__MAX_ITEM_BYTES",
+            "1073741825",
+        ),
+        (
+            "translate.agent_body_max_bytes",
+            "SSE_GATEWAY__TRANSLATE__AGENT_BODY_MAX_BYTES",
+            "16777217",
+        ),
+        ("translate.budget", "SSE_GATEWAY__TRANSLATE__BUDGET", "1048577"),
+        (
+            "translate.max_text_event_bytes",
+            "SSE_GATEWAY__TRANSLATE__MAX_TEXT_EVENT_BYTES",
+            "16777217",
+        ),
+        (
+            "translate.json_sniff_bytes",
+            "SSE_GATEWAY__TRANSLATE__JSON_SNIFF_BYTES",
+            "16777217",
+        ),
+        (
+            "translate.keepalive_interval_secs",
+            "SSE_GATEWAY__TRANSLATE__KEEPALIVE_INTERVAL_SECS",
+            "0.5",
+        ),
+    ] {
+        assert_refused(&[], &[(env, value)], key);
+    }
+    // The ceilings themselves, a keepalive of 0 (off), and an upstream on another host's same port pass.
+    let (code, _, err) = check_config(
+        &["--upstream", "http://10.0.0.5:8080"],
+        &[
+            ("SSE_GATEWAY__TRANSLATE__MAX_ITEM_BYTES", "1073741824"),
+            ("SSE_GATEWAY__TRANSLATE__AGENT_BODY_MAX_BYTES", "16777216"),
+            ("SSE_GATEWAY__TRANSLATE__BUDGET", "1048576"),
+            ("SSE_GATEWAY__TRANSLATE__KEEPALIVE_INTERVAL_SECS", "0"),
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+}
