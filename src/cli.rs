@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::config::{ConfigError, Overrides, Settings};
+use crate::config::{redact_userinfo, ConfigError, Overrides, Settings};
 use crate::proxy::server::{banner, Gateway};
 use crate::translate::{self, Dialect, Translator};
 use crate::{demo, telemetry};
@@ -43,7 +43,7 @@ pub struct ServeArgs {
     /// TOML config file, layered over config/default.toml.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Upstream base URL (http://host:port[/prefix]); none starts the built-in demo backend.
+    /// Upstream base URL (http://host:port[/prefix]); none starts the built-in demo backend (an empty one is refused).
     #[arg(long, value_name = "URL")]
     upstream: Option<String>,
     /// Public listen address [default: 0.0.0.0:8080].
@@ -116,10 +116,21 @@ fn run_serve(args: &ServeArgs) -> ExitCode {
         }
     };
     let demo_mode = args.demo || settings.upstream.url.is_empty();
+    if demo_mode {
+        settings.server.listen = settings.demo_listen();
+    }
     runtime.block_on(async move {
         if demo_mode {
             match demo::start().await {
-                Ok(addr) => settings.upstream.url = format!("http://{addr}"),
+                Ok(addr) => {
+                    settings.upstream.url = format!("http://{addr}");
+                    tracing::warn!(
+                        upstream = %settings.upstream.url,
+                        listen = %settings.server.listen,
+                        "DEMO MODE: the upstream is the built-in demo backend, not a real upstream; every answer is \
+                         canned demo output (set upstream.url or --upstream to proxy a backend)"
+                    );
+                }
                 Err(e) => {
                     eprintln!("sse-gateway: cannot start the demo backend: {e}");
                     return ExitCode::FAILURE;
@@ -140,7 +151,7 @@ fn run_serve(args: &ServeArgs) -> ExitCode {
         tracing::info!(
             listen = %gateway.local_addr(),
             admin = %gateway.admin_addr(),
-            upstream = %settings.upstream.url,
+            upstream = %redact_userinfo(&settings.upstream.url),
             "started"
         );
         gateway.run(shutdown_signal()).await;

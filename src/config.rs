@@ -3,7 +3,7 @@
 //! Layers, lowest first: built-in defaults < `config/default.toml` (if present in the working directory)
 //! < `--config FILE` < environment `SSE_GATEWAY__SECTION__KEY` < command-line flags.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -27,6 +27,20 @@ const MAX_HEADER_BYTES: usize = 1 << 20;
 const MAX_UPSTREAM_CONNECTIONS: usize = 1 << 24;
 /// A sanity ceiling on durations (one day): larger values are typos.
 const MAX_SECS: f64 = 86_400.0;
+/// Ceiling of `translate.budget`: an envelope is one SSE line a client parses whole; beyond 1 MiB the budget bounds
+/// nothing a client can hold.
+pub const MAX_BUDGET: usize = 1 << 20;
+/// Ceiling of `translate.max_item_bytes`: one buffered legacy item per stream; 1 GiB is already far beyond any
+/// single tool result, and larger values are typos that turn one stream into an out-of-memory kill.
+pub const MAX_ITEM_BYTES_CEILING: usize = 1 << 30;
+/// Ceiling of `translate.max_text_event_bytes` and `translate.json_sniff_bytes` (16 MiB): both are held per stream.
+pub const MAX_HELD_BYTES_CEILING: usize = 16 << 20;
+/// Ceiling of `translate.agent_body_max_bytes` (16 MiB): request bodies up to it are read into memory before the
+/// upstream sees a byte; resumed-run bodies are a few KiB.
+pub const MAX_AGENT_BODY_BYTES: usize = 16 << 20;
+/// Floor of a non-zero `translate.keepalive_interval_secs`: below a second, keepalives are a write storm on every
+/// idle stream, not a keepalive.
+pub const MIN_KEEPALIVE_SECS: f64 = 1.0;
 
 /// Everything the daemon reads from configuration.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -61,8 +75,12 @@ pub struct Server {
     pub drain_timeout_secs: f64,
     /// Accept HTTP/2 (prior knowledge, h2c) besides HTTP/1.1 (default true).
     pub http2: bool,
-    /// Keep X-Forwarded-Proto / X-Forwarded-Host set by a proxy in front instead of overwriting them
-    /// (default false: only trust it when a load balancer you run sits in front).
+    /// Whether a layer (file, environment, flag) set `listen`; not a key. The demo backend's gateway binds
+    /// loopback unless it did (see `demo_listen`).
+    #[serde(skip)]
+    pub listen_given: bool,
+    /// Keep X-Forwarded-Proto / X-Forwarded-Host, `Forwarded` and `X-Real-IP` set by a proxy in front instead of
+    /// overwriting or removing them (default false: only trust it when a load balancer you run sits in front).
     pub trust_forwarded_headers: bool,
 }
 
@@ -77,6 +95,7 @@ impl Default for Server {
             max_header_bytes: 64 << 10,
             drain_timeout_secs: 30.0,
             http2: true,
+            listen_given: false,
             trust_forwarded_headers: false,
         }
     }
@@ -86,7 +105,8 @@ impl Default for Server {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Upstream {
-    /// Base URL, `http://host:port[/prefix]` (default "": none, which starts the built-in demo backend).
+    /// Base URL, `http://host:port[/prefix]` (default: unset, which starts the built-in demo backend; set but empty
+    /// is refused, so a blank variable cannot silently turn a deployment into the demo).
     pub url: String,
     /// Seconds to establish the TCP connection (default 5); past it: 502.
     pub connect_timeout_secs: f64,
@@ -164,7 +184,7 @@ pub struct Translate {
     pub default_format: StreamFormat,
     /// Translate and count, but send the original bytes (default false).
     pub shadow: bool,
-    /// Max bytes of one envelope's JSON object (default 2048, at least 256).
+    /// Max bytes of one envelope's JSON object (default 2048; 256 to `MAX_BUDGET`, 1 MiB).
     pub budget: usize,
     /// Upstream dialect: "auto", "xml" or "raw" (default "auto").
     pub dialect: Dialect,
@@ -180,17 +200,19 @@ pub struct Translate {
     pub include_traceback: bool,
     /// Content of unknown tags: "text" or "drop" (default "text").
     pub unknown_tags: UnknownTags,
-    /// Bound on one buffered legacy item in bytes (default 16777216).
+    /// Bound on one buffered legacy item in bytes (default 16777216; at most 1 GiB).
     pub max_item_bytes: usize,
-    /// Bound on one text event held until it completes, in bytes (default 65536).
+    /// Bound on one text event held until it completes, in bytes (default 65536; at most 16 MiB).
     pub max_text_event_bytes: usize,
-    /// Client tool results up to this size are checked for JSON whole; larger ones by whether that much of them starts a JSON value (default 8192).
+    /// Client tool results up to this size are checked for JSON whole; larger ones by whether that much of them starts a JSON value (default 8192; at most 16 MiB).
     pub json_sniff_bytes: usize,
-    /// Seconds of silence before a `: keepalive` comment on a translated stream; 0 disables (default 15).
+    /// Seconds of silence before a `: keepalive` comment on a translated stream; 0 disables, else at least 1
+    /// (default 15).
     pub keepalive_interval_secs: f64,
     /// Request header naming the agent until the stream's `meta_init` does (default "x-agent-id").
     pub agent_header: String,
-    /// JSON request bodies up to this size are read for `agent_uuid` (resumed runs); 0 disables (default 65536).
+    /// JSON request bodies up to this size are read for `agent_uuid` (resumed runs); 0 disables (default 65536; at most
+    /// 16 MiB).
     pub agent_body_max_bytes: usize,
     /// A translated stream that ends without `[DONE]` (or the backend's failure JSON) gets an
     /// `upstream_error` envelope and counts as an upstream error (default true).
@@ -299,16 +321,65 @@ impl UpstreamTarget {
         if authority.host().is_empty() {
             return Err("needs a host".into());
         }
+        // userinfo would go out in Host and be printed wherever the URL is; secrets belong elsewhere.
+        if authority.as_str().contains('@') {
+            return Err(
+                "must not contain credentials (user:password@): the upstream gets no authentication from the \
+                        gateway, and the URL is logged"
+                    .into(),
+            );
+        }
         if uri.query().is_some() {
             return Err("must not have a query".into());
         }
         let prefix = uri.path().trim_end_matches('/').to_owned();
+        // Client paths are confined under the prefix (`proxy::forward::upstream_path`); a prefix that climbs
+        // itself would make "under" meaningless.
+        if prefix
+            .split('/')
+            .any(|s| crate::proxy::forward::dot_segment(s).is_some())
+        {
+            return Err("the path prefix must not contain . or .. segments".into());
+        }
         Ok(Self {
             scheme,
             authority,
             prefix,
         })
     }
+
+    /// Whether connecting here could reach `listener` (same port, and the same host or both local). Names other
+    /// than `localhost` are not resolved: validation does no DNS.
+    pub fn points_at(&self, listener: SocketAddr) -> bool {
+        let port = self.authority.port_u16().unwrap_or(80);
+        let host = self.authority.host().trim_start_matches('[').trim_end_matches(']');
+        let ip = if host.eq_ignore_ascii_case("localhost") {
+            IpAddr::from(std::net::Ipv4Addr::LOCALHOST)
+        } else {
+            match host.parse::<IpAddr>() {
+                Ok(ip) => ip,
+                Err(_) => return false,
+            }
+        };
+        reaches(SocketAddr::new(ip, port), listener)
+    }
+}
+
+/// Whether a connection to `to` reaches `listener`: the same non-zero port, and the same address or both local
+/// (loopback, or unspecified: a wildcard listener answers on loopback, and connecting to 0.0.0.0 reaches this
+/// host). A wildcard listener also answers on this host's other addresses, which are not known here: an upstream
+/// on another host with the same port is common, so only local addresses count.
+fn reaches(to: SocketAddr, listener: SocketAddr) -> bool {
+    let local = |ip: IpAddr| ip.is_loopback() || ip.is_unspecified();
+    listener.port() != 0
+        && listener.port() == to.port()
+        && (listener.ip() == to.ip() || (local(listener.ip()) && local(to.ip())))
+}
+
+/// Whether two listeners would claim the same socket: the same non-zero port, and the same address or either a
+/// wildcard.
+fn overlaps(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() != 0 && a.port() == b.port() && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
 }
 
 impl Settings {
@@ -353,10 +424,13 @@ impl Settings {
         builder = set(builder, "server.listen", &overrides.listen).map_err(err)?;
         builder = set(builder, "server.admin_listen", &overrides.admin_listen).map_err(err)?;
         let cfg = builder.build().map_err(err)?;
+        // Which keys some layer set, as opposed to the built-in defaults (which are serde's, not config's).
+        let given = |key: &str| cfg.get::<config::Value>(key).is_ok();
+        let (url_given, listen_given) = (given("upstream.url"), given("server.listen"));
         // Through a plain value so that serde_path_to_error can name the key (`translate.dialect`), which
         // config's own messages leave out for unknown keys and bad enum values.
         let value: serde_json::Value = cfg.try_deserialize().map_err(err)?;
-        let settings: Settings = serde_path_to_error::deserialize(value).map_err(|e| {
+        let mut settings: Settings = serde_path_to_error::deserialize(value).map_err(|e| {
             let path = e.path().to_string();
             let inner = one_line(&e.into_inner().to_string());
             if path.is_empty() || path == "." {
@@ -365,14 +439,28 @@ impl Settings {
                 ConfigError::Load(format!("{path}: {inner}"))
             }
         })?;
+        if url_given && settings.upstream.url.is_empty() {
+            // Only an absent upstream means the demo; an empty one is a blank variable or a typo.
+            return Err(invalid(
+                "upstream.url",
+                "is set but empty (leave it unset for the built-in demo backend)",
+            ));
+        }
+        settings.server.listen_given = listen_given;
         settings.validate()?;
         Ok(settings)
     }
 
     /// Checks every value a type cannot express.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        parse_addr("server.listen", &self.server.listen)?;
-        parse_addr("server.admin_listen", &self.server.admin_listen)?;
+        let listen = parse_addr("server.listen", &self.server.listen)?;
+        let admin = parse_addr("server.admin_listen", &self.server.admin_listen)?;
+        if overlaps(listen, admin) {
+            return Err(invalid(
+                "server.admin_listen",
+                format!("{admin} is the public listener server.listen ({listen}); the admin port must be its own"),
+            ));
+        }
         secs(
             "server.header_read_timeout_secs",
             self.server.header_read_timeout_secs,
@@ -392,7 +480,16 @@ impl Settings {
             ));
         }
         if !self.upstream.url.is_empty() {
-            UpstreamTarget::parse(&self.upstream.url).map_err(|p| invalid("upstream.url", p))?;
+            let target = UpstreamTarget::parse(&self.upstream.url).map_err(|p| invalid("upstream.url", p))?;
+            // Every request would come back to us, and each of those too, until the fds run out.
+            for (key, addr) in [("server.listen", listen), ("server.admin_listen", admin)] {
+                if target.points_at(addr) {
+                    return Err(invalid(
+                        "upstream.url",
+                        format!("points at the gateway's own listener {key} ({addr})"),
+                    ));
+                }
+            }
         }
         secs(
             "upstream.connect_timeout_secs",
@@ -417,22 +514,41 @@ impl Settings {
             ));
         }
         let t = &self.translate;
-        if t.budget < translate::MIN_BUDGET {
+        if !(translate::MIN_BUDGET..=MAX_BUDGET).contains(&t.budget) {
             return Err(invalid(
                 "translate.budget",
-                format!("{} is below the minimum {}", t.budget, translate::MIN_BUDGET),
+                format!("{} is not between {} and {MAX_BUDGET}", t.budget, translate::MIN_BUDGET),
             ));
         }
-        for (key, v) in [
-            ("translate.max_item_bytes", t.max_item_bytes),
-            ("translate.max_text_event_bytes", t.max_text_event_bytes),
-            ("translate.json_sniff_bytes", t.json_sniff_bytes),
+        for (key, v, max) in [
+            ("translate.max_item_bytes", t.max_item_bytes, MAX_ITEM_BYTES_CEILING),
+            (
+                "translate.max_text_event_bytes",
+                t.max_text_event_bytes,
+                MAX_HELD_BYTES_CEILING,
+            ),
+            ("translate.json_sniff_bytes", t.json_sniff_bytes, MAX_HELD_BYTES_CEILING),
         ] {
-            if v == 0 {
-                return Err(invalid(key, "must be greater than 0"));
+            if !(1..=max).contains(&v) {
+                return Err(invalid(key, format!("{v} is not between 1 and {max}")));
             }
         }
+        if t.agent_body_max_bytes > MAX_AGENT_BODY_BYTES {
+            return Err(invalid(
+                "translate.agent_body_max_bytes",
+                format!("{} is above the ceiling {MAX_AGENT_BODY_BYTES}", t.agent_body_max_bytes),
+            ));
+        }
         secs("translate.keepalive_interval_secs", t.keepalive_interval_secs, true)?;
+        if t.keepalive_interval_secs > 0.0 && t.keepalive_interval_secs < MIN_KEEPALIVE_SECS {
+            return Err(invalid(
+                "translate.keepalive_interval_secs",
+                format!(
+                    "{} is below the floor {MIN_KEEPALIVE_SECS} (0 turns keepalives off)",
+                    t.keepalive_interval_secs
+                ),
+            ));
+        }
         if http::HeaderName::from_bytes(t.agent_header.as_bytes()).is_err() {
             return Err(invalid(
                 "translate.agent_header",
@@ -475,9 +591,33 @@ impl Settings {
         }
     }
 
-    /// The effective configuration as TOML (for `--check-config`).
+    /// The effective configuration as TOML (for `--check-config`), the upstream URL without userinfo.
     pub fn to_toml(&self) -> String {
-        toml::to_string(self).unwrap_or_else(|e| format!("# cannot render: {e}\n"))
+        let mut shown = self.clone();
+        shown.upstream.url = redact_userinfo(&self.upstream.url);
+        toml::to_string(&shown).unwrap_or_else(|e| format!("# cannot render: {e}\n"))
+    }
+
+    /// The public listener of a gateway in front of the demo backend: as configured when a layer set it, else
+    /// the default's port on loopback, so that `cargo run` on a laptop does not serve canned agent output to
+    /// the network.
+    pub fn demo_listen(&self) -> String {
+        if self.server.listen_given {
+            return self.server.listen.clone();
+        }
+        let port = parse_addr("", &self.server.listen).map_or(8080, |a| a.port());
+        SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, port)).to_string()
+    }
+}
+
+/// `url` with any userinfo (`user:password@`) replaced by `***@`, for printing. Validation refuses userinfo; this
+/// guards every place a URL is shown against a value that did not pass through it.
+pub fn redact_userinfo(url: &str) -> String {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let end = url[start..].find(['/', '?', '#']).map_or(url.len(), |i| start + i);
+    match url[start..end].rfind('@') {
+        Some(at) => format!("{}***{}", &url[..start], &url[start + at..]),
+        None => url.to_owned(),
     }
 }
 
@@ -563,5 +703,89 @@ mod tests {
         assert!(e.to_string().contains("budget"), "{e}");
         let e = load(&[("SSE_GATEWAY__UPSTREAM__URL", "https://x")], Overrides::default()).unwrap_err();
         assert!(e.to_string().starts_with("upstream.url:"), "{e}");
+    }
+
+    #[test]
+    fn an_empty_upstream_is_refused_and_only_an_absent_one_means_the_demo() {
+        for (env, flag) in [
+            (vec![("SSE_GATEWAY__UPSTREAM__URL", "")], None),
+            (vec![], Some(String::new())),
+        ] {
+            let o = Overrides {
+                upstream: flag,
+                ..Overrides::default()
+            };
+            let e = load(&env, o).unwrap_err();
+            assert!(e.to_string().starts_with("upstream.url:"), "{e}");
+        }
+        assert_eq!(load(&[], Overrides::default()).unwrap().upstream.url, "");
+    }
+
+    #[test]
+    fn credentials_in_the_upstream_url_are_refused_without_echoing_them() {
+        for url in ["http://user:s3cret@127.0.0.1:9", "http://s3cret@127.0.0.1:9/api"] {
+            let e = load(&[("SSE_GATEWAY__UPSTREAM__URL", url)], Overrides::default()).unwrap_err();
+            let msg = e.to_string();
+            assert!(msg.starts_with("upstream.url:") && !msg.contains("s3cret"), "{msg}");
+        }
+        assert_eq!(redact_userinfo("http://u:p@h:1/x@y"), "http://***@h:1/x@y");
+        assert_eq!(redact_userinfo("u:p@h:1"), "***@h:1");
+        assert_eq!(redact_userinfo("http://h:1/a"), "http://h:1/a");
+        assert!(UpstreamTarget::parse("http://h:1/api/%2e%2E/x").is_err());
+    }
+
+    #[test]
+    fn an_upstream_reaches_a_listener_only_on_the_same_port_and_a_local_or_equal_address() {
+        let t = |url: &str| UpstreamTarget::parse(url).unwrap();
+        let any: SocketAddr = "0.0.0.0:8080".parse().unwrap();
+        assert!(t("http://127.0.0.1:8080").points_at(any));
+        assert!(t("http://LOCALHOST:8080/api").points_at(any));
+        assert!(t("http://[::1]:8080").points_at(any));
+        assert!(t("http://0.0.0.0:8080").points_at("127.0.0.1:8080".parse().unwrap()));
+        assert!(t("http://10.0.0.5:8080").points_at("10.0.0.5:8080".parse().unwrap()));
+        assert!(
+            t("http://127.0.0.1").points_at("[::]:80".parse().unwrap()),
+            "port 80 by default"
+        );
+        assert!(
+            !t("http://10.0.0.5:8080").points_at(any),
+            "another host on the same port"
+        );
+        assert!(!t("http://127.0.0.1:8081").points_at(any));
+        assert!(!t("http://127.0.0.1:8080").points_at("10.0.0.5:8080".parse().unwrap()));
+        assert!(
+            !t("http://127.0.0.1:0").points_at("127.0.0.1:0".parse().unwrap()),
+            "ephemeral"
+        );
+        assert!(!t("http://backend:8080").points_at(any), "names are not resolved");
+    }
+
+    #[test]
+    fn a_keepalive_below_a_second_is_refused_and_zero_is_off() {
+        let ka = |v: &str| {
+            load(
+                &[("SSE_GATEWAY__TRANSLATE__KEEPALIVE_INTERVAL_SECS", v)],
+                Overrides::default(),
+            )
+        };
+        assert!(ka("0.5")
+            .unwrap_err()
+            .to_string()
+            .starts_with("translate.keepalive_interval_secs:"));
+        assert_eq!(ka("0").unwrap().translate.keepalive_interval_secs, 0.0);
+        assert_eq!(ka("1").unwrap().translate.keepalive_interval_secs, 1.0);
+    }
+
+    #[test]
+    fn the_demo_binds_loopback_unless_listen_was_given() {
+        let s = load(&[], Overrides::default()).unwrap();
+        assert_eq!(s.demo_listen(), "127.0.0.1:8080");
+        let s = load(&[("SSE_GATEWAY__SERVER__LISTEN", "0.0.0.0:8080")], Overrides::default()).unwrap();
+        assert_eq!(s.demo_listen(), "0.0.0.0:8080");
+        let o = Overrides {
+            listen: Some("127.0.0.2:7".into()),
+            ..Overrides::default()
+        };
+        assert_eq!(load(&[], o).unwrap().demo_listen(), "127.0.0.2:7");
     }
 }

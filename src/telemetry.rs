@@ -9,6 +9,7 @@ use prometheus::{
 
 use crate::config::{Log, LogFormat, UpstreamConnection};
 use crate::envelope::EnvelopeKind;
+use crate::proxy::agent::Source as AgentSource;
 use crate::translate::ParseErrorKind;
 
 /// Every metric name starts with this.
@@ -158,6 +159,8 @@ pub struct Metrics {
     pub client_disconnects: IntCounter,
     pub upstream_rejected: IntCounter,
     pub keepalives: IntCounter,
+    /// By `proxy::agent::Source`.
+    pub rejected_agent_ids: [IntCounter; 2],
     pub ready: IntGauge,
     pub draining: IntGauge,
 }
@@ -359,6 +362,17 @@ impl Metrics {
             )?,
         )?;
         let client_errors = ClientErrorKind::ALL.map(|k| client_errors.with_label_values(&[k.as_str()]));
+        let rejected_agent_ids = reg(
+            r,
+            IntCounterVec::new(
+                Opts::new(
+                    name("rejected_agent_ids_total"),
+                    "Client-supplied agent ids ignored (too long or unsafe characters), by where they came from.",
+                ),
+                &["source"],
+            )?,
+        )?;
+        let rejected_agent_ids = AgentSource::ALL.map(|s| rejected_agent_ids.with_label_values(&[s.as_str()]));
         Ok(Self {
             requests,
             modes,
@@ -380,6 +394,7 @@ impl Metrics {
                 "keepalives_total",
                 "Keepalive comments sent on idle translated streams.",
             )?,
+            rejected_agent_ids,
             ready: reg(r, IntGauge::new(name("ready"), "1 while the gateway accepts traffic.")?)?,
             draining: reg(
                 r,
@@ -394,6 +409,10 @@ impl Metrics {
 
     pub fn upstream_request(&self, c: UpstreamConnection) {
         self.upstream_requests[c as usize].inc();
+    }
+
+    pub fn rejected_agent_id(&self, s: AgentSource) {
+        self.rejected_agent_ids[s as usize].inc();
     }
 
     pub fn upstream_error(&self, k: UpstreamErrorKind) {
@@ -469,6 +488,7 @@ mod tests {
             "upstream_rejected_total",
             "client_disconnects_total",
             "keepalives_total",
+            "rejected_agent_ids_total",
             "bytes_in_total",
             "bytes_out_total",
             "ready",

@@ -1,13 +1,20 @@
-//! Replays the inputs saved from fuzzing (`fuzz/regressions/translate/`) through the fuzz target's own
-//! checks (`fuzz/check.rs`): each file is a fuzz input that once crashed the target, named after what it
-//! pins. Every file must pass; a new crash is added here before the core is fixed. To triage fresh crashes:
+//! Replays inputs saved from fuzzing through the fuzz targets' own checks, so the invariants hold in a plain
+//! `cargo test` even without cargo-fuzz:
+//!
+//! - `translate` (`fuzz/check.rs`): every file of `fuzz/regressions/translate/`, each an input that once crashed
+//!   the target, named after what it pins;
+//! - `edge` (`fuzz/check_edge.rs`): the committed seeds of `fuzz/corpus/edge/` and any `fuzz/regressions/edge/`.
+//!
+//! Every file must pass; a new crash is added here before the code is fixed. To triage fresh crashes:
 //! `FUZZ_REGRESSIONS_DIR=fuzz/artifacts/translate cargo test --test fuzz_regressions` (the panic hook
-//! prints each panic's location).
+//! prints each panic's location); `FUZZ_EDGE_DIR` does the same for the edge target.
 
 #[path = "../fuzz/check.rs"]
 mod check;
+#[path = "../fuzz/check_edge.rs"]
+mod check_edge;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 #[test]
 fn saved_fuzz_inputs_pass_the_fuzz_target_checks() {
@@ -16,18 +23,35 @@ fn saved_fuzz_inputs_pass_the_fuzz_target_checks() {
         Some(d) => Path::new(&d).to_path_buf(),
         None => Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions/translate"),
     };
-    // A missing or empty directory would make this pass without checking anything.
-    let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-    let mut paths: Vec<_> = entries
+    replay(&[dir], check::check);
+}
+
+#[test]
+fn edge_seeds_and_saved_inputs_pass_the_edge_target_checks() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dirs = match std::env::var_os("FUZZ_EDGE_DIR") {
+        Some(d) => vec![Path::new(&d).to_path_buf()],
+        None => vec![root.join("fuzz/corpus/edge"), root.join("fuzz/regressions/edge")],
+    };
+    replay(&dirs, check_edge::check);
+}
+
+/// Runs `check` on every file of `dirs` (missing directories skipped, but not all of them: that would pass
+/// without checking anything) and reports every failure at once.
+fn replay(dirs: &[PathBuf], check: fn(&[u8])) {
+    let mut paths: Vec<PathBuf> = dirs
+        .iter()
+        .filter_map(|d| std::fs::read_dir(d).ok())
+        .flatten()
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.is_file())
         .collect();
     paths.sort();
-    assert!(!paths.is_empty(), "no saved fuzz inputs in {}", dir.display());
+    assert!(!paths.is_empty(), "no saved fuzz inputs in {dirs:?}");
     let mut failed = Vec::new();
     for path in &paths {
         let data = std::fs::read(path).expect("readable regression input");
-        if let Err(e) = std::panic::catch_unwind(|| check::check(&data)) {
+        if let Err(e) = std::panic::catch_unwind(|| check(&data)) {
             let msg = e
                 .downcast_ref::<String>()
                 .cloned()

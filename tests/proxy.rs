@@ -733,13 +733,14 @@ async fn idle_translated_streams_get_keepalive_comments() {
         vec![
             sse_head(),
             Step::WriteAll(b"data: <content-block-text>\n\n".to_vec()),
-            Step::Pause(Duration::from_millis(900)),
+            // 2.5 × the shortest interval validation allows (1 s).
+            Step::Pause(Duration::from_millis(2500)),
             Step::WriteAll(b"data: </content-block-text>\n\ndata: [DONE]\n\n".to_vec()),
             Step::EndChunks,
         ]
     })
     .await;
-    let gw = TestGateway::start(&up.url(), |s| s.translate.keepalive_interval_secs = 0.2).await;
+    let gw = TestGateway::start(&up.url(), |s| s.translate.keepalive_interval_secs = 1.0).await;
     let (_, body) = send("POST", &gw.url("/agent/run"), &[], "{}").await;
     let text = String::from_utf8_lossy(&body);
     assert!(text.contains(": keepalive\n\n"), "{text}");

@@ -90,12 +90,7 @@ impl Upstream {
 
     /// The upstream URI for a client's path and query (the client's authority, if any, is ignored).
     pub fn uri_for(&self, pq: Option<&PathAndQuery>) -> Result<Uri, ForwardError> {
-        let pq = pq.map_or("/", PathAndQuery::as_str);
-        let path = if self.target.prefix.is_empty() {
-            pq.to_owned()
-        } else {
-            format!("{}{}", self.target.prefix, pq)
-        };
+        let path = upstream_path(&self.target.prefix, pq.map_or("/", PathAndQuery::as_str));
         Uri::builder()
             .scheme(self.target.scheme.clone())
             .authority(self.target.authority.clone())
@@ -163,6 +158,72 @@ impl Upstream {
     }
 }
 
+/// The upstream path and query for a client's: its dot segments removed (RFC 3986 §5.2.4, `%2e`/`%2E` counting as
+/// dots, as many servers decode them before resolving) and then joined under `prefix`, so the result always stays
+/// under the prefix: `/../../admin` behind `/api/v1` is `/api/v1/admin`, not a path the upstream resolves to
+/// `/admin`. The query is kept as sent. `OPTIONS *` (asterisk-form) asks about the server as a whole; behind a
+/// prefix the gateway's "server" is the prefix, so it becomes `OPTIONS <prefix>`; with no prefix it stays `*`.
+pub fn upstream_path(prefix: &str, pq: &str) -> String {
+    let (path, query) = match pq.find('?') {
+        Some(i) => pq.split_at(i),
+        None => (pq, ""),
+    };
+    if path == "*" {
+        return if prefix.is_empty() {
+            format!("*{query}")
+        } else {
+            format!("{prefix}{query}")
+        };
+    }
+    let mut kept: Vec<&str> = Vec::new();
+    // A path ending in a dot segment names a directory: "/a/b/.." is "/a/".
+    let mut ends_in_dir = false;
+    for seg in path.strip_prefix('/').unwrap_or(path).split('/') {
+        ends_in_dir = true;
+        match dot_segment(seg) {
+            Some(1) => {}
+            Some(_) => {
+                kept.pop();
+            }
+            None => {
+                kept.push(seg);
+                ends_in_dir = false;
+            }
+        }
+    }
+    let mut out = String::with_capacity(prefix.len() + path.len() + query.len() + 1);
+    out.push_str(prefix);
+    for seg in &kept {
+        out.push('/');
+        out.push_str(seg);
+    }
+    if ends_in_dir || kept.is_empty() {
+        out.push('/');
+    }
+    out.push_str(query);
+    out
+}
+
+/// `Some(1)` for a `.` segment, `Some(2)` for `..`, each dot written as `.`, `%2e` or `%2E`; `None` otherwise.
+pub fn dot_segment(seg: &str) -> Option<u8> {
+    let mut rest = seg.as_bytes();
+    let mut dots = 0u8;
+    while !rest.is_empty() {
+        if rest[0] == b'.' {
+            rest = &rest[1..];
+        } else if rest.len() >= 3 && rest[0] == b'%' && rest[1] == b'2' && rest[2].eq_ignore_ascii_case(&b'e') {
+            rest = &rest[3..];
+        } else {
+            return None;
+        }
+        dots += 1;
+        if dots > 2 {
+            return None;
+        }
+    }
+    (dots > 0).then_some(dots)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -186,5 +247,35 @@ mod tests {
         let u = upstream("http://127.0.0.1:9000/api/");
         let pq: PathAndQuery = "/agent/run".parse().unwrap();
         assert_eq!(u.uri_for(Some(&pq)).unwrap(), "http://127.0.0.1:9000/api/agent/run");
+    }
+
+    #[test]
+    fn dot_segments_cannot_climb_out_of_the_prefix() {
+        for (client, want) in [
+            ("/../../admin", "/api/v1/admin"),
+            ("/a/b/../../../admin?x=1", "/api/v1/admin?x=1"),
+            ("/a/%2e%2e/%2E%2E/%2e./.%2E/admin", "/api/v1/admin"),
+            ("/a/./b/.", "/api/v1/a/b/"),
+            ("/a/b/..", "/api/v1/a/"),
+            ("/..", "/api/v1/"),
+            ("/", "/api/v1/"),
+            ("/a//b/", "/api/v1/a//b/"),
+            ("/.../..a/a..", "/api/v1/.../..a/a.."),
+            ("/%2e%2e%2fadmin", "/api/v1/%2e%2e%2fadmin"),
+            ("/q?p=../../x", "/api/v1/q?p=../../x"),
+            ("*", "/api/v1"),
+        ] {
+            assert_eq!(upstream_path("/api/v1", client), want, "{client}");
+        }
+    }
+
+    #[test]
+    fn without_a_prefix_paths_are_normalized_and_asterisk_form_is_kept() {
+        assert_eq!(upstream_path("", "/x/../../etc/passwd"), "/etc/passwd");
+        assert_eq!(upstream_path("", "/agent/run?a=b"), "/agent/run?a=b");
+        assert_eq!(upstream_path("", "*"), "*");
+        let u = upstream("http://127.0.0.1:9000/api");
+        let pq: PathAndQuery = "/%2E%2e/admin".parse().unwrap();
+        assert_eq!(u.uri_for(Some(&pq)).unwrap(), "http://127.0.0.1:9000/api/admin");
     }
 }

@@ -21,6 +21,7 @@ const HOP_BY_HOP: [&str; 9] = [
 pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 pub const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 pub const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+pub const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
 pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 pub const X_STREAM_FORMAT: HeaderName = HeaderName::from_static("x-stream-format");
 pub const X_ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
@@ -45,16 +46,19 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 
 /// Sets X-Forwarded-For (appending the peer), -Proto and -Host for the upstream.
 ///
-/// `host` is what the client addressed (Host header or HTTP/2 authority). With `trust` false an earlier
-/// proxy's -Proto/-Host are replaced by what this hop saw; -For is always appended to, as is customary.
+/// `host` is what the client addressed (Host header or HTTP/2 authority). -For keeps every line the client sent,
+/// joined in order, then the peer (nginx's `$proxy_add_x_forwarded_for`): a proxy in front that appends a line
+/// of its own (HAProxy's `option forwardfor`) must not lose it to the client's. With `trust` false an earlier
+/// proxy's -Proto/-Host are replaced by what this hop saw, and `Forwarded` and `X-Real-IP`, which this hop does
+/// not write, are removed: only a load balancer you run may set them.
 pub fn set_forwarded(headers: &mut HeaderMap, peer: IpAddr, host: Option<&str>, trust: bool) {
-    let peer = peer.to_string();
-    let xff = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
-        Some(prev) if !prev.trim().is_empty() => format!("{prev}, {peer}"),
-        _ => peer,
-    };
-    if let Ok(v) = HeaderValue::from_str(&xff) {
+    let xff = forwarded_for(headers, peer);
+    if let Ok(v) = HeaderValue::from_bytes(&xff) {
         headers.insert(X_FORWARDED_FOR, v);
+    }
+    if !trust {
+        headers.remove(header::FORWARDED);
+        headers.remove(X_REAL_IP);
     }
     if !(trust && headers.contains_key(&X_FORWARDED_PROTO)) {
         headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
@@ -69,6 +73,23 @@ pub fn set_forwarded(headers: &mut HeaderMap, peer: IpAddr, host: Option<&str>, 
             }
         }
     }
+}
+
+/// Every X-Forwarded-For line of `headers` (trimmed, blank ones skipped), joined by ", " in order, then `peer`.
+/// Bytes, not `str`: a line with obs-text is kept as sent rather than dropped.
+pub fn forwarded_for(headers: &HeaderMap, peer: IpAddr) -> Vec<u8> {
+    let peer = peer.to_string();
+    let mut out = Vec::new();
+    for line in headers.get_all(&X_FORWARDED_FOR) {
+        let line = line.as_bytes().trim_ascii();
+        if line.is_empty() {
+            continue;
+        }
+        out.extend_from_slice(line);
+        out.extend_from_slice(b", ");
+    }
+    out.extend_from_slice(peer.as_bytes());
+    out
 }
 
 /// The host the client addressed: the URI authority (HTTP/2, absolute-form) or the Host header.
@@ -114,5 +135,37 @@ mod tests {
         set_forwarded(&mut h, "127.0.0.1".parse().unwrap(), Some("other"), true);
         assert_eq!(h["x-forwarded-proto"], "https");
         assert_eq!(h["x-forwarded-host"], "example.test");
+    }
+
+    #[test]
+    fn every_forwarded_for_line_is_kept_in_order_then_the_peer() {
+        let mut h = HeaderMap::new();
+        h.append("x-forwarded-for", HeaderValue::from_static("6.6.6.6"));
+        h.append("x-forwarded-for", HeaderValue::from_static(" "));
+        h.append("x-forwarded-for", HeaderValue::from_static("203.0.113.7, 10.0.0.2 "));
+        set_forwarded(&mut h, "10.0.0.9".parse().unwrap(), None, false);
+        assert_eq!(h.get_all("x-forwarded-for").iter().count(), 1);
+        assert_eq!(h["x-forwarded-for"], "6.6.6.6, 203.0.113.7, 10.0.0.2, 10.0.0.9");
+        let mut h = HeaderMap::new();
+        h.append("x-forwarded-for", HeaderValue::from_bytes(b"caf\xe9").unwrap());
+        set_forwarded(&mut h, "::1".parse().unwrap(), None, false);
+        assert_eq!(h["x-forwarded-for"].as_bytes(), b"caf\xe9, ::1");
+    }
+
+    #[test]
+    fn forwarded_and_x_real_ip_pass_only_when_trusted() {
+        let with = || {
+            let mut h = HeaderMap::new();
+            h.insert("forwarded", HeaderValue::from_static("for=6.6.6.6;proto=https"));
+            h.insert("x-real-ip", HeaderValue::from_static("6.6.6.6"));
+            h
+        };
+        let mut h = with();
+        set_forwarded(&mut h, "127.0.0.1".parse().unwrap(), None, false);
+        assert!(!h.contains_key("forwarded") && !h.contains_key("x-real-ip"), "{h:?}");
+        let mut h = with();
+        set_forwarded(&mut h, "127.0.0.1".parse().unwrap(), None, true);
+        assert_eq!(h["forwarded"], "for=6.6.6.6;proto=https");
+        assert_eq!(h["x-real-ip"], "6.6.6.6");
     }
 }

@@ -1,5 +1,6 @@
 //! The reverse proxy: one request in, forwarded to the upstream, its response passed on or translated.
 
+pub mod agent;
 pub mod body;
 pub mod conn;
 pub mod dedicated;
@@ -19,7 +20,6 @@ use http::header::{self, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
-use serde::Deserialize;
 use tracing::Instrument;
 
 use crate::config::{duration, Settings, StreamFormat};
@@ -33,6 +33,16 @@ use request_body::ClientBody;
 
 /// Longest `X-Request-Id` taken from a client; longer ones are replaced.
 const MAX_REQUEST_ID: usize = 128;
+
+/// Whether a client's `X-Request-Id` may be used as is: it is written unescaped into text logs (the request span's
+/// `id=` field), so a space, `=` or control character would let a client forge fields of its own log lines.
+fn is_safe_request_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_REQUEST_ID
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+}
 
 /// What every request handler shares.
 pub struct Shared {
@@ -138,16 +148,21 @@ async fn proxy(
     } else {
         (body.boxed(), None)
     };
-    let agent = body_agent
-        .or_else(|| {
-            parts
-                .headers
-                .get(&shared.agent_header)
-                .and_then(|v| v.to_str().ok())
-                .filter(|s| !s.is_empty())
-                .map(str::to_owned)
-        })
-        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    // Only a translated (or shadowed) stream uses the agent: a legacy request's header is not judged.
+    let choice = if may_translate {
+        agent::choose(body_agent.as_deref(), &parts.headers, &shared.agent_header)
+    } else {
+        agent::Choice::default()
+    };
+    for source in &choice.rejected {
+        // Not the value: it is what a hostile client controls.
+        tracing::debug!(
+            source = source.as_str(),
+            "client-supplied agent id refused (too long or unsafe characters)"
+        );
+        metrics.rejected_agent_id(*source);
+    }
+    let agent = choice.agent.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
 
     let h = &mut parts.headers;
     headers::strip_hop_by_hop(h);
@@ -253,39 +268,19 @@ fn drop_conflicting_length(h: &mut http::HeaderMap) {
     }
 }
 
-#[derive(Deserialize)]
-struct AgentField {
-    agent_uuid: Option<String>,
-}
-
 /// Reads `agent_uuid` from a small JSON body (bounded by `max` and by its declared Content-Length) and returns
-/// the body to forward; any other body is streamed untouched. `Err` when the client's body fails.
+/// the body to forward with that candidate, unchecked (`agent::choose` checks it); any other body is streamed
+/// untouched. `Err` when the client's body fails.
 async fn sniff_agent(
     parts: &http::request::Parts,
     body: Incoming,
     max: usize,
 ) -> Result<(UpstreamBody, Option<String>), ()> {
-    let is_json = parts
-        .headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .map(|t| t.trim().to_ascii_lowercase())
-        .is_some_and(|t| t == "application/json" || t.ends_with("+json"));
-    let len = parts
-        .headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    let small = matches!(len, Some(n) if n > 0 && n <= max);
-    if !is_json || !small {
+    if !agent::body_is_sniffable(&parts.headers, max) {
         return Ok((body.boxed(), None));
     }
     let bytes = Limited::new(body, max).collect().await.map_err(|_| ())?.to_bytes();
-    let agent = serde_json::from_slice::<AgentField>(&bytes)
-        .ok()
-        .and_then(|f| f.agent_uuid)
-        .filter(|s| !s.is_empty());
+    let agent = agent::body_agent(&bytes);
     let body = Full::new(bytes).map_err(|never| match never {}).boxed();
     Ok((body, agent))
 }
@@ -294,7 +289,7 @@ fn request_id<B>(req: &Request<B>) -> String {
     req.headers()
         .get(X_REQUEST_ID)
         .and_then(|v| v.to_str().ok())
-        .filter(|s| !s.is_empty() && s.len() <= MAX_REQUEST_ID)
+        .filter(|s| is_safe_request_id(s))
         .map(str::to_owned)
         .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string())
 }
@@ -378,7 +373,29 @@ pub fn gateway_error(metrics: &Metrics, status: StatusCode, code: &str, message:
 
 #[cfg(test)]
 mod tests {
-    use super::error_chain;
+    use super::{error_chain, is_safe_request_id, request_id, MAX_REQUEST_ID};
+
+    #[test]
+    fn a_request_id_that_could_forge_log_fields_is_replaced() {
+        let with = |id: &str| request_id(&http::Request::builder().header("x-request-id", id).body(()).unwrap());
+        for ok in ["abc-123", "7f3a.b_c:d", &"a".repeat(MAX_REQUEST_ID)] {
+            assert_eq!(with(ok), ok);
+        }
+        for bad in [
+            "a b",
+            "id=x",
+            "a\tb",
+            "a\"b",
+            "caf\u{e9}",
+            &"a".repeat(MAX_REQUEST_ID + 1),
+        ] {
+            assert!(!is_safe_request_id(bad), "{bad:?}");
+            if let Ok(v) = http::HeaderValue::from_str(bad) {
+                let got = with(v.to_str().unwrap_or_default());
+                assert!(got != bad && is_safe_request_id(&got), "{bad:?} -> {got:?}");
+            }
+        }
+    }
 
     #[derive(Debug, thiserror::Error)]
     enum Outer {
