@@ -143,7 +143,7 @@ mod tests {
         assert_eq!(c.rejected, [Source::Body, Source::Header]);
         // A valid header still serves when the body's id is refused.
         let h = headers(&[("x-agent-id", b"ok-id")]);
-        let c = choose(Some("<script>"), &h, &X_AGENT_ID);
+        let c = choose(Some("bad\tid"), &h, &X_AGENT_ID);
         assert_eq!((c.agent.as_deref(), c.rejected), (Some("ok-id"), vec![Source::Body]));
         // Bytes that are no UTF-8 at all (obs-text in a header value).
         let h = headers(&[("x-agent-id", b"\xff\xfe")]);

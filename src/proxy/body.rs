@@ -125,6 +125,9 @@ pub struct GatewayBody {
     idle: Option<IdleTimeout>,
     /// What the upstream body returned after the frames gathered into the last client frame.
     deferred: Deferred,
+    /// Upstream bytes read but not yet translated: one read's output stops at `TRANSLATED_FRAME_LIMIT`, and the
+    /// rest is translated at the next poll, before the upstream is read again.
+    carry: Option<Bytes>,
     state: State,
     outcome: Option<Outcome>,
     /// The client connection's flushes, for `aborting`.
@@ -166,6 +169,7 @@ impl GatewayBody {
             keepalive,
             idle: None,
             deferred: None,
+            carry: None,
             state: State::Streaming,
             outcome: None,
             flushes: None,
@@ -358,6 +362,18 @@ impl Body for GatewayBody {
             let Some(inner) = this.inner.as_mut() else {
                 return Poll::Ready(None);
             };
+            if let (Some(carry), Some(t)) = (this.carry.take(), this.translator.as_mut()) {
+                let mut out = Vec::new();
+                let taken = t.feed_bounded(&carry, &mut out, TRANSLATED_FRAME_LIMIT);
+                if taken < carry.len() {
+                    this.carry = Some(carry.slice(taken..));
+                }
+                t.observer_mut().flush();
+                if out.is_empty() {
+                    continue;
+                }
+                return this.emit(Bytes::from(out));
+            }
             let polled = match this.deferred.take() {
                 Some(ready) => Poll::Ready(ready),
                 None => Pin::new(&mut *inner).poll_frame(cx),
@@ -387,10 +403,30 @@ impl Body for GatewayBody {
                             // Each chunk is translated and dropped before the next is read, so the upstream
                             // connection reads into the buffer it already has instead of allocating a new one.
                             let mut out = Vec::with_capacity(first.len() + first.len() / 2 + ENVELOPE_HEADROOM);
-                            t.feed(&first, &mut out);
-                            let taken = first.len();
-                            drop(first);
-                            let size = gather_ready(inner, cx, deferred, taken, |data| t.feed(&data, &mut out));
+                            let mut carry: Option<Bytes> = None;
+                            let taken = t.feed_bounded(&first, &mut out, TRANSLATED_FRAME_LIMIT);
+                            let size = if taken < first.len() {
+                                // The frame is full: the rest waits, and nothing more is read (backpressure).
+                                carry = Some(first.slice(taken..));
+                                first.len()
+                            } else {
+                                drop(first);
+                                gather_ready(inner, cx, deferred, taken, |data| match carry.take() {
+                                    Some(held) => {
+                                        let mut joined = BytesMut::with_capacity(held.len() + data.len());
+                                        joined.extend_from_slice(&held);
+                                        joined.extend_from_slice(&data);
+                                        carry = Some(joined.freeze());
+                                    }
+                                    None => {
+                                        let n = t.feed_bounded(&data, &mut out, TRANSLATED_FRAME_LIMIT);
+                                        if n < data.len() {
+                                            carry = Some(data.slice(n..));
+                                        }
+                                    }
+                                })
+                            };
+                            this.carry = carry;
                             t.observer_mut().flush();
                             (size, Reply::Translated(out))
                         }
@@ -516,6 +552,12 @@ impl Drop for GatewayBody {
 
 /// Upstream bytes gathered into one client frame at most (only what is already there; nothing waits).
 const COALESCE_BYTES: usize = 64 << 10;
+
+/// Output of one translated client frame, past which the rest of the input waits for the next poll. With
+/// identifiers bounded (`envelope::ids`), one `translate::FEED_STEP` of input adds at most ~70× its size, so a
+/// frame stays under ~0.6 MiB, whatever the upstream sends, except where an item held whole (at most
+/// `translate.max_item_bytes`) is flushed (docs/SECURITY.md).
+const TRANSLATED_FRAME_LIMIT: usize = 256 << 10;
 
 /// Room for the envelope around a translated chunk's text (type, agent id, flags), so a small event's frame is
 /// written without growing its buffer.

@@ -1,0 +1,135 @@
+//! No input can abort the process (issue 13, item 1): the real binary under `ulimit -v`, fed the inputs that
+//! used to multiply its output by an identifier's length, keeps serving with every line within budget.
+
+mod gateway_support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use gateway_support::{send, sse_head, Emulator, Process, Step};
+
+#[path = "common/listening.rs"]
+mod listening;
+
+/// Address space the gateway may map: its idle size is ~150 MiB (threads' stacks and malloc arenas, capped by
+/// `MALLOC_ARENA_MAX`); an input that made it allocate gigabytes (a 4 MiB agent id repeated by 2,000 envelopes)
+/// aborts under this limit.
+const VIRTUAL_KIB: u64 = 1 << 20;
+
+/// Starts the binary under `ulimit -v`.
+fn start_limited(upstream: &str) -> Process {
+    let bin = env!("CARGO_BIN_EXE_sse-gateway");
+    let mut child = Command::new("bash")
+        .args(["-c", &format!("ulimit -v {VIRTUAL_KIB} && exec \"$0\" \"$@\"")])
+        .arg(bin)
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--upstream",
+            upstream,
+        ])
+        .env("MALLOC_ARENA_MAX", "2")
+        .env("TOKIO_WORKER_THREADS", "2")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("spawn bash");
+    let stdout = child.stdout.take().expect("stdout");
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let kept = Arc::clone(&lines);
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line.clone());
+            kept.lock().expect("lock").push(line);
+        }
+    });
+    let (addr, admin) = listening::addresses(&rx, Duration::from_secs(30));
+    Process {
+        child,
+        addr,
+        admin,
+        stdout_lines: lines,
+    }
+}
+
+/// A meta_init whose agent id is `id_len` bytes, then `deltas` one-byte text deltas, all in one write.
+fn amplifying_stream(id_len: usize, deltas: usize) -> Vec<u8> {
+    let id = "a".repeat(id_len);
+    let mut s = format!(
+        "data: <meta_init data=\"{{&quot;format&quot;: &quot;xml&quot;, &quot;agent_uuid&quot;: &quot;{id}&quot;}}\"></meta_init>\n\n\
+         data: <content-block-text>\n\n"
+    );
+    for _ in 0..deltas {
+        s.push_str("data: x\n\n");
+    }
+    s.push_str("data: </content-block-text>\n\ndata: [DONE]\n\n");
+    s.into_bytes()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_amplifying_agent_id_cannot_abort_the_process_under_a_memory_limit() {
+    let stream = amplifying_stream(4 << 20, 2000);
+    let up = Emulator::start(move |_| vec![sse_head(), Step::WriteAll(stream.clone()), Step::EndChunks]).await;
+    let mut gw = start_limited(&up.url());
+    let url = format!("http://{}/agent/run", gw.addr);
+    let long_header = "h".repeat(60_000);
+    for round in 0..2 {
+        let (parts, body) = send("POST", &url, &[("x-agent-id", long_header.as_str())], "{}").await;
+        assert_eq!(parts.status, 200, "round {round}");
+        let text = String::from_utf8(body).expect("utf-8");
+        assert!(text.ends_with("data: [DONE]\n\n"), "round {round}: stream cut short");
+        assert!(text.contains("invalid_id"), "round {round}: the bad id is reported");
+        let mut text_lines = 0;
+        for line in text.split("\n\n").filter(|l| !l.is_empty()) {
+            // meta_init is one item, cut natively; everything else stays within the budget.
+            if line.starts_with(r#"data: {"type":"meta_init""#) {
+                continue;
+            }
+            assert!(
+                line.len() <= "data: ".len() + 2048,
+                "round {round}: a line of {} bytes",
+                line.len()
+            );
+            text_lines += usize::from(line.starts_with(r#"data: {"type":"text""#));
+        }
+        assert_eq!(text_lines, 2001, "round {round}: every delta and the final marker");
+        assert!(gw.child.try_wait().expect("try_wait").is_none(), "the gateway exited");
+    }
+    gw.signal("TERM");
+    let status = gw.wait().expect("exit after SIGTERM");
+    assert!(status.success(), "exit status {status}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_carried_over_to_later_frames_is_the_whole_translation() {
+    use sse_gateway::translate::{translate_all, Options};
+    // 20,000 tiny deltas in one write: ~1.3 MB of envelopes from 180 KB, more than one frame's limit.
+    let stream = amplifying_stream(36, 20_000);
+    let want = translate_all(Options::default(), "fallback", &stream).0;
+    let up = Emulator::start({
+        let stream = stream.clone();
+        move |_| vec![sse_head(), Step::WriteAll(stream.clone()), Step::EndChunks]
+    })
+    .await;
+    let gw = gateway_support::TestGateway::start(&up.url(), |_| {}).await;
+    let (parts, body) = send("POST", &gw.url("/agent/run"), &[("x-agent-id", "fallback")], "{}").await;
+    assert_eq!(parts.status, 200);
+    assert!(
+        want.len() > 1 << 20,
+        "the input does not amplify enough: {}",
+        want.len()
+    );
+    assert!(
+        body == want,
+        "the gateway's output differs from the translation ({} vs {} bytes)",
+        body.len(),
+        want.len()
+    );
+    gw.stop().await;
+}
