@@ -8,10 +8,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use gateway_support::{send, sse_head, Emulator, Process, Step};
-
-#[path = "common/listening.rs"]
-mod listening;
+use gateway_support::{listening, send, sse_head, Emulator, Process, Step};
 
 /// Address space the gateway may map: its idle size is ~150 MiB (threads' stacks and malloc arenas, capped by
 /// `MALLOC_ARENA_MAX`); an input that made it allocate gigabytes (a 4 MiB agent id repeated by 2,000 envelopes)

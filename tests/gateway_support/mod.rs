@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 #[path = "../common/listening.rs"]
-mod listening;
+pub mod listening;
 
 pub mod legacy;
 
