@@ -12,7 +12,7 @@
 //! it is of a type read whole whose unescaped delta fits the native formatter's room (DESIGN 4).
 
 use serde_json::Value;
-use sse_gateway::envelope::chunker::escaped_len;
+use sse_gateway::envelope::budget::escaped_len;
 use sse_gateway::envelope::{EnvelopeKind, Split};
 use sse_gateway::sse::{Framing, LineEnds};
 use sse_gateway::translate::{DataJoin, Dialect, Options, Translator, UnknownTags, MIN_BUDGET};

@@ -335,10 +335,7 @@ impl UpstreamTarget {
         let prefix = uri.path().trim_end_matches('/').to_owned();
         // Client paths are confined under the prefix (`proxy::forward::upstream_path`); a prefix that climbs
         // itself would make "under" meaningless.
-        if prefix
-            .split('/')
-            .any(|s| crate::proxy::forward::dot_segment(s).is_some())
-        {
+        if prefix.split('/').any(|s| dot_segment(s).is_some()) {
             return Err("the path prefix must not contain . or .. segments".into());
         }
         Ok(Self {
@@ -647,6 +644,26 @@ fn secs(key: &'static str, v: f64, zero_ok: bool) -> Result<(), ConfigError> {
 /// The `config` crate's messages can span lines; the exit message is one.
 fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// `Some(1)` for a `.` segment, `Some(2)` for `..`, each dot written as `.`, `%2e` or `%2E`; `None` otherwise.
+pub fn dot_segment(seg: &str) -> Option<u8> {
+    let mut rest = seg.as_bytes();
+    let mut dots = 0u8;
+    while !rest.is_empty() {
+        if rest[0] == b'.' {
+            rest = &rest[1..];
+        } else if rest.len() >= 3 && rest[0] == b'%' && rest[1] == b'2' && rest[2].eq_ignore_ascii_case(&b'e') {
+            rest = &rest[3..];
+        } else {
+            return None;
+        }
+        dots += 1;
+        if dots > 2 {
+            return None;
+        }
+    }
+    (dots > 0).then_some(dots)
 }
 
 #[cfg(test)]

@@ -1,28 +1,33 @@
 //! sse-gateway: translates legacy XML-in-SSE agent streams into the JSON
 //! envelope protocol.
 //!
-//! The pipeline, one module per stage (imports run top to bottom only):
+//! The modules are layers, declared below from the bottom up; a module
+//! imports only from layers declared before it (`tests/tidy.rs` checks it).
 //!
 //! ```text
-//! proxy/      hyper edge: forwards requests, adapts body frames to `translate`
-//! translate/  the sans-I/O pipeline: feed(bytes) -> SSE bytes, plus counters
-//! legacy/     item tokenizer, per-kind unescaping, raw dialect, agent scopes
-//! sse/        decoder (bytes -> events) and encoder (envelopes -> bytes)
-//! envelope/   the 13 envelope types and the byte-budget chunker
+//! sse/        the SSE wire format: decoder (bytes -> events), encoder (event framing)
+//! protocol/   the envelope protocol's vocabulary: 13 types, their fields, identifiers
+//! pipeline/   what every stage shares: Options, the Observer and its Stats
+//! envelope/   stage: envelopes within the byte budget (header, chunker, JSON text)
+//! legacy/     stage: legacy items -> envelope pieces (tags, escapes, raw dialect, scopes)
+//! translate/  the sans-I/O facade: feed(bytes) -> SSE bytes
+//! config, telemetry, demo, admin, proxy, cli: the daemon around it
 //! ```
 //!
-//! Nothing below `proxy/` uses tokio, hyper or prometheus.
+//! Nothing up to `translate/` uses tokio, hyper or prometheus.
 #![forbid(unsafe_code)]
 
+pub mod sse;
+pub mod protocol;
+pub mod pipeline;
 pub mod envelope;
 pub mod legacy;
-pub mod sse;
 pub mod translate;
 
-// The daemon around the core (imports run proxy -> translate, never back).
-pub mod admin;
-pub mod cli;
+// The daemon around the core.
 pub mod config;
-pub mod demo;
-pub mod proxy;
 pub mod telemetry;
+pub mod demo;
+pub mod admin;
+pub mod proxy;
+pub mod cli;

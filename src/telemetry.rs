@@ -9,8 +9,28 @@ use prometheus::{
 
 use crate::config::{Log, LogFormat, UpstreamConnection};
 use crate::envelope::EnvelopeKind;
-use crate::proxy::agent::Source as AgentSource;
 use crate::translate::ParseErrorKind;
+
+/// Where a client-supplied agent id came from; the `source` label of `rejected_agent_ids_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgentSource {
+    /// The configured agent header (`translate.agent_header`).
+    Header,
+    /// `agent_uuid` of a small JSON request body.
+    Body,
+}
+
+impl AgentSource {
+    /// In declaration order, so `s as usize` indexes it.
+    pub const ALL: [AgentSource; 2] = [AgentSource::Header, AgentSource::Body];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            AgentSource::Header => "header",
+            AgentSource::Body => "body",
+        }
+    }
+}
 
 /// Every metric name starts with this.
 pub const PREFIX: &str = "sse_gateway";

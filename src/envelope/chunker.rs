@@ -1,259 +1,446 @@
-//! The byte budget: how many bytes a delta takes once JSON-escaped, and where
-//! to cut a delta so that each envelope stays within the budget.
-//!
-//! Escaping follows serde_json exactly (short escapes for `\b \t \n \f \r`,
-//! `\u00XX` for other control characters, `\"` and `\\`, everything else
-//! including non-ASCII written raw), so a cut never falls inside a UTF-8
-//! character and no `\u` surrogate escapes exist to split.
+//! Writing blocks as envelopes within the byte budget: streamed blocks send
+//! each delta at once; buffered blocks send full chunks as content arrives
+//! and keep the last one back so that it can carry `final:true`. The types
+//! frontends read whole are cut where the native formatter cuts them
+//! ([`Split::Native`]), and their JSON payloads may be written again in the
+//! native text first.
 
-/// Escaped size of each ASCII byte; non-ASCII bytes are written raw (1 each).
-const ESCAPED_LEN: [u8; 256] = {
-    let mut t = [1u8; 256];
-    let mut b = 0;
-    while b < 0x20 {
-        t[b] = 6;
-        b += 1;
-    }
-    t[0x08] = 2;
-    t[0x09] = 2;
-    t[0x0a] = 2;
-    t[0x0c] = 2;
-    t[0x0d] = 2;
-    t[b'"' as usize] = 2;
-    t[b'\\' as usize] = 2;
-    t
-};
+use super::budget::{fitting_prefix, incomplete_utf8_tail, measure, MAX_CHAR_ESCAPED};
+use super::{pyjson, BlockHeader, PyStyle, Split};
+use crate::pipeline::Observer;
+use crate::sse::encoder;
 
-/// The most bytes one character can take once escaped (`\u0001`).
-pub const MAX_CHAR_ESCAPED: usize = 6;
-
-/// Bytes `s` takes inside a JSON string literal, quotes excluded.
-pub fn escaped_len(s: &str) -> usize {
-    s.bytes().map(|b| ESCAPED_LEN[b as usize] as usize).sum()
+/// Passes the stream's `[DONE]` on.
+pub fn done(out: &mut Vec<u8>) {
+    out.extend_from_slice(encoder::DONE);
 }
 
-/// Writes `s` as a JSON string literal, quotes included.
-pub fn write_escaped(out: &mut Vec<u8>, s: &str) {
-    // serde_json's serializer writes into a Vec without failing.
-    let _ = serde_json::to_writer(&mut *out, s);
+/// Writes one envelope, counting it (and counting it oversize if it is).
+pub fn envelope(
+    out: &mut Vec<u8>,
+    obs: &mut impl Observer,
+    budget: usize,
+    header: &BlockHeader,
+    is_final: bool,
+    delta: &str,
+) {
+    let n = header.write_event(out, is_final, delta);
+    obs.envelope(header.kind, n);
+    if n > budget {
+        obs.oversize(header.kind);
+    }
 }
 
-/// Writes the longest prefix of `s` whose escaped size is at most `room` as
-/// a JSON string literal (quotes included); returns that prefix's length,
-/// the same as [`fitting_prefix`]. Escapes a first `guess` of bytes, then
-/// trims the overshoot or measures on from there, so only the bytes near the
-/// cut are measured, not the whole prefix. A good guess (the last chunk's
-/// length) saves work; any guess gives the same result.
-pub fn write_escaped_fitting(out: &mut Vec<u8>, s: &str, room: usize, guess: usize) -> usize {
-    let bytes = s.as_bytes();
-    // Every byte takes at least one: no more than `room` bytes can fit.
-    let mut end = s.len().min(room).min(guess.max(1));
-    while !s.is_char_boundary(end) {
-        end -= 1;
+/// Writes one `final:false` envelope with as much of `text` as fits `room`
+/// (at least one character: DESIGN 4's oversize exception); returns the
+/// bytes taken. `guess`: the likely cut, e.g. the previous chunk's length.
+fn envelope_fitting(
+    out: &mut Vec<u8>,
+    obs: &mut impl Observer,
+    budget: usize,
+    header: &BlockHeader,
+    text: &str,
+    room: usize,
+    guess: usize,
+) -> usize {
+    let (n, taken) = header.write_event_fitting(out, text, room, guess);
+    if taken == 0 {
+        let one = at_least_one_char(text, 0);
+        envelope(out, obs, budget, header, false, &text[..one]);
+        return one;
     }
-    let start = out.len();
-    write_escaped(out, &s[..end]);
-    let written = out.len() - start - 2;
-    if written > room {
-        // Drop bytes from the end until the rest fits, then back to a
-        // character boundary; their escapes are the output's last bytes.
-        let mut dropped = 0;
-        while written - dropped > room {
-            // A whole word at a time while the cut is surely before it.
-            if let Some(word) = end.checked_sub(8).and_then(|w| bytes.get(w..end)) {
-                let len = word_escaped_len(load(word));
-                if written - dropped - len > room {
-                    end -= 8;
-                    dropped += len;
-                    continue;
+    obs.envelope(header.kind, n);
+    taken
+}
+
+/// Room for the escaped delta in one envelope of `header`, or `None` when
+/// the fixed fields alone fill the budget (sent whole, DESIGN 4).
+fn room(header: &BlockHeader, budget: usize) -> Option<usize> {
+    budget.checked_sub(header.overhead()).filter(|&r| r > 0)
+}
+
+/// The native formatter's room for a delta's unescaped UTF-8 bytes: the budget
+/// minus the empty envelope, or the whole budget when that leaves less than
+/// [`NATIVE_MIN_ROOM`] (its "degenerate case").
+fn native_room(header: &BlockHeader, budget: usize) -> usize {
+    match budget.saturating_sub(header.overhead()) {
+        r if r < NATIVE_MIN_ROOM => budget,
+        r => r,
+    }
+}
+
+/// Below this room the native formatter gives a delta the whole budget.
+const NATIVE_MIN_ROOM: usize = 64;
+
+/// The end of the native formatter's next cut of `text` at `room` bytes,
+/// backed off to a character boundary (never to 0: `room` is at least 64).
+fn native_cut(text: &str, room: usize) -> usize {
+    let mut cut = room.min(text.len());
+    while cut > 0 && !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    cut.max(text.chars().next().map_or(0, char::len_utf8).min(text.len()))
+}
+
+/// Writes `delta` as as many `final:false` envelopes as the budget needs;
+/// returns how many were written.
+pub fn streamed_delta(
+    out: &mut Vec<u8>,
+    obs: &mut impl Observer,
+    budget: usize,
+    header: &BlockHeader,
+    mut delta: &str,
+) -> u32 {
+    let Some(room) = room(header, budget) else {
+        envelope(out, obs, budget, header, false, delta);
+        return 1;
+    };
+    let mut n = 0;
+    while !delta.is_empty() {
+        let at = envelope_fitting(out, obs, budget, header, delta, room, room);
+        delta = &delta[at..];
+        n += 1;
+    }
+    n
+}
+
+/// A buffered block being written: content in, full chunks out.
+#[derive(Debug)]
+pub struct Chunked {
+    pub header: BlockHeader,
+    /// Content not yet written; each byte is validated once, on arrival.
+    pending: String,
+    /// An incomplete last character (at most 3 bytes) waiting for the rest.
+    tail: Vec<u8>,
+    /// How much of `pending` is already measured, and its escaped size, so
+    /// content arriving in small pieces is measured once, not once per piece.
+    measured: usize,
+    measured_len: usize,
+    /// Length of the last full chunk: where the next one likely ends.
+    last_cut: usize,
+    chunks: u32,
+    /// Bytes that were not UTF-8 were replaced.
+    pub invalid_utf8: bool,
+    /// Every chunk is `final:false` (a multimodal result's text part).
+    never_final: bool,
+    /// A JSON payload is written again in this style at the end, if it was
+    /// held whole (a native-split type's body).
+    reformat: Option<PyStyle>,
+    /// Native-split content held whole up to this size, so that it can be
+    /// reformatted; past it, chunks go out as they fill.
+    hold: usize,
+    /// A native-split block has started sending chunks (no reformat then).
+    streaming: bool,
+}
+
+impl Chunked {
+    pub fn new(header: BlockHeader) -> Self {
+        Self {
+            header,
+            pending: String::new(),
+            tail: Vec::new(),
+            measured: 0,
+            measured_len: 0,
+            last_cut: usize::MAX,
+            chunks: 0,
+            invalid_utf8: false,
+            never_final: false,
+            reformat: None,
+            hold: 0,
+            streaming: false,
+        }
+    }
+
+    pub fn never_final(mut self) -> Self {
+        self.never_final = true;
+        self
+    }
+
+    /// Holds the content whole (up to `hold` bytes) and, if it is a JSON
+    /// object or array, writes it again as `style` before the native split.
+    pub fn reformat_json(mut self, style: PyStyle, hold: usize) -> Self {
+        self.reformat = Some(style);
+        self.hold = hold;
+        self
+    }
+
+    pub fn buffered(&self) -> usize {
+        self.pending.capacity() + self.tail.capacity()
+    }
+
+    /// Appends bytes to `pending`, keeping an incomplete last character in
+    /// `tail`. Invalid bytes become U+FFFD exactly as if the content had
+    /// arrived in one piece.
+    fn append(&mut self, mut input: &[u8]) {
+        if !self.tail.is_empty() {
+            let mut char_buf = [0u8; 4];
+            let have = self.tail.len();
+            let want = utf8_len(self.tail[0]).max(have + 1);
+            let take = (want - have).min(input.len());
+            char_buf[..have].copy_from_slice(&self.tail);
+            char_buf[have..have + take].copy_from_slice(&input[..take]);
+            match std::str::from_utf8(&char_buf[..have + take]) {
+                Ok(c) => {
+                    self.pending.push_str(c);
+                    self.tail.clear();
+                    input = &input[take..];
+                }
+                Err(e) if e.error_len().is_none() => {
+                    // Still incomplete, and `input` is used up.
+                    self.tail.extend_from_slice(&input[..take]);
+                    return;
+                }
+                Err(_) => {
+                    // Invalid: replace as a whole-input decode would.
+                    let mut all = std::mem::take(&mut self.tail);
+                    all.extend_from_slice(input);
+                    self.append_lossy(&all);
+                    return;
                 }
             }
-            end -= 1;
-            dropped += ESCAPED_LEN[bytes[end] as usize] as usize;
         }
-        while !s.is_char_boundary(end) {
-            end -= 1;
-            dropped += ESCAPED_LEN[bytes[end] as usize] as usize;
-        }
-        out.truncate(out.len() - 1 - dropped);
-        out.push(b'"');
-    } else if end < s.len() && written < room {
-        // Short of the room (a low guess, or a character boundary): more may fit.
-        let more = fitting_prefix(&s[end..], room - written);
-        if more > 0 {
-            out.pop();
-            let at = out.len();
-            write_escaped(out, &s[end..end + more]);
-            out.remove(at);
-            end += more;
-        }
-    }
-    end
-}
-
-const LO: u64 = 0x0101_0101_0101_0101;
-const HI: u64 = 0x8080_8080_8080_8080;
-
-/// Eight bytes as one little-endian word (`word` is 8 bytes long).
-#[inline]
-fn load(word: &[u8]) -> u64 {
-    u64::from_le_bytes(word.try_into().unwrap_or([0; 8]))
-}
-
-/// The high bit of each byte of `x` that is zero, and no other bit (exact per
-/// byte: the addition never carries from one byte into the next).
-#[inline]
-fn zero_bytes(x: u64) -> u64 {
-    const LOW7: u64 = 0x7F7F_7F7F_7F7F_7F7F;
-    !(((x & LOW7) + LOW7) | x) & HI
-}
-
-/// Bytes that the eight bytes of `w` take once escaped, exactly.
-#[inline]
-fn word_escaped_len(w: u64) -> usize {
-    let control = zero_bytes(w & (LO * 0xE0)); // bytes below 0x20
-    let quote = zero_bytes(w ^ (LO * u64::from(b'"')));
-    let backslash = zero_bytes(w ^ (LO * u64::from(b'\\')));
-    if control != 0 {
-        let short = zero_bytes(w ^ (LO * 0x0A)) | zero_bytes(w ^ (LO * 0x0D)) | zero_bytes(w ^ (LO * 0x09));
-        if control & !short != 0 {
-            // Rarer control characters (`\u00XX`, `\b`, `\f`): per byte.
-            return w.to_le_bytes().iter().map(|&b| ESCAPED_LEN[b as usize] as usize).sum();
-        }
-    }
-    // `\n`, `\r`, `\t`, `\"`, `\\`: one extra byte each. The multiply sums the
-    // per-byte flags into the top byte (at most 8, so no overflow).
-    let flags = (control | quote | backslash) >> 7;
-    8 + (flags.wrapping_mul(LO) >> 56) as usize
-}
-
-/// The longest prefix of `s` (ending on a char boundary) whose escaped size
-/// is at most `room`. Returns `s.len()` when all of it fits; may return 0 when
-/// not even the first character fits.
-pub fn fitting_prefix(s: &str, room: usize) -> usize {
-    // Fast path: even at the worst escape ratio it fits.
-    if s.len().saturating_mul(MAX_CHAR_ESCAPED) <= room {
-        return s.len();
-    }
-    measure(s, room).0
-}
-
-/// Like [`fitting_prefix`], and also the escaped size of that prefix, so a
-/// caller whose content grows can resume measuring where it stopped.
-pub fn measure(s: &str, room: usize) -> (usize, usize) {
-    let bytes = s.as_bytes();
-    let mut used = 0usize;
-    let mut i = 0usize;
-    // Whole words while the next one fits (its escaped size is exact), then bytes.
-    for word in bytes.chunks_exact(8) {
-        let len = word_escaped_len(load(word));
-        if used + len > room {
-            break;
-        }
-        used += len;
-        i += 8;
-    }
-    while i < bytes.len() {
-        let len = ESCAPED_LEN[bytes[i] as usize] as usize;
-        if used + len > room {
-            let mut cut = i;
-            while !s.is_char_boundary(cut) {
-                cut -= 1;
-                used -= ESCAPED_LEN[bytes[cut] as usize] as usize;
+        match std::str::from_utf8(input) {
+            Ok(s) => self.pending.push_str(s),
+            Err(e) if e.error_len().is_none() => {
+                let (valid, rest) = input.split_at(e.valid_up_to());
+                self.pending.push_str(std::str::from_utf8(valid).unwrap_or_default());
+                self.tail.extend_from_slice(rest);
             }
-            return (cut, used);
+            Err(_) => self.append_lossy(input),
         }
-        used += len;
-        i += 1;
     }
-    (s.len(), used)
+
+    fn append_lossy(&mut self, input: &[u8]) {
+        self.invalid_utf8 = true;
+        let end = input.len() - incomplete_utf8_tail(input);
+        self.pending.push_str(&String::from_utf8_lossy(&input[..end]));
+        self.tail.extend_from_slice(&input[end..]);
+    }
+
+    /// Adds content; writes every chunk that is surely not the last.
+    pub fn push(&mut self, bytes: &[u8], out: &mut Vec<u8>, obs: &mut impl Observer, budget: usize) {
+        self.append(bytes);
+        if self.header.kind.split() == Split::Native {
+            self.push_native(out, obs, budget);
+            return;
+        }
+        let Some(room) = room(&self.header, budget) else {
+            return; // fixed fields fill the budget: the whole block goes in one envelope
+        };
+        // Cheap test first: content that fits even fully escaped stays.
+        if self.pending.len() * MAX_CHAR_ESCAPED <= room {
+            return;
+        }
+        // Taken out while chunks are written from it (put back below).
+        let mut pending = std::mem::take(&mut self.pending);
+        let mut start = 0;
+        loop {
+            let text = &pending[start..];
+            // More than `room` bytes never fit (each takes at least one); less is measured, resuming where the
+            // last push stopped.
+            if text.len() <= room {
+                let (at, used) = measure(&text[self.measured..], room - self.measured_len);
+                if self.measured + at == text.len() {
+                    // Keep it back: it may be the final chunk.
+                    self.measured += at;
+                    self.measured_len += used;
+                    break;
+                }
+            }
+            start += self.full_chunk(text, room, out, obs, budget);
+        }
+        pending.drain(..start);
+        self.pending = pending;
+    }
+
+    /// Native split: content is held (to be reformatted, or because it may
+    /// all fit one envelope); once over `hold`, every cut that is surely not
+    /// the last goes out, so memory stays bounded.
+    fn push_native(&mut self, out: &mut Vec<u8>, obs: &mut impl Observer, budget: usize) {
+        let room = native_room(&self.header, budget);
+        if !self.streaming && self.pending.len() <= self.hold.max(room) {
+            return;
+        }
+        self.streaming = true;
+        let mut start = 0;
+        while self.pending.len() - start > room {
+            let cut = start + native_cut(&self.pending[start..], room);
+            envelope(out, obs, budget, &self.header, false, &self.pending[start..cut]);
+            self.chunks += 1;
+            start = cut;
+        }
+        self.pending.drain(..start);
+    }
+
+    /// Writes one full `final:false` chunk from the start of `text`, which
+    /// does not fit as the last one; returns the bytes it took.
+    fn full_chunk(
+        &mut self,
+        text: &str,
+        room: usize,
+        out: &mut Vec<u8>,
+        obs: &mut impl Observer,
+        budget: usize,
+    ) -> usize {
+        let taken = envelope_fitting(out, obs, budget, &self.header, text, room, self.last_cut);
+        self.last_cut = taken;
+        self.chunks += 1;
+        self.measured = 0;
+        self.measured_len = 0;
+        taken
+    }
+
+    /// Writes the rest with `final:true` (or `false` for a never-final
+    /// part); returns the number of chunks the block took.
+    pub fn finish(mut self, out: &mut Vec<u8>, obs: &mut impl Observer, budget: usize) -> u32 {
+        if !self.tail.is_empty() {
+            // Input ended inside a character.
+            let tail = std::mem::take(&mut self.tail);
+            self.invalid_utf8 = true;
+            self.pending.push_str(&String::from_utf8_lossy(&tail));
+        }
+        let mut text = std::mem::take(&mut self.pending);
+        if let (Some(style), false) = (self.reformat, self.streaming) {
+            if let Some(native) = reformat_json(&text, style) {
+                text = native;
+            }
+        }
+        self.write_last(&text, out, obs, budget);
+        obs.block_closed(self.header.kind, self.chunks);
+        self.chunks
+    }
+
+    /// Writes `text` as the block's last chunks, the very last one final.
+    fn write_last(&mut self, text: &str, out: &mut Vec<u8>, obs: &mut impl Observer, budget: usize) {
+        let is_final = !self.never_final;
+        if self.header.kind.split() == Split::Native {
+            let room = native_room(&self.header, budget);
+            let mut rest = text;
+            while rest.len() > room {
+                let cut = native_cut(rest, room);
+                envelope(out, obs, budget, &self.header, false, &rest[..cut]);
+                self.chunks += 1;
+                rest = &rest[cut..];
+            }
+            envelope(out, obs, budget, &self.header, is_final, rest);
+            self.chunks += 1;
+            return;
+        }
+        let Some(room) = room(&self.header, budget) else {
+            envelope(out, obs, budget, &self.header, is_final, text);
+            self.chunks += 1;
+            return;
+        };
+        // The final envelope has one byte more room (`true` is shorter than `false`).
+        let last_room = if is_final { room + 1 } else { room };
+        let mut rest = text;
+        loop {
+            if rest.len() <= last_room && fitting_prefix(rest, last_room) == rest.len() {
+                envelope(out, obs, budget, &self.header, is_final, rest);
+                self.chunks += 1;
+                return;
+            }
+            // Not the last: it gets the `false` envelope's room.
+            rest = &rest[self.full_chunk(rest, room, out, obs, budget)..];
+        }
+    }
+}
+
+/// A cut that makes progress: an envelope whose fixed fields leave no room
+/// for even one character carries one anyway (oversize, DESIGN 4).
+fn at_least_one_char(s: &str, at: usize) -> usize {
+    match at {
+        0 => s.chars().next().map_or(0, char::len_utf8),
+        n => n,
+    }
+}
+
+/// Length of the UTF-8 sequence a lead byte starts (1 for anything else).
+fn utf8_len(lead: u8) -> usize {
+    match lead {
+        0xC0..=0xDF => 2,
+        0xE0..=0xEF => 3,
+        0xF0..=0xF7 => 4,
+        _ => 1,
+    }
+}
+
+/// A JSON object or array written again in `style`; `None` for anything else
+/// (plain error text, or JSON that does not parse), which stays as it is.
+pub fn reformat_json(text: &str, style: PyStyle) -> Option<String> {
+    let first = text.trim_start().bytes().next()?;
+    if first != b'{' && first != b'[' {
+        return None;
+    }
+    pyjson::reformat(text, style)
+}
+
+/// Writes a complete payload as one buffered block.
+pub fn whole(out: &mut Vec<u8>, obs: &mut impl Observer, budget: usize, header: BlockHeader, content: &str) {
+    let mut c = Chunked::new(header);
+    c.write_last(content, out, obs, budget);
+    obs.block_closed(c.header.kind, c.chunks);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proptest::prelude::*;
+    use crate::envelope::{EnvelopeKind, Extras};
+    use crate::pipeline::Stats;
 
-    #[test]
-    fn every_ascii_byte_is_counted_as_serde_json_writes_it() {
-        for b in 0u8..0x80 {
-            let s = (b as char).to_string();
-            let mut out = Vec::new();
-            write_escaped(&mut out, &s);
-            assert_eq!(out.len() - 2, escaped_len(&s), "byte {b:#x}");
-        }
+    fn lines(out: &[u8]) -> Vec<serde_json::Value> {
+        std::str::from_utf8(out)
+            .unwrap()
+            .split("\n\n")
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_str(l.strip_prefix("data: ").unwrap()).unwrap())
+            .collect()
     }
 
     #[test]
-    fn a_cut_never_splits_a_character() {
-        let s = "ab😀cd";
-        assert_eq!(fitting_prefix(s, 3), 2);
-        assert_eq!(fitting_prefix(s, 5), 2);
-        assert_eq!(fitting_prefix(s, 6), 6);
-        assert_eq!(fitting_prefix("\u{1}", 5), 0);
-        assert_eq!(fitting_prefix("\u{1}", 6), 1);
+    fn buffered_content_is_chunked_within_budget_and_final_on_the_last() {
+        let budget = 256;
+        let content: String = "ab\"\\\u{1}é😀\n".repeat(200);
+        let bytes = content.as_bytes();
+        let mut out = Vec::new();
+        let mut stats = Stats::default();
+        let mut c = Chunked::new(BlockHeader::new(
+            EnvelopeKind::ToolResult,
+            "a",
+            Extras::new().str("id", "1"),
+        ));
+        // Feed in odd-sized pieces that split characters.
+        for piece in bytes.chunks(7) {
+            c.push(piece, &mut out, &mut stats, budget);
+        }
+        let chunks = c.finish(&mut out, &mut stats, budget);
+        let got = lines(&out);
+        assert_eq!(got.len() as u32, chunks);
+        assert!(chunks > 10);
+        for (i, v) in got.iter().enumerate() {
+            assert_eq!(v["final"], i + 1 == got.len());
+            assert!(!v["delta"].as_str().unwrap().is_empty());
+        }
+        for l in std::str::from_utf8(&out)
+            .unwrap()
+            .split("\n\n")
+            .filter(|l| !l.is_empty())
+        {
+            assert!(l.len() - "data: ".len() <= budget, "{}", l.len());
+        }
+        let joined: String = got.iter().map(|v| v["delta"].as_str().unwrap()).collect();
+        assert_eq!(joined, content);
+        assert_eq!(stats.oversize, 0);
     }
 
     #[test]
-    fn the_word_length_is_exact_for_every_byte_at_every_position() {
-        for b in 0u8..=255 {
-            for pos in 0..8 {
-                for fill in [b'a', b'"', b'\n', 0x01, 0xC3] {
-                    let mut w = [fill; 8];
-                    w[pos] = b;
-                    let want: usize = w.iter().map(|&b| ESCAPED_LEN[b as usize] as usize).sum();
-                    assert_eq!(
-                        word_escaped_len(u64::from_le_bytes(w)),
-                        want,
-                        "byte {b:#x} at {pos} in {fill:#x}"
-                    );
-                }
-            }
-        }
-    }
-
-    proptest! {
-        #[test]
-        fn escaped_len_matches_serde_json(s in any::<String>()) {
-            let mut out = Vec::new();
-            write_escaped(&mut out, &s);
-            prop_assert_eq!(out.len() - 2, escaped_len(&s));
-        }
-
-        #[test]
-        fn word_length_matches_the_byte_table(w in any::<[u8; 8]>()) {
-            let want: usize = w.iter().map(|&b| ESCAPED_LEN[b as usize] as usize).sum();
-            prop_assert_eq!(word_escaped_len(u64::from_le_bytes(w)), want);
-        }
-
-        #[test]
-        fn the_fitting_writer_cuts_where_fitting_prefix_does(s in any::<String>(), room in 0usize..256, guess in 0usize..300) {
-            let mut out = b"x".to_vec();
-            let cut = write_escaped_fitting(&mut out, &s, room, guess);
-            prop_assert_eq!(cut, fitting_prefix(&s, room));
-            let mut want = b"x".to_vec();
-            write_escaped(&mut want, &s[..cut]);
-            prop_assert_eq!(out, want);
-        }
-
-        #[test]
-        fn the_fitting_writer_cuts_escape_dense_text_exactly(s in "[a\"\\\\\n\u{1}é😀]{0,700}", room in 0usize..2100, guess in 0usize..2100) {
-            let mut out = Vec::new();
-            let cut = write_escaped_fitting(&mut out, &s, room, guess);
-            prop_assert_eq!(cut, fitting_prefix(&s, room));
-            prop_assert_eq!(out.len() - 2, escaped_len(&s[..cut]));
-        }
-
-        #[test]
-        fn fitting_prefix_is_maximal_and_within_room(s in any::<String>(), room in 0usize..256) {
-            let cut = fitting_prefix(&s, room);
-            prop_assert!(s.is_char_boundary(cut));
-            prop_assert!(escaped_len(&s[..cut]) <= room);
-            prop_assert_eq!(measure(&s, room), (cut, escaped_len(&s[..cut])));
-            if cut < s.len() {
-                let next = s[cut..].chars().next().unwrap().len_utf8();
-                prop_assert!(escaped_len(&s[..cut + next]) > room);
-            }
-        }
+    fn fixed_fields_over_budget_send_the_block_whole_and_count_it() {
+        let mut out = Vec::new();
+        let mut stats = Stats::default();
+        let src = "x".repeat(400);
+        let header = BlockHeader::new(EnvelopeKind::ToolResultImage, "a", Extras::new().str("src", &src));
+        whole(&mut out, &mut stats, 256, header, "");
+        assert_eq!(lines(&out).len(), 1);
+        assert_eq!(stats.oversize, 1);
     }
 }

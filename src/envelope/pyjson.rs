@@ -17,16 +17,7 @@ use serde::Serialize;
 use serde_json::ser::{CharEscape, Formatter};
 use serde_json::Value;
 
-/// Which `json.dumps` call the native formatter makes for a payload.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PyStyle {
-    /// `json.dumps(v, ensure_ascii=False)`: non-ASCII characters as themselves.
-    Unicode,
-    /// `json.dumps(v)`: non-ASCII as `\uXXXX`.
-    Ascii,
-    /// `json.dumps(v, separators=(",", ":"))`: compact, non-ASCII as `\uXXXX`.
-    CompactAscii,
-}
+use crate::protocol::PyStyle;
 
 impl PyStyle {
     fn ensure_ascii(self) -> bool {

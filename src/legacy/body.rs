@@ -2,12 +2,12 @@
 //! chunks as it arrives, with the `]]>` rules of DESIGN 3.3 and 3.6, plus the
 //! two containers with children (client tool results, citations).
 
-use super::emit::{self, Chunked};
 use super::escape::{Escape, Unescaper};
 use super::tag::{attr, Tag, TagKind};
 use super::{find, partial_suffix, Flow, Parser, State, CDATA_OPEN};
+use crate::envelope::chunker::{self as emit, Chunked};
 use crate::envelope::{BlockHeader, EnvelopeKind, Extras};
-use crate::translate::{Observer, ParseErrorKind};
+use crate::pipeline::{Observer, ParseErrorKind};
 
 const CDATA_CLOSE: &[u8] = b"]]>";
 
@@ -122,7 +122,7 @@ impl Body {
             }
     }
 
-    fn push(&mut self, content: &[u8], out: &mut Vec<u8>, obs: &mut impl Observer, opts: &crate::translate::Options) {
+    fn push(&mut self, content: &[u8], out: &mut Vec<u8>, obs: &mut impl Observer, opts: &crate::pipeline::Options) {
         if content.is_empty() {
             return;
         }
@@ -570,7 +570,7 @@ impl Parser {
                 obs.unknown_tag();
                 self.pos += len;
                 ctx.multimodal = true;
-                let keep = self.opts.unknown_tags == crate::translate::UnknownTags::Text;
+                let keep = self.opts.unknown_tags == crate::pipeline::UnknownTags::Text;
                 let mut body = self.client_body(&ctx, &name, true, Parent::Top);
                 if !keep {
                     body.sink = Sink::Drop;

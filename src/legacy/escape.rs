@@ -131,25 +131,6 @@ pub fn attr_value(escape: Escape, raw: &[u8]) -> Result<String, AttrError> {
         .map_err(|e| AttrError::Entity(e.to_string()))
 }
 
-/// How many trailing bytes of `b` form an incomplete UTF-8 character that
-/// more input could complete (0 if none).
-pub fn incomplete_utf8_tail(b: &[u8]) -> usize {
-    for back in 1..=b.len().min(3) {
-        let byte = b[b.len() - back];
-        if byte & 0xC0 == 0x80 {
-            continue; // continuation byte: keep looking for the lead
-        }
-        let need = match byte {
-            0xC0..=0xDF => 2,
-            0xE0..=0xEF => 3,
-            0xF0..=0xF7 => 4,
-            _ => return 0,
-        };
-        return if need > back { back } else { 0 };
-    }
-    0
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,15 +184,5 @@ mod tests {
         );
         assert_eq!(attr_value(Escape::None, b"&#x27;&amp;&lt;&#60;").unwrap(), "'&<<");
         assert!(matches!(attr_value(Escape::None, b"&nbsp;"), Err(AttrError::Entity(_))));
-    }
-
-    #[test]
-    fn incomplete_utf8_tails_are_found() {
-        let s = "a😀".as_bytes();
-        assert_eq!(incomplete_utf8_tail(s), 0);
-        for cut in 2..s.len() {
-            assert_eq!(incomplete_utf8_tail(&s[..cut]), cut - 1);
-        }
-        assert_eq!(incomplete_utf8_tail(b"\xff"), 0);
     }
 }

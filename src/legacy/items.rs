@@ -5,13 +5,13 @@
 use serde_json::Value;
 
 use super::body::{Body, CitationsCtx, EndRule, Parent, Sink, ToolResultCtx};
-use super::emit::{self, Chunked};
 use super::escape::Escape;
 use super::tag::{attr, Tag, TagKind};
 use super::text::streamed_kind;
 use super::{Parser, State};
+use crate::envelope::chunker::{self as emit, Chunked};
 use crate::envelope::{pyjson, BlockHeader, EnvelopeKind, Extras, PyStyle, Split};
-use crate::translate::{Observer, ParseErrorKind, UnknownTags};
+use crate::pipeline::{Observer, ParseErrorKind, UnknownTags};
 
 impl Parser {
     /// A complete tag of `len` bytes at `pos`, seen between items.

@@ -18,7 +18,6 @@
 //! ```
 
 mod body;
-mod emit;
 mod escape;
 mod items;
 mod raw;
@@ -28,10 +27,10 @@ mod text;
 
 use memchr::memmem;
 
+use crate::envelope::chunker as emit;
 use crate::envelope::{ids, BlockHeader, EnvelopeKind, Extras};
-use crate::sse::encoder::DONE;
+use crate::pipeline::{DataJoin, Observer, Options, ParseErrorKind, StreamEnd};
 use crate::sse::SseEvent;
-use crate::translate::{DataJoin, Observer, Options, ParseErrorKind, StreamEnd};
 
 use body::{Body, CitationsCtx, ToolResultCtx};
 use raw::RawBlocks;
@@ -395,7 +394,7 @@ impl Parser {
             return Flow::Continue;
         }
         if trimmed == b"[DONE]" {
-            out.extend_from_slice(DONE);
+            emit::done(out);
             self.end = StreamEnd::Done;
             self.pos = end;
             self.item_done(obs);

@@ -7,12 +7,12 @@ use std::borrow::Cow;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::emit;
 use super::scope::Scopes;
 use super::text::failure_shape;
 use super::Parser;
+use crate::envelope::chunker as emit;
 use crate::envelope::{pyjson, BlockHeader, EnvelopeKind, Extras, PyStyle};
-use crate::translate::{Dialect, Observer, ParseErrorKind};
+use crate::pipeline::{Dialect, Observer, ParseErrorKind};
 
 /// The outcome of reading one JSON event.
 #[derive(Debug)]

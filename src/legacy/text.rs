@@ -8,11 +8,12 @@
 
 use memchr::{memchr, memrchr};
 
-use super::emit;
-use super::escape::{incomplete_utf8_tail, unescape_all, Escape, Unescaper};
+use super::escape::{unescape_all, Escape, Unescaper};
 use super::{partial_suffix, Flow, Parser, State};
+use crate::envelope::budget::incomplete_utf8_tail;
+use crate::envelope::chunker as emit;
 use crate::envelope::{BlockHeader, EnvelopeKind, Extras};
-use crate::translate::{Observer, ParseErrorKind};
+use crate::pipeline::{Observer, ParseErrorKind};
 
 const TEXT_OPEN: &[u8] = b"<content-block-text>";
 const TEXT_CLOSE: &[u8] = b"</content-block-text>";
@@ -295,7 +296,7 @@ impl Parser {
         if !self.opts.include_traceback {
             map.shift_remove("traceback");
         }
-        self.end = crate::translate::StreamEnd::Failed;
+        self.end = crate::pipeline::StreamEnd::Failed;
         self.error_envelope(&serde_json::Value::Object(map).to_string(), out, obs);
     }
 }

@@ -1,6 +1,7 @@
 //! The client to the one configured upstream (a pool, and dedicated connections for event streams), and the
 //! rewrite of a client request into an upstream one.
 
+pub use crate::config::dot_segment;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -202,26 +203,6 @@ pub fn upstream_path(prefix: &str, pq: &str) -> String {
     }
     out.push_str(query);
     out
-}
-
-/// `Some(1)` for a `.` segment, `Some(2)` for `..`, each dot written as `.`, `%2e` or `%2E`; `None` otherwise.
-pub fn dot_segment(seg: &str) -> Option<u8> {
-    let mut rest = seg.as_bytes();
-    let mut dots = 0u8;
-    while !rest.is_empty() {
-        if rest[0] == b'.' {
-            rest = &rest[1..];
-        } else if rest.len() >= 3 && rest[0] == b'%' && rest[1] == b'2' && rest[2].eq_ignore_ascii_case(&b'e') {
-            rest = &rest[3..];
-        } else {
-            return None;
-        }
-        dots += 1;
-        if dots > 2 {
-            return None;
-        }
-    }
-    (dots > 0).then_some(dots)
 }
 
 #[cfg(test)]

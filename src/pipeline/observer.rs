@@ -1,7 +1,7 @@
 //! Plain counters the translator reports into; the proxy turns them into
 //! Prometheus metrics. No prometheus types here.
 
-use crate::envelope::EnvelopeKind;
+use crate::protocol::EnvelopeKind;
 
 /// Why an input was rejected. Each is answered by one `error` envelope.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
