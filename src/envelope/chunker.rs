@@ -1,56 +1,86 @@
-//! Writing blocks as envelopes within the byte budget: streamed blocks send
-//! each delta at once; buffered blocks send full chunks as content arrives
-//! and keep the last one back so that it can carry `final:true`. The types
-//! frontends read whole are cut where the native formatter cuts them
-//! ([`Split::Native`]), and their JSON payloads may be written again in the
-//! native text first.
+//! The envelope sink: the stages above hand it typed pieces (a block's header,
+//! delta text, whether it is final) and it owns the budget, the splitting and
+//! the counting. Streamed blocks send each delta at once; buffered blocks send
+//! full chunks as content arrives and keep the last one back so that it can
+//! carry `final:true`. The types frontends read whole are cut where the native
+//! formatter cuts them ([`Split::Native`]), and their JSON payloads may be
+//! written again in the native text first.
 
 use super::budget::{fitting_prefix, incomplete_utf8_tail, measure, MAX_CHAR_ESCAPED};
 use super::{pyjson, BlockHeader, PyStyle, Split};
 use crate::pipeline::Observer;
 use crate::sse::encoder;
 
-/// Passes the stream's `[DONE]` on.
-pub fn done(out: &mut Vec<u8>) {
-    out.extend_from_slice(encoder::DONE);
+/// Where envelopes go: the output, the observer that counts them, and the
+/// budget. Made per `feed` call; `obs` is open so that the stages above can
+/// count what is theirs (items, parse errors, unknown tags).
+pub struct Sink<'a, O: Observer> {
+    out: &'a mut Vec<u8>,
+    pub obs: &'a mut O,
+    budget: usize,
 }
 
-/// Writes one envelope, counting it (and counting it oversize if it is).
-pub fn envelope(
-    out: &mut Vec<u8>,
-    obs: &mut impl Observer,
-    budget: usize,
-    header: &BlockHeader,
-    is_final: bool,
-    delta: &str,
-) {
-    let n = header.write_event(out, is_final, delta);
-    obs.envelope(header.kind, n);
-    if n > budget {
-        obs.oversize(header.kind);
+impl<'a, O: Observer> Sink<'a, O> {
+    pub fn new(out: &'a mut Vec<u8>, obs: &'a mut O, budget: usize) -> Self {
+        Self { out, obs, budget }
     }
-}
 
-/// Writes one `final:false` envelope with as much of `text` as fits `room`
-/// (at least one character: DESIGN 4's oversize exception); returns the
-/// bytes taken. `guess`: the likely cut, e.g. the previous chunk's length.
-fn envelope_fitting(
-    out: &mut Vec<u8>,
-    obs: &mut impl Observer,
-    budget: usize,
-    header: &BlockHeader,
-    text: &str,
-    room: usize,
-    guess: usize,
-) -> usize {
-    let (n, taken) = header.write_event_fitting(out, text, room, guess);
-    if taken == 0 {
-        let one = at_least_one_char(text, 0);
-        envelope(out, obs, budget, header, false, &text[..one]);
-        return one;
+    /// Passes the stream's `[DONE]` on.
+    pub fn done(&mut self) {
+        self.out.extend_from_slice(encoder::DONE);
     }
-    obs.envelope(header.kind, n);
-    taken
+
+    /// Writes one envelope, counting it (and counting it oversize if it is).
+    pub fn envelope(&mut self, header: &BlockHeader, is_final: bool, delta: &str) {
+        let n = header.write_event(self.out, is_final, delta);
+        self.obs.envelope(header.kind, n);
+        if n > self.budget {
+            self.obs.oversize(header.kind);
+        }
+    }
+
+    /// Writes one `final:false` envelope with as much of `text` as fits `room`
+    /// (at least one character: DESIGN 4's oversize exception); returns the
+    /// bytes taken. `guess`: the likely cut, e.g. the previous chunk's length.
+    fn envelope_fitting(&mut self, header: &BlockHeader, text: &str, room: usize, guess: usize) -> usize {
+        let (n, taken) = header.write_event_fitting(self.out, text, room, guess);
+        if taken == 0 {
+            let one = at_least_one_char(text, 0);
+            self.envelope(header, false, &text[..one]);
+            return one;
+        }
+        self.obs.envelope(header.kind, n);
+        taken
+    }
+
+    /// Writes `delta` as as many `final:false` envelopes as the budget needs;
+    /// returns how many were written.
+    pub fn streamed_delta(&mut self, header: &BlockHeader, mut delta: &str) -> u32 {
+        let Some(room) = room(header, self.budget) else {
+            self.envelope(header, false, delta);
+            return 1;
+        };
+        let mut n = 0;
+        while !delta.is_empty() {
+            let at = self.envelope_fitting(header, delta, room, room);
+            delta = &delta[at..];
+            n += 1;
+        }
+        n
+    }
+
+    /// Writes a complete payload as one buffered block.
+    pub fn whole(&mut self, header: BlockHeader, content: &str) {
+        let mut c = Chunked::new(header);
+        c.write_last(content, self);
+        self.obs.block_closed(c.header.kind, c.chunks);
+    }
+
+    /// Writes a block of one envelope (a citation, an image, a final marker) and counts it closed.
+    pub fn single(&mut self, header: &BlockHeader, is_final: bool, delta: &str) {
+        self.envelope(header, is_final, delta);
+        self.obs.block_closed(header.kind, 1);
+    }
 }
 
 /// Room for the escaped delta in one envelope of `header`, or `None` when
@@ -80,28 +110,6 @@ fn native_cut(text: &str, room: usize) -> usize {
         cut -= 1;
     }
     cut.max(text.chars().next().map_or(0, char::len_utf8).min(text.len()))
-}
-
-/// Writes `delta` as as many `final:false` envelopes as the budget needs;
-/// returns how many were written.
-pub fn streamed_delta(
-    out: &mut Vec<u8>,
-    obs: &mut impl Observer,
-    budget: usize,
-    header: &BlockHeader,
-    mut delta: &str,
-) -> u32 {
-    let Some(room) = room(header, budget) else {
-        envelope(out, obs, budget, header, false, delta);
-        return 1;
-    };
-    let mut n = 0;
-    while !delta.is_empty() {
-        let at = envelope_fitting(out, obs, budget, header, delta, room, room);
-        delta = &delta[at..];
-        n += 1;
-    }
-    n
 }
 
 /// A buffered block being written: content in, full chunks out.
@@ -218,13 +226,13 @@ impl Chunked {
     }
 
     /// Adds content; writes every chunk that is surely not the last.
-    pub fn push(&mut self, bytes: &[u8], out: &mut Vec<u8>, obs: &mut impl Observer, budget: usize) {
+    pub fn push(&mut self, bytes: &[u8], sink: &mut Sink<impl Observer>) {
         self.append(bytes);
         if self.header.kind.split() == Split::Native {
-            self.push_native(out, obs, budget);
+            self.push_native(sink);
             return;
         }
-        let Some(room) = room(&self.header, budget) else {
+        let Some(room) = room(&self.header, sink.budget) else {
             return; // fixed fields fill the budget: the whole block goes in one envelope
         };
         // Cheap test first: content that fits even fully escaped stays.
@@ -247,7 +255,7 @@ impl Chunked {
                     break;
                 }
             }
-            start += self.full_chunk(text, room, out, obs, budget);
+            start += self.full_chunk(text, room, sink);
         }
         pending.drain(..start);
         self.pending = pending;
@@ -256,8 +264,8 @@ impl Chunked {
     /// Native split: content is held (to be reformatted, or because it may
     /// all fit one envelope); once over `hold`, every cut that is surely not
     /// the last goes out, so memory stays bounded.
-    fn push_native(&mut self, out: &mut Vec<u8>, obs: &mut impl Observer, budget: usize) {
-        let room = native_room(&self.header, budget);
+    fn push_native(&mut self, sink: &mut Sink<impl Observer>) {
+        let room = native_room(&self.header, sink.budget);
         if !self.streaming && self.pending.len() <= self.hold.max(room) {
             return;
         }
@@ -265,7 +273,7 @@ impl Chunked {
         let mut start = 0;
         while self.pending.len() - start > room {
             let cut = start + native_cut(&self.pending[start..], room);
-            envelope(out, obs, budget, &self.header, false, &self.pending[start..cut]);
+            sink.envelope(&self.header, false, &self.pending[start..cut]);
             self.chunks += 1;
             start = cut;
         }
@@ -274,15 +282,8 @@ impl Chunked {
 
     /// Writes one full `final:false` chunk from the start of `text`, which
     /// does not fit as the last one; returns the bytes it took.
-    fn full_chunk(
-        &mut self,
-        text: &str,
-        room: usize,
-        out: &mut Vec<u8>,
-        obs: &mut impl Observer,
-        budget: usize,
-    ) -> usize {
-        let taken = envelope_fitting(out, obs, budget, &self.header, text, room, self.last_cut);
+    fn full_chunk(&mut self, text: &str, room: usize, sink: &mut Sink<impl Observer>) -> usize {
+        let taken = sink.envelope_fitting(&self.header, text, room, self.last_cut);
         self.last_cut = taken;
         self.chunks += 1;
         self.measured = 0;
@@ -292,7 +293,7 @@ impl Chunked {
 
     /// Writes the rest with `final:true` (or `false` for a never-final
     /// part); returns the number of chunks the block took.
-    pub fn finish(mut self, out: &mut Vec<u8>, obs: &mut impl Observer, budget: usize) -> u32 {
+    pub fn finish(mut self, sink: &mut Sink<impl Observer>) -> u32 {
         if !self.tail.is_empty() {
             // Input ended inside a character.
             let tail = std::mem::take(&mut self.tail);
@@ -305,29 +306,29 @@ impl Chunked {
                 text = native;
             }
         }
-        self.write_last(&text, out, obs, budget);
-        obs.block_closed(self.header.kind, self.chunks);
+        self.write_last(&text, sink);
+        sink.obs.block_closed(self.header.kind, self.chunks);
         self.chunks
     }
 
     /// Writes `text` as the block's last chunks, the very last one final.
-    fn write_last(&mut self, text: &str, out: &mut Vec<u8>, obs: &mut impl Observer, budget: usize) {
+    fn write_last(&mut self, text: &str, sink: &mut Sink<impl Observer>) {
         let is_final = !self.never_final;
         if self.header.kind.split() == Split::Native {
-            let room = native_room(&self.header, budget);
+            let room = native_room(&self.header, sink.budget);
             let mut rest = text;
             while rest.len() > room {
                 let cut = native_cut(rest, room);
-                envelope(out, obs, budget, &self.header, false, &rest[..cut]);
+                sink.envelope(&self.header, false, &rest[..cut]);
                 self.chunks += 1;
                 rest = &rest[cut..];
             }
-            envelope(out, obs, budget, &self.header, is_final, rest);
+            sink.envelope(&self.header, is_final, rest);
             self.chunks += 1;
             return;
         }
-        let Some(room) = room(&self.header, budget) else {
-            envelope(out, obs, budget, &self.header, is_final, text);
+        let Some(room) = room(&self.header, sink.budget) else {
+            sink.envelope(&self.header, is_final, text);
             self.chunks += 1;
             return;
         };
@@ -336,12 +337,12 @@ impl Chunked {
         let mut rest = text;
         loop {
             if rest.len() <= last_room && fitting_prefix(rest, last_room) == rest.len() {
-                envelope(out, obs, budget, &self.header, is_final, rest);
+                sink.envelope(&self.header, is_final, rest);
                 self.chunks += 1;
                 return;
             }
             // Not the last: it gets the `false` envelope's room.
-            rest = &rest[self.full_chunk(rest, room, out, obs, budget)..];
+            rest = &rest[self.full_chunk(rest, room, sink)..];
         }
     }
 }
@@ -375,13 +376,6 @@ pub fn reformat_json(text: &str, style: PyStyle) -> Option<String> {
     pyjson::reformat(text, style)
 }
 
-/// Writes a complete payload as one buffered block.
-pub fn whole(out: &mut Vec<u8>, obs: &mut impl Observer, budget: usize, header: BlockHeader, content: &str) {
-    let mut c = Chunked::new(header);
-    c.write_last(content, out, obs, budget);
-    obs.block_closed(c.header.kind, c.chunks);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -410,10 +404,11 @@ mod tests {
             Extras::new().str("id", "1"),
         ));
         // Feed in odd-sized pieces that split characters.
+        let mut sink = Sink::new(&mut out, &mut stats, budget);
         for piece in bytes.chunks(7) {
-            c.push(piece, &mut out, &mut stats, budget);
+            c.push(piece, &mut sink);
         }
-        let chunks = c.finish(&mut out, &mut stats, budget);
+        let chunks = c.finish(&mut sink);
         let got = lines(&out);
         assert_eq!(got.len() as u32, chunks);
         assert!(chunks > 10);
@@ -439,7 +434,7 @@ mod tests {
         let mut stats = Stats::default();
         let src = "x".repeat(400);
         let header = BlockHeader::new(EnvelopeKind::ToolResultImage, "a", Extras::new().str("src", &src));
-        whole(&mut out, &mut stats, 256, header, "");
+        Sink::new(&mut out, &mut stats, 256).whole(header, "");
         assert_eq!(lines(&out).len(), 1);
         assert_eq!(stats.oversize, 1);
     }

@@ -5,7 +5,7 @@
 use super::escape::{Escape, Unescaper};
 use super::tag::{attr, Tag, TagKind};
 use super::{find, partial_suffix, Flow, Parser, State, CDATA_OPEN};
-use crate::envelope::chunker::{self as emit, Chunked};
+use crate::envelope::chunker::{Chunked, Sink};
 use crate::envelope::{BlockHeader, EnvelopeKind, Extras};
 use crate::pipeline::{Observer, ParseErrorKind};
 
@@ -45,7 +45,7 @@ enum Phase {
 
 /// Where a body's content goes.
 #[derive(Debug)]
-pub enum Sink {
+pub enum Dest {
     Chunked(Chunked),
     /// A client tool result: JSON kept as it stands, text unescaped
     /// (DESIGN 3.6). Raw bytes wait here until the choice is made.
@@ -74,7 +74,7 @@ pub struct Body {
     /// `]]><![CDATA[` joins sections (client results split `]]>` so).
     join: bool,
     unescape: Unescaper,
-    sink: Sink,
+    sink: Dest,
     parent: Parent,
     /// Reused buffer of unescaped content.
     scratch: Vec<u8>,
@@ -88,7 +88,7 @@ pub struct Body {
 }
 
 impl Body {
-    pub fn new(name: &str, end_rule: EndRule, escape: Escape, sink: Sink, parent: Parent) -> Self {
+    pub fn new(name: &str, end_rule: EndRule, escape: Escape, sink: Dest, parent: Parent) -> Self {
         let mut close = Vec::with_capacity(name.len() + 3);
         close.extend_from_slice(b"</");
         close.extend_from_slice(name.as_bytes());
@@ -110,10 +110,10 @@ impl Body {
 
     pub fn buffered(&self) -> usize {
         let sink = match &self.sink {
-            Sink::Chunked(c) => c.buffered(),
-            Sink::Sniff { chunked, raw } => chunked.buffered() + raw.capacity(),
-            Sink::Collect(v) => v.capacity(),
-            Sink::Drop => 0,
+            Dest::Chunked(c) => c.buffered(),
+            Dest::Sniff { chunked, raw } => chunked.buffered() + raw.capacity(),
+            Dest::Collect(v) => v.capacity(),
+            Dest::Drop => 0,
         };
         sink + self.scratch.capacity()
             + match &self.parent {
@@ -122,12 +122,12 @@ impl Body {
             }
     }
 
-    fn push(&mut self, content: &[u8], out: &mut Vec<u8>, obs: &mut impl Observer, opts: &crate::pipeline::Options) {
+    fn push(&mut self, content: &[u8], sink: &mut Sink<impl Observer>, opts: &crate::pipeline::Options) {
         if content.is_empty() {
             return;
         }
         match &mut self.sink {
-            Sink::Sniff { raw, .. } => {
+            Dest::Sniff { raw, .. } => {
                 let room = opts.json_sniff_bytes.saturating_sub(raw.len());
                 if content.len() <= room {
                     raw.extend_from_slice(content);
@@ -139,20 +139,20 @@ impl Body {
                 let (head, rest) = content.split_at(room);
                 raw.extend_from_slice(head);
                 let held = std::mem::take(raw);
-                self.choose(json_prefix(&held), &held, out, obs, opts.budget);
+                self.choose(json_prefix(&held), &held, sink);
                 drop(held);
-                self.push(rest, out, obs, opts);
+                self.push(rest, sink, opts);
             }
-            Sink::Chunked(c) => {
+            Dest::Chunked(c) => {
                 if self.unescape.is_identity(content) {
-                    c.push(content, out, obs, opts.budget);
+                    c.push(content, sink);
                 } else {
                     self.scratch.clear();
                     self.unescape.push(content, &mut self.scratch);
-                    c.push(&self.scratch, out, obs, opts.budget);
+                    c.push(&self.scratch, sink);
                 }
             }
-            Sink::Collect(v) => {
+            Dest::Collect(v) => {
                 // Cut at exactly the limit, however the content arrives.
                 if !self.overflow {
                     self.unescape.push(content, v);
@@ -162,13 +162,13 @@ impl Body {
                     }
                 }
             }
-            Sink::Drop => {}
+            Dest::Drop => {}
         }
     }
 
     /// Ends sniffing: `json` keeps the escaped text as it stands.
-    fn choose(&mut self, json: bool, raw: &[u8], out: &mut Vec<u8>, obs: &mut impl Observer, budget: usize) {
-        let Sink::Sniff { chunked, .. } = std::mem::replace(&mut self.sink, Sink::Drop) else {
+    fn choose(&mut self, json: bool, raw: &[u8], sink: &mut Sink<impl Observer>) {
+        let Dest::Sniff { chunked, .. } = std::mem::replace(&mut self.sink, Dest::Drop) else {
             return;
         };
         let mut chunked = chunked;
@@ -179,32 +179,32 @@ impl Body {
         for piece in raw.chunks(FLUSH_PIECE) {
             self.scratch.clear();
             self.unescape.push(piece, &mut self.scratch);
-            chunked.push(&self.scratch, out, obs, budget);
+            chunked.push(&self.scratch, sink);
         }
-        self.sink = Sink::Chunked(chunked);
+        self.sink = Dest::Chunked(chunked);
     }
 
     /// Content complete: flushes the sink. Returns collected text, if any.
-    fn finish(&mut self, out: &mut Vec<u8>, obs: &mut impl Observer, budget: usize) -> Option<Vec<u8>> {
-        if let Sink::Sniff { raw, .. } = &mut self.sink {
+    fn finish(&mut self, sink: &mut Sink<impl Observer>) -> Option<Vec<u8>> {
+        if let Dest::Sniff { raw, .. } = &mut self.sink {
             let raw = std::mem::take(raw);
             let json = serde_json::from_slice::<serde::de::IgnoredAny>(&raw).is_ok();
-            self.choose(json, &raw, out, obs, budget);
+            self.choose(json, &raw, sink);
         }
-        match std::mem::replace(&mut self.sink, Sink::Drop) {
-            Sink::Chunked(mut c) => {
+        match std::mem::replace(&mut self.sink, Dest::Drop) {
+            Dest::Chunked(mut c) => {
                 self.scratch.clear();
                 self.unescape.finish(&mut self.scratch);
-                c.push(&self.scratch, out, obs, budget);
+                c.push(&self.scratch, sink);
                 self.invalid_utf8 |= c.invalid_utf8;
                 let header = self.final_marker.then(|| c.header.clone());
-                c.finish(out, obs, budget);
+                c.finish(sink);
                 if let Some(h) = header {
-                    emit::envelope(out, obs, budget, &h, true, "");
+                    sink.envelope(&h, true, "");
                 }
                 None
             }
-            Sink::Collect(mut v) => {
+            Dest::Collect(mut v) => {
                 if !self.overflow {
                     self.unescape.finish(&mut v);
                 }
@@ -215,12 +215,12 @@ impl Body {
     }
 
     /// Flushes what arrived and returns the parent, for an item cut short.
-    pub fn abandon(mut self, out: &mut Vec<u8>, obs: &mut impl Observer, budget: usize) -> Option<Box<ToolResultCtx>> {
-        self.finish(out, obs, budget);
+    pub fn abandon(mut self, sink: &mut Sink<impl Observer>) -> Option<Box<ToolResultCtx>> {
+        self.finish(sink);
         match self.parent {
             Parent::ToolResult(ctx) => Some(ctx),
             Parent::Citations(mut c) => {
-                c.flush_final(out, obs, budget);
+                c.flush_final(sink);
                 None
             }
             Parent::Top => None,
@@ -248,12 +248,12 @@ impl ToolResultCtx {
     }
 
     /// Closes the block: the multimodal final marker, or an empty result.
-    fn close(&self, out: &mut Vec<u8>, obs: &mut impl Observer, budget: usize) {
-        emit::whole(out, obs, budget, self.header(), "");
+    fn close(&self, sink: &mut Sink<impl Observer>) {
+        sink.whole(self.header(), "");
     }
 
-    pub fn abandon(&self, out: &mut Vec<u8>, obs: &mut impl Observer, budget: usize) {
-        self.close(out, obs, budget);
+    pub fn abandon(&self, sink: &mut Sink<impl Observer>) {
+        self.close(sink);
     }
 }
 
@@ -279,29 +279,24 @@ impl CitationsCtx {
         self.held.as_ref().map_or(0, |(_, t)| t.capacity())
     }
 
-    fn add(&mut self, text: String, out: &mut Vec<u8>, obs: &mut impl Observer, budget: usize) {
+    fn add(&mut self, text: String, sink: &mut Sink<impl Observer>) {
         let extras = self.current.take().unwrap_or_default();
         let header = BlockHeader::new(EnvelopeKind::Citation, &self.agent, extras);
         if let Some((h, t)) = self.held.replace((header, text)) {
-            citation(out, obs, budget, &h, false, &t);
+            // One citation is one message, never split (DESIGN 4).
+            sink.single(&h, false, &t);
         }
     }
 
-    fn flush_final(&mut self, out: &mut Vec<u8>, obs: &mut impl Observer, budget: usize) {
+    fn flush_final(&mut self, sink: &mut Sink<impl Observer>) {
         if let Some((h, t)) = self.held.take() {
-            citation(out, obs, budget, &h, true, &t);
+            sink.single(&h, true, &t);
         }
     }
 
-    pub fn abandon(&mut self, out: &mut Vec<u8>, obs: &mut impl Observer, budget: usize) {
-        self.flush_final(out, obs, budget);
+    pub fn abandon(&mut self, sink: &mut Sink<impl Observer>) {
+        self.flush_final(sink);
     }
-}
-
-/// One citation is one message, never split (DESIGN 4).
-fn citation(out: &mut Vec<u8>, obs: &mut impl Observer, budget: usize, h: &BlockHeader, is_final: bool, text: &str) {
-    emit::envelope(out, obs, budget, h, is_final, text);
-    obs.block_closed(EnvelopeKind::Citation, 1);
 }
 
 /// Envelope extras from a citation's attributes (DESIGN 3.3): the table's numeric fields as numbers, empty
@@ -336,18 +331,18 @@ impl Parser {
         }
     }
 
-    pub(super) fn body(&mut self, at_end: bool, eof: bool, out: &mut Vec<u8>, obs: &mut impl Observer) -> Flow {
+    pub(super) fn body(&mut self, at_end: bool, eof: bool, sink: &mut Sink<impl Observer>) -> Flow {
         let State::Body(b) = &self.state else {
             return Flow::Wait;
         };
         match b.phase {
-            Phase::Start => self.body_start(eof, out, obs),
-            Phase::Cdata => self.body_cdata(at_end, eof, out, obs),
-            Phase::Text => self.body_text(eof, out, obs),
+            Phase::Start => self.body_start(eof, sink),
+            Phase::Cdata => self.body_cdata(at_end, eof, sink),
+            Phase::Text => self.body_text(eof, sink),
         }
     }
 
-    fn body_start(&mut self, eof: bool, out: &mut Vec<u8>, obs: &mut impl Observer) -> Flow {
+    fn body_start(&mut self, eof: bool, sink: &mut Sink<impl Observer>) -> Flow {
         self.skip_ws();
         let rest = self.rest();
         if rest.is_empty() {
@@ -364,7 +359,7 @@ impl Parser {
         let rest = &self.buf[self.pos..];
         if rest.starts_with(&b.close) {
             self.pos += b.close.len();
-            return self.body_done(out, obs);
+            return self.body_done(sink);
         }
         let could_be = CDATA_OPEN.starts_with(rest) || b.close.starts_with(rest);
         if could_be && !eof {
@@ -374,7 +369,7 @@ impl Parser {
         Flow::Continue
     }
 
-    fn body_cdata(&mut self, at_end: bool, eof: bool, out: &mut Vec<u8>, obs: &mut impl Observer) -> Flow {
+    fn body_cdata(&mut self, at_end: bool, eof: bool, sink: &mut Sink<impl Observer>) -> Flow {
         let opts = self.opts.clone();
         let pos = self.pos;
         let State::Body(b) = &mut self.state else {
@@ -386,11 +381,11 @@ impl Parser {
             let hold = partial_suffix(rest, CDATA_CLOSE);
             let hold = if eof { 0 } else { hold };
             let n = rest.len() - hold;
-            b.push(&rest[..n], out, obs, &opts);
+            b.push(&rest[..n], sink, &opts);
             self.pos += n;
             return Flow::Wait;
         };
-        b.push(&rest[..i], out, obs, &opts);
+        b.push(&rest[..i], sink, &opts);
         let after = &rest[i + CDATA_CLOSE.len()..];
         let close_len = b.close.len();
         if b.join && after.starts_with(CDATA_OPEN) {
@@ -401,7 +396,7 @@ impl Parser {
             let at_event_end = after.len() == close_len && at_end;
             if b.end_rule == EndRule::First || at_event_end || (eof && after.len() == close_len) {
                 self.pos = pos + i + CDATA_CLOSE.len() + close_len;
-                return self.body_done(out, obs);
+                return self.body_done(sink);
             }
             if after.len() == close_len {
                 // Only the event's end can tell whether this closes the item.
@@ -414,12 +409,12 @@ impl Parser {
             return Flow::Wait;
         }
         // The `]]>` is content.
-        b.push(CDATA_CLOSE, out, obs, &opts);
+        b.push(CDATA_CLOSE, sink, &opts);
         self.pos = pos + i + CDATA_CLOSE.len();
         Flow::Continue
     }
 
-    fn body_text(&mut self, eof: bool, out: &mut Vec<u8>, obs: &mut impl Observer) -> Flow {
+    fn body_text(&mut self, eof: bool, sink: &mut Sink<impl Observer>) -> Flow {
         let opts = self.opts.clone();
         let pos = self.pos;
         let State::Body(b) = &mut self.state else {
@@ -428,44 +423,42 @@ impl Parser {
         let rest = &self.buf[pos..];
         match find(rest, &b.close) {
             Some(i) => {
-                b.push(&rest[..i], out, obs, &opts);
+                b.push(&rest[..i], sink, &opts);
                 self.pos = pos + i + b.close.len();
-                self.body_done(out, obs)
+                self.body_done(sink)
             }
             None => {
                 let hold = if eof { 0 } else { partial_suffix(rest, &b.close) };
                 let n = rest.len() - hold;
-                b.push(&rest[..n], out, obs, &opts);
+                b.push(&rest[..n], sink, &opts);
                 self.pos += n;
                 Flow::Wait
             }
         }
     }
 
-    fn body_done(&mut self, out: &mut Vec<u8>, obs: &mut impl Observer) -> Flow {
+    fn body_done(&mut self, sink: &mut Sink<impl Observer>) -> Flow {
         let State::Body(mut b) = std::mem::replace(&mut self.state, State::Idle) else {
             return Flow::Continue;
         };
-        let collected = b.finish(out, obs, self.opts.budget);
+        let collected = b.finish(sink);
         if b.invalid_utf8 {
             self.parse_error(
                 ParseErrorKind::InvalidUtf8,
                 "content is not UTF-8 (replaced with U+FFFD)",
-                out,
-                obs,
+                sink,
             );
         }
         if b.overflow {
             self.parse_error(
                 ParseErrorKind::ItemTooLarge,
                 "citation larger than max_item_bytes (cut)",
-                out,
-                obs,
+                sink,
             );
         }
         match b.parent {
             Parent::Top => {
-                self.item_done(obs);
+                self.item_done(sink);
                 self.state = State::Idle;
             }
             Parent::ToolResult(ctx) => self.state = State::ToolResult(ctx),
@@ -473,11 +466,11 @@ impl Parser {
                 let text = match String::from_utf8(collected.unwrap_or_default()) {
                     Ok(t) => t,
                     Err(e) => {
-                        self.parse_error(ParseErrorKind::InvalidUtf8, "citation is not UTF-8", out, obs);
+                        self.parse_error(ParseErrorKind::InvalidUtf8, "citation is not UTF-8", sink);
                         String::from_utf8_lossy(e.as_bytes()).into_owned()
                     }
                 };
-                ctx.add(text, out, obs, self.opts.budget);
+                ctx.add(text, sink);
                 self.state = State::Citations(ctx);
             }
         }
@@ -485,7 +478,7 @@ impl Parser {
     }
 
     /// Between the children of a client tool result.
-    pub(super) fn tool_result_children(&mut self, eof: bool, out: &mut Vec<u8>, obs: &mut impl Observer) -> Flow {
+    pub(super) fn tool_result_children(&mut self, eof: bool, sink: &mut Sink<impl Observer>) -> Flow {
         self.skip_ws();
         let rest = self.rest();
         if rest.is_empty() {
@@ -510,7 +503,7 @@ impl Parser {
             return Flow::Wait;
         }
         self.state = State::ToolResult(ctx);
-        let (kind, len) = match self.next_tag(out, obs) {
+        let (kind, len) = match self.next_tag(sink) {
             Err(flow) => return flow,
             Ok(None) => return Flow::Wait,
             Ok(Some(t)) => t,
@@ -526,8 +519,8 @@ impl Parser {
         match (kind, name.as_str()) {
             (TagKind::Close, "content-block-tool_result") => {
                 self.pos += len;
-                ctx.close(out, obs, self.opts.budget);
-                self.item_done(obs);
+                ctx.close(sink);
+                self.item_done(sink);
                 self.state = State::Idle;
             }
             (TagKind::Open, "text") => {
@@ -544,7 +537,7 @@ impl Parser {
                     Ok(a) => a,
                     Err(e) => {
                         self.state = State::ToolResult(ctx);
-                        return self.bad_input(ParseErrorKind::Syntax, &e.to_string(), out, obs);
+                        return self.bad_input(ParseErrorKind::Syntax, &e.to_string(), sink);
                     }
                 };
                 self.pos += len;
@@ -557,8 +550,8 @@ impl Parser {
                     }
                 }
                 let header = BlockHeader::new(EnvelopeKind::ToolResultImage, &ctx.agent, extras);
-                emit::envelope(out, obs, self.opts.budget, &header, false, "");
-                obs.block_closed(EnvelopeKind::ToolResultImage, 1);
+                sink.envelope(&header, false, "");
+                sink.obs.block_closed(EnvelopeKind::ToolResultImage, 1);
                 self.state = State::ToolResult(ctx);
             }
             (TagKind::Close, "image") | (TagKind::Close, "text") => {
@@ -567,13 +560,13 @@ impl Parser {
             }
             (TagKind::Open, _) => {
                 // An unknown child: its content is text of the result, or dropped.
-                obs.unknown_tag();
+                sink.obs.unknown_tag();
                 self.pos += len;
                 ctx.multimodal = true;
                 let keep = self.opts.unknown_tags == crate::pipeline::UnknownTags::Text;
                 let mut body = self.client_body(&ctx, &name, true, Parent::Top);
                 if !keep {
-                    body.sink = Sink::Drop;
+                    body.sink = Dest::Drop;
                 }
                 self.state = State::Body(Box::new(Body {
                     parent: Parent::ToolResult(ctx),
@@ -581,14 +574,14 @@ impl Parser {
                 }));
             }
             (TagKind::Empty, _) => {
-                obs.unknown_tag();
+                sink.obs.unknown_tag();
                 self.pos += len;
                 self.state = State::ToolResult(ctx);
             }
             (TagKind::Close, other) => {
                 let msg = format!("unexpected </{other}> in a tool result");
                 self.state = State::ToolResult(ctx);
-                return self.bad_input(ParseErrorKind::Syntax, &msg, out, obs);
+                return self.bad_input(ParseErrorKind::Syntax, &msg, sink);
             }
         }
         Flow::Continue
@@ -602,7 +595,7 @@ impl Parser {
             close,
             EndRule::First,
             Escape::Client,
-            Sink::Sniff {
+            Dest::Sniff {
                 chunked,
                 raw: Vec::new(),
             },
@@ -611,7 +604,7 @@ impl Parser {
     }
 
     /// Between the `<citation>` children of `<citations>`.
-    pub(super) fn citations(&mut self, eof: bool, out: &mut Vec<u8>, obs: &mut impl Observer) -> Flow {
+    pub(super) fn citations(&mut self, eof: bool, sink: &mut Sink<impl Observer>) -> Flow {
         let _ = eof;
         self.skip_ws();
         let rest = self.rest();
@@ -619,9 +612,9 @@ impl Parser {
             return Flow::Wait;
         }
         if rest[0] != b'<' {
-            return self.bad_input(ParseErrorKind::Syntax, "text between citations", out, obs);
+            return self.bad_input(ParseErrorKind::Syntax, "text between citations", sink);
         }
-        let (kind, len) = match self.next_tag(out, obs) {
+        let (kind, len) = match self.next_tag(sink) {
             Err(flow) => return flow,
             Ok(None) => return Flow::Wait,
             Ok(Some(t)) => t,
@@ -635,7 +628,7 @@ impl Parser {
         let attrs = if is_citation && kind != TagKind::Close {
             match tag.attributes(Escape::Formatter) {
                 Ok(a) => Some(a),
-                Err(e) => return self.bad_input(ParseErrorKind::Syntax, &e.to_string(), out, obs),
+                Err(e) => return self.bad_input(ParseErrorKind::Syntax, &e.to_string(), sink),
             }
         } else {
             None
@@ -644,11 +637,10 @@ impl Parser {
             return Flow::Wait;
         };
         self.pos += len;
-        let budget = self.opts.budget;
         match (kind, attrs) {
             _ if closes => {
-                ctx.flush_final(out, obs, budget);
-                self.item_done(obs);
+                ctx.flush_final(sink);
+                self.item_done(sink);
                 self.state = State::Idle;
             }
             (TagKind::Open, Some(attrs)) => {
@@ -657,18 +649,18 @@ impl Parser {
                     "citation",
                     EndRule::First,
                     Escape::Formatter,
-                    Sink::Collect(Vec::new()),
+                    Dest::Collect(Vec::new()),
                     Parent::Citations(ctx),
                 )));
             }
             (TagKind::Empty, Some(attrs)) => {
                 ctx.current = Some(citation_extras(&attrs));
-                ctx.add(String::new(), out, obs, budget);
+                ctx.add(String::new(), sink);
                 self.state = State::Citations(ctx);
             }
             _ => {
                 self.state = State::Citations(ctx);
-                return self.bad_input(ParseErrorKind::Syntax, "unexpected tag in citations", out, obs);
+                return self.bad_input(ParseErrorKind::Syntax, "unexpected tag in citations", sink);
             }
         }
         Flow::Continue

@@ -27,7 +27,7 @@ mod text;
 
 use memchr::memmem;
 
-use crate::envelope::chunker as emit;
+use crate::envelope::chunker::Sink;
 use crate::envelope::{ids, BlockHeader, EnvelopeKind, Extras};
 use crate::pipeline::{DataJoin, Observer, Options, ParseErrorKind, StreamEnd};
 use crate::sse::SseEvent;
@@ -168,15 +168,15 @@ impl Parser {
     }
 
     /// One decoder event.
-    pub fn on_sse(&mut self, ev: SseEvent<'_>, out: &mut Vec<u8>, obs: &mut impl Observer) {
+    pub fn on_sse(&mut self, ev: SseEvent<'_>, sink: &mut Sink<impl Observer>) {
         match ev {
             SseEvent::Data(bytes) => {
                 if self.event_fresh {
-                    self.begin_event(out, obs);
+                    self.begin_event(sink);
                 }
                 self.buf.extend_from_slice(bytes);
                 self.last_byte = bytes.last().copied().unwrap_or(self.last_byte);
-                self.run(false, false, out, obs);
+                self.run(false, false, sink);
                 self.compact();
             }
             SseEvent::DataLine => {
@@ -189,10 +189,10 @@ impl Parser {
                 if self.event_fresh {
                     // An event with empty data: nothing to place, but it
                     // still ends whatever was waiting for an event end.
-                    self.begin_event(out, obs);
+                    self.begin_event(sink);
                 }
-                self.run(true, false, out, obs);
-                self.end_event(out, obs);
+                self.run(true, false, sink);
+                self.end_event(sink);
                 self.compact();
             }
             SseEvent::Discard => {
@@ -210,14 +210,14 @@ impl Parser {
         }
     }
 
-    fn begin_event(&mut self, out: &mut Vec<u8>, obs: &mut impl Observer) {
+    fn begin_event(&mut self, sink: &mut Sink<impl Observer>) {
         self.event_fresh = false;
         self.seen.events += 1;
         self.seen.lines += 1;
         self.event_mark = self.seen;
         if let Some(held) = self.pending_failure.take() {
             // Not the last event after all: it was model text.
-            self.emit_text_bytes(&held, out, obs);
+            self.emit_text_bytes(&held, sink);
         }
         self.event_start = Some(self.buf.len());
         self.whole_event = matches!(self.state, State::Text);
@@ -230,7 +230,7 @@ impl Parser {
         self.event_start.map_or(self.pos, |s| s.max(self.pos))
     }
 
-    fn end_event(&mut self, out: &mut Vec<u8>, obs: &mut impl Observer) {
+    fn end_event(&mut self, sink: &mut Sink<impl Observer>) {
         self.event_fresh = true;
         if std::mem::take(&mut self.interrupting) {
             let unfinished = !matches!(self.state, State::Idle | State::SkipEvent) || self.pos < self.buf.len();
@@ -240,8 +240,7 @@ impl Parser {
                 self.bad_input(
                     ParseErrorKind::Syntax,
                     "an item inside a text block did not end with its event",
-                    out,
-                    obs,
+                    sink,
                 );
                 self.pos = self.buf.len();
                 self.resync = false;
@@ -277,16 +276,16 @@ impl Parser {
 
     /// Runs states until one needs more input. `at_end`: the current event
     /// is complete; `eof`: no more input at all.
-    fn run(&mut self, at_end: bool, eof: bool, out: &mut Vec<u8>, obs: &mut impl Observer) {
+    fn run(&mut self, at_end: bool, eof: bool, sink: &mut Sink<impl Observer>) {
         loop {
             let flow = match self.state {
-                State::Idle => self.idle(at_end, out, obs),
-                State::EventItem => self.event_item(at_end, eof, out, obs),
-                State::Text => self.text(at_end, out, obs),
-                State::ExpectClose(_) => self.expect_close(eof, out, obs),
-                State::Body(_) => self.body(at_end, eof, out, obs),
-                State::ToolResult(_) => self.tool_result_children(eof, out, obs),
-                State::Citations(_) => self.citations(eof, out, obs),
+                State::Idle => self.idle(at_end, sink),
+                State::EventItem => self.event_item(at_end, eof, sink),
+                State::Text => self.text(at_end, sink),
+                State::ExpectClose(_) => self.expect_close(eof, sink),
+                State::Body(_) => self.body(at_end, eof, sink),
+                State::ToolResult(_) => self.tool_result_children(eof, sink),
+                State::Citations(_) => self.citations(eof, sink),
                 State::SkipEvent => {
                     self.pos = self.buf.len();
                     Flow::Wait
@@ -307,7 +306,7 @@ impl Parser {
         self.pos += n;
     }
 
-    fn idle(&mut self, at_end: bool, out: &mut Vec<u8>, obs: &mut impl Observer) -> Flow {
+    fn idle(&mut self, at_end: bool, sink: &mut Sink<impl Observer>) -> Flow {
         if self.pos >= self.buf.len() {
             return Flow::Wait;
         }
@@ -325,16 +324,16 @@ impl Parser {
             return Flow::Wait;
         };
         if first != b'<' {
-            return self.bad_input(ParseErrorKind::Unexpected, "text outside any block", out, obs);
+            return self.bad_input(ParseErrorKind::Unexpected, "text outside any block", sink);
         }
         self.resync = false;
         self.item_start.get_or_insert(self.seen);
         let _ = at_end;
-        match self.next_tag(out, obs) {
+        match self.next_tag(sink) {
             Err(flow) => flow,
             Ok(None) => Flow::Wait,
             Ok(Some((kind, len))) => {
-                self.open_item(kind, len, out, obs);
+                self.open_item(kind, len, sink);
                 Flow::Continue
             }
         }
@@ -343,13 +342,13 @@ impl Parser {
     /// Reads the tag at `pos` (which is `<`). `Ok(None)`: incomplete;
     /// `Ok(Some((kind, len)))`: complete, `buf[pos..pos + len]`, not
     /// consumed; `Err(flow)`: bad input, already reported.
-    fn next_tag(&mut self, out: &mut Vec<u8>, obs: &mut impl Observer) -> Result<Option<(TagKind, usize)>, Flow> {
+    fn next_tag(&mut self, sink: &mut Sink<impl Observer>) -> Result<Option<(TagKind, usize)>, Flow> {
         let end = self.tag_scan.end(&self.buf[self.pos..]);
         // The limit holds however the tag arrives (whole or in pieces).
         let seen = end.unwrap_or(self.buf.len() - self.pos);
         if seen > self.opts.max_item_bytes {
             self.tag_scan = TagScan::default();
-            return Err(self.bad_input(ParseErrorKind::ItemTooLarge, "tag larger than max_item_bytes", out, obs));
+            return Err(self.bad_input(ParseErrorKind::ItemTooLarge, "tag larger than max_item_bytes", sink));
         }
         let Some(len) = end else {
             return Ok(None);
@@ -363,7 +362,7 @@ impl Parser {
                     tag::TagError::Utf8 => ParseErrorKind::InvalidUtf8,
                     _ => ParseErrorKind::Syntax,
                 };
-                Err(self.bad_input(kind, &e.to_string(), out, obs))
+                Err(self.bad_input(kind, &e.to_string(), sink))
             }
         }
     }
@@ -373,14 +372,9 @@ impl Parser {
         Tag::parse(&self.buf[self.pos..self.pos + len]).map_or("", |t| t.name)
     }
 
-    fn event_item(&mut self, at_end: bool, eof: bool, out: &mut Vec<u8>, obs: &mut impl Observer) -> Flow {
+    fn event_item(&mut self, at_end: bool, eof: bool, sink: &mut Sink<impl Observer>) -> Flow {
         if self.buf.len() - self.pos > self.opts.max_item_bytes {
-            return self.bad_input(
-                ParseErrorKind::ItemTooLarge,
-                "event larger than max_item_bytes",
-                out,
-                obs,
-            );
+            return self.bad_input(ParseErrorKind::ItemTooLarge, "event larger than max_item_bytes", sink);
         }
         if !at_end {
             return Flow::Wait;
@@ -394,16 +388,16 @@ impl Parser {
             return Flow::Continue;
         }
         if trimmed == b"[DONE]" {
-            emit::done(out);
+            sink.done();
             self.end = StreamEnd::Done;
             self.pos = end;
-            self.item_done(obs);
+            self.item_done(sink);
             self.state = State::Idle;
             return Flow::Continue;
         }
         if trimmed[0] == b'{' {
             let json = std::mem::take(&mut self.buf);
-            let result = self.json_event(&json[start..end], out, obs);
+            let result = self.json_event(&json[start..end], sink);
             self.buf = json;
             match result {
                 raw::JsonEvent::Incomplete if !eof => {
@@ -415,33 +409,28 @@ impl Parser {
                         raw::JsonEvent::Invalid(m) => m,
                         _ => "JSON event cut short".to_owned(),
                     };
-                    return self.bad_input(ParseErrorKind::InvalidJson, &msg, out, obs);
+                    return self.bad_input(ParseErrorKind::InvalidJson, &msg, sink);
                 }
                 raw::JsonEvent::Done => {}
             }
             self.pos = end;
-            self.item_done(obs);
+            self.item_done(sink);
             self.state = State::Idle;
             return Flow::Continue;
         }
-        self.bad_input(ParseErrorKind::Unexpected, "text outside any block", out, obs)
+        self.bad_input(ParseErrorKind::Unexpected, "text outside any block", sink)
     }
 
-    fn expect_close(&mut self, eof: bool, out: &mut Vec<u8>, obs: &mut impl Observer) -> Flow {
+    fn expect_close(&mut self, eof: bool, sink: &mut Sink<impl Observer>) -> Flow {
         self.skip_ws();
         if self.rest().is_empty() {
             let _ = eof;
             return Flow::Wait;
         }
         if self.rest()[0] != b'<' {
-            return self.bad_input(
-                ParseErrorKind::Syntax,
-                "content where a closing tag was expected",
-                out,
-                obs,
-            );
+            return self.bad_input(ParseErrorKind::Syntax, "content where a closing tag was expected", sink);
         }
-        match self.next_tag(out, obs) {
+        match self.next_tag(sink) {
             Err(flow) => flow,
             Ok(None) => Flow::Wait,
             Ok(Some((kind, len))) => {
@@ -450,12 +439,12 @@ impl Parser {
                 };
                 if kind == TagKind::Close && self.tag_name(len) == name {
                     self.pos += len;
-                    self.item_done(obs);
+                    self.item_done(sink);
                     self.state = State::Idle;
                     Flow::Continue
                 } else {
                     let msg = format!("expected </{name}>");
-                    self.bad_input(ParseErrorKind::Syntax, &msg, out, obs)
+                    self.bad_input(ParseErrorKind::Syntax, &msg, sink)
                 }
             }
         }
@@ -467,19 +456,19 @@ impl Parser {
     }
 
     /// The current item is complete.
-    fn item_done(&mut self, obs: &mut impl Observer) {
+    fn item_done(&mut self, sink: &mut Sink<impl Observer>) {
         if let Some(start) = self.item_start.take() {
             let events = (self.seen.events - start.events + 1) as u32;
             let lines = (self.seen.lines - start.lines + 1) as u32;
-            obs.item(events, lines);
+            sink.obs.item(events, lines);
         }
     }
 
     /// Reports bad input, drops the rest of the event and resynchronises.
-    fn bad_input(&mut self, kind: ParseErrorKind, message: &str, out: &mut Vec<u8>, obs: &mut impl Observer) -> Flow {
+    fn bad_input(&mut self, kind: ParseErrorKind, message: &str, sink: &mut Sink<impl Observer>) -> Flow {
         self.tag_scan = TagScan::default();
-        self.abandon_item(out, obs);
-        self.parse_error(kind, message, out, obs);
+        self.abandon_item(sink);
+        self.parse_error(kind, message, sink);
         self.item_start = None;
         self.resync = true;
         self.state = State::SkipEvent;
@@ -487,24 +476,23 @@ impl Parser {
     }
 
     /// Flushes what an unfinished item holds so that nothing is lost.
-    fn abandon_item(&mut self, out: &mut Vec<u8>, obs: &mut impl Observer) {
-        let budget = self.opts.budget;
+    fn abandon_item(&mut self, sink: &mut Sink<impl Observer>) {
         match std::mem::replace(&mut self.state, State::Idle) {
             State::Body(b) => {
-                let parent = b.abandon(out, obs, budget);
+                let parent = b.abandon(sink);
                 if let Some(ctx) = parent {
-                    ctx.abandon(out, obs, budget);
+                    ctx.abandon(sink);
                 }
             }
-            State::ToolResult(ctx) => ctx.abandon(out, obs, budget),
-            State::Citations(mut ctx) => ctx.abandon(out, obs, budget),
+            State::ToolResult(ctx) => ctx.abandon(sink),
+            State::Citations(mut ctx) => ctx.abandon(sink),
             _ => {}
         }
     }
 
     /// `id` if every envelope may repeat it (`envelope::ids`), else `""` after an `error` envelope: a long or
     /// unsafe identifier would multiply the output by its length (issue 13). `what` names it in the message.
-    fn safe_id<'a>(&mut self, id: &'a str, what: &str, out: &mut Vec<u8>, obs: &mut impl Observer) -> &'a str {
+    fn safe_id<'a>(&mut self, id: &'a str, what: &str, sink: &mut Sink<impl Observer>) -> &'a str {
         if ids::is_valid(id) {
             return id;
         }
@@ -513,30 +501,30 @@ impl Parser {
             id.len(),
             ids::MAX_ID_BYTES
         );
-        self.parse_error(ParseErrorKind::InvalidId, &message, out, obs);
+        self.parse_error(ParseErrorKind::InvalidId, &message, sink);
         ""
     }
 
     /// Writes an `error` envelope `{"type":"parse_error","kind","message"}`.
-    fn parse_error(&mut self, kind: ParseErrorKind, message: &str, out: &mut Vec<u8>, obs: &mut impl Observer) {
-        obs.parse_error(kind);
+    fn parse_error(&mut self, kind: ParseErrorKind, message: &str, sink: &mut Sink<impl Observer>) {
+        sink.obs.parse_error(kind);
         let delta = serde_json::json!({"type": "parse_error", "kind": kind.as_str(), "message": message});
-        self.error_envelope(&delta.to_string(), out, obs);
+        self.error_envelope(&delta.to_string(), sink);
     }
 
-    fn error_envelope(&mut self, delta: &str, out: &mut Vec<u8>, obs: &mut impl Observer) {
+    fn error_envelope(&mut self, delta: &str, sink: &mut Sink<impl Observer>) {
         let header = BlockHeader::new(EnvelopeKind::Error, self.scopes.agent(), Extras::new());
-        emit::whole(out, obs, self.opts.budget, header, delta);
+        sink.whole(header, delta);
     }
 
     /// End of input.
-    pub fn finish(&mut self, out: &mut Vec<u8>, obs: &mut impl Observer) -> StreamEnd {
+    pub fn finish(&mut self, sink: &mut Sink<impl Observer>) -> StreamEnd {
         if !self.event_fresh {
             // Data without a dispatch never reaches here (the decoder
             // discards it), but be safe.
-            self.end_event(out, obs);
+            self.end_event(sink);
         }
-        self.run(true, true, out, obs);
+        self.run(true, true, sink);
         let failure = self.pending_failure.take();
         let truncated = match &self.state {
             State::Idle | State::Text | State::SkipEvent => !self.rest().trim_ascii().is_empty(),
@@ -545,22 +533,22 @@ impl Parser {
         if matches!(self.state, State::Text) {
             // Held bytes (a partial close tag) are text after all.
             let (from, to) = (self.pos, self.buf.len());
-            self.emit_text_range(from, to, out, obs);
+            self.emit_text_range(from, to, sink);
             self.pos = to;
         }
-        self.abandon_item(out, obs);
-        self.close_streamed(out, obs);
-        self.raw.close_all(&mut self.scopes, out, obs, self.opts.budget);
+        self.abandon_item(sink);
+        self.close_streamed(sink);
+        self.raw.close_all(&mut self.scopes, sink);
         if let Some(failure) = failure {
-            self.backend_failure(&failure, out, obs);
+            self.backend_failure(&failure, sink);
         }
         if truncated {
-            self.parse_error(ParseErrorKind::Truncated, "input ended inside an item", out, obs);
+            self.parse_error(ParseErrorKind::Truncated, "input ended inside an item", sink);
         }
         if self.end == StreamEnd::Cut && self.opts.require_done {
             let delta =
                 serde_json::json!({"type": "upstream_error", "message": "upstream ended the stream without [DONE]"});
-            self.error_envelope(&delta.to_string(), out, obs);
+            self.error_envelope(&delta.to_string(), sink);
         }
         self.buf.clear();
         self.pos = 0;
@@ -568,9 +556,9 @@ impl Parser {
     }
 
     /// The upstream failed: close what is open and say so.
-    pub fn abort(&mut self, message: &str, out: &mut Vec<u8>, obs: &mut impl Observer) {
+    pub fn abort(&mut self, message: &str, sink: &mut Sink<impl Observer>) {
         if let Some(held) = self.pending_failure.take() {
-            self.emit_text_bytes(&held, out, obs);
+            self.emit_text_bytes(&held, sink);
         }
         if matches!(self.state, State::Text) {
             // The unfinished event is dropped, unless part of it went out.
@@ -580,13 +568,13 @@ impl Parser {
                 self.buf.len().min(self.event_from())
             };
             let from = self.pos;
-            self.emit_text_range(from, end, out, obs);
+            self.emit_text_range(from, end, sink);
         }
-        self.abandon_item(out, obs);
-        self.close_streamed(out, obs);
-        self.raw.close_all(&mut self.scopes, out, obs, self.opts.budget);
+        self.abandon_item(sink);
+        self.close_streamed(sink);
+        self.raw.close_all(&mut self.scopes, sink);
         let delta = serde_json::json!({"type": "upstream_error", "message": message});
-        self.error_envelope(&delta.to_string(), out, obs);
+        self.error_envelope(&delta.to_string(), sink);
         self.buf.clear();
         self.pos = 0;
     }

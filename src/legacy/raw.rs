@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 use super::scope::Scopes;
 use super::text::failure_shape;
 use super::Parser;
-use crate::envelope::chunker as emit;
+use crate::envelope::chunker::Sink;
 use crate::envelope::{pyjson, BlockHeader, EnvelopeKind, Extras, PyStyle};
 use crate::pipeline::{Dialect, Observer, ParseErrorKind};
 
@@ -97,15 +97,15 @@ impl RawBlocks {
 
     /// End of stream: streamed blocks get their final marker; tool input
     /// received so far is sent.
-    pub fn close_all(&mut self, scopes: &mut Scopes, out: &mut Vec<u8>, obs: &mut impl Observer, budget: usize) {
+    pub fn close_all(&mut self, scopes: &mut Scopes, sink: &mut Sink<impl Observer>) {
         for (_, block) in std::mem::take(&mut self.open) {
-            stop(block, scopes, out, obs, budget);
+            stop(block, scopes, sink);
         }
     }
 }
 
 /// `content_block_stop`: close a block (DESIGN 3.4).
-fn stop(block: RawBlock, scopes: &mut Scopes, out: &mut Vec<u8>, obs: &mut impl Observer, budget: usize) {
+fn stop(block: RawBlock, scopes: &mut Scopes, sink: &mut Sink<impl Observer>) {
     match block {
         RawBlock::Streamed {
             header,
@@ -113,14 +113,14 @@ fn stop(block: RawBlock, scopes: &mut Scopes, out: &mut Vec<u8>, obs: &mut impl 
             citations,
             ..
         } => {
-            emit::envelope(out, obs, budget, &header, true, "");
-            obs.block_closed(header.kind, chunks + 1);
+            sink.envelope(&header, true, "");
+            sink.obs.block_closed(header.kind, chunks + 1);
             // Citations on a stopped text block follow its final marker.
             let n = citations.len();
             for (i, (extras, text)) in citations.into_iter().enumerate() {
                 let h = BlockHeader::new(EnvelopeKind::Citation, scopes.agent(), extras);
-                emit::envelope(out, obs, budget, &h, i + 1 == n, &text);
-                obs.block_closed(EnvelopeKind::Citation, 1);
+                sink.envelope(&h, i + 1 == n, &text);
+                sink.obs.block_closed(EnvelopeKind::Citation, 1);
             }
         }
         RawBlock::Tool { header, id, input } => {
@@ -131,7 +131,7 @@ fn stop(block: RawBlock, scopes: &mut Scopes, out: &mut Vec<u8>, obs: &mut impl 
             };
             let style = header.kind.json_text().unwrap_or(PyStyle::Unicode);
             scopes.tool_call(&id);
-            emit::whole(out, obs, budget, header, &pyjson::to_string(&value, style));
+            sink.whole(header, &pyjson::to_string(&value, style));
         }
         RawBlock::Ignored => {}
     }
@@ -161,12 +161,12 @@ fn citation(mut c: Map<String, Value>) -> (Extras, String) {
 
 impl Parser {
     /// One complete event of JSON: the failure object or a raw model event.
-    pub(super) fn json_event(&mut self, ev: &[u8], out: &mut Vec<u8>, obs: &mut impl Observer) -> JsonEvent {
+    pub(super) fn json_event(&mut self, ev: &[u8], sink: &mut Sink<impl Observer>) -> JsonEvent {
         if failure_shape(ev).is_some() {
             // The model stream failed: close what is open, then the error.
-            self.close_streamed(out, obs);
-            self.raw.close_all(&mut self.scopes, out, obs, self.opts.budget);
-            self.backend_failure(ev, out, obs);
+            self.close_streamed(sink);
+            self.raw.close_all(&mut self.scopes, sink);
+            self.backend_failure(ev, sink);
             return JsonEvent::Done;
         }
         let event: RawEvent<'_> = match serde_json::from_slice(ev) {
@@ -175,20 +175,14 @@ impl Parser {
             Err(e) => return JsonEvent::Invalid(e.to_string()),
         };
         if self.opts.dialect == Dialect::Xml {
-            self.parse_error(
-                ParseErrorKind::Unexpected,
-                "raw-dialect event in an xml stream",
-                out,
-                obs,
-            );
+            self.parse_error(ParseErrorKind::Unexpected, "raw-dialect event in an xml stream", sink);
             return JsonEvent::Done;
         }
-        let budget = self.opts.budget;
         let index = event.index.unwrap_or(0);
         match event.ty.as_deref().unwrap_or("") {
             "content_block_start" => {
                 let cb = event.content_block.unwrap_or_default();
-                self.raw_start(index, cb, out, obs);
+                self.raw_start(index, cb, sink);
             }
             "content_block_delta" => {
                 let Some(delta) = event.delta else {
@@ -196,18 +190,13 @@ impl Parser {
                 };
                 let max = self.opts.max_item_bytes;
                 let Some(block) = self.raw.get_mut(index) else {
-                    self.parse_error(
-                        ParseErrorKind::Unexpected,
-                        "delta for a block that is not open",
-                        out,
-                        obs,
-                    );
+                    self.parse_error(ParseErrorKind::Unexpected, "delta for a block that is not open", sink);
                     return JsonEvent::Done;
                 };
                 match (delta.ty.as_deref().unwrap_or(""), block) {
                     ("text_delta" | "thinking_delta", RawBlock::Streamed { header, chunks, .. }) => {
                         let text = delta.text.or(delta.thinking).unwrap_or_default();
-                        *chunks += emit::streamed_delta(out, obs, budget, header, &text);
+                        *chunks += sink.streamed_delta(header, &text);
                     }
                     ("input_json_delta", RawBlock::Tool { input, .. }) => {
                         let part = delta.partial_json.unwrap_or_default();
@@ -215,8 +204,7 @@ impl Parser {
                             self.parse_error(
                                 ParseErrorKind::ItemTooLarge,
                                 "tool input larger than max_item_bytes",
-                                out,
-                                obs,
+                                sink,
                             );
                         } else {
                             input.push_str(&part);
@@ -232,8 +220,7 @@ impl Parser {
                             self.parse_error(
                                 ParseErrorKind::ItemTooLarge,
                                 "citations larger than max_item_bytes",
-                                out,
-                                obs,
+                                sink,
                             );
                         } else if let Some(c) = delta.citation {
                             let (extras, text) = citation(c);
@@ -247,25 +234,24 @@ impl Parser {
             }
             "content_block_stop" => {
                 if let Some(block) = self.raw.take(index) {
-                    stop(block, &mut self.scopes, out, obs, budget);
+                    stop(block, &mut self.scopes, sink);
                 }
             }
             "message_start" | "message_delta" | "message_stop" | "ping" => {}
             "error" => {
                 let error = event.error.unwrap_or(Value::Null);
                 let style = EnvelopeKind::Error.json_text().unwrap_or(PyStyle::Ascii);
-                self.error_envelope(&pyjson::to_string(&error, style), out, obs);
+                self.error_envelope(&pyjson::to_string(&error, style), sink);
             }
             other => {
                 let msg = format!("unknown raw event type {other:?}");
-                self.parse_error(ParseErrorKind::Unexpected, &msg, out, obs);
+                self.parse_error(ParseErrorKind::Unexpected, &msg, sink);
             }
         }
         JsonEvent::Done
     }
 
-    fn raw_start(&mut self, index: u64, mut cb: Map<String, Value>, out: &mut Vec<u8>, obs: &mut impl Observer) {
-        let budget = self.opts.budget;
+    fn raw_start(&mut self, index: u64, mut cb: Map<String, Value>, sink: &mut Sink<impl Observer>) {
         let agent = self.scopes.agent().to_owned();
         let ty = str_field(&cb, "type").to_owned();
         let block = match ty.as_str() {
@@ -277,7 +263,7 @@ impl Parser {
                 };
                 let header = BlockHeader::new(kind, &agent, Extras::new());
                 let initial = str_field(&cb, &ty);
-                let chunks = emit::streamed_delta(out, obs, budget, &header, initial);
+                let chunks = sink.streamed_delta(&header, initial);
                 RawBlock::Streamed {
                     header,
                     chunks,
@@ -291,8 +277,8 @@ impl Parser {
                 } else {
                     EnvelopeKind::ServerToolCall
                 };
-                let id = self.safe_id(str_field(&cb, "id"), "tool call id", out, obs).to_owned();
-                let tool = self.safe_id(str_field(&cb, "name"), "tool name", out, obs);
+                let id = self.safe_id(str_field(&cb, "id"), "tool call id", sink).to_owned();
+                let tool = self.safe_id(str_field(&cb, "name"), "tool name", sink);
                 let extras = Extras::new().str("id", &id).str("name", tool);
                 // Input usually streams as input_json_delta; a non-empty
                 // initial input is the whole of it.
@@ -313,9 +299,9 @@ impl Parser {
                     .and_then(Value::as_str)
                     .unwrap_or("")
                     .to_owned();
-                let id = self.safe_id(&id, "tool result id", out, obs).to_owned();
+                let id = self.safe_id(&id, "tool result id", sink).to_owned();
                 let name = cb.get("name").and_then(Value::as_str).unwrap_or(t).to_owned();
-                let name = self.safe_id(&name, "tool result name", out, obs).to_owned();
+                let name = self.safe_id(&name, "tool result name", sink).to_owned();
                 // Structured content stays structured JSON (DESIGN 3.6), in the native text.
                 let style = EnvelopeKind::ServerToolResult.json_text().unwrap_or(PyStyle::Ascii);
                 let content = match cb.remove("content") {
@@ -325,18 +311,18 @@ impl Parser {
                 };
                 let extras = Extras::new().str("id", &id).str("name", &name);
                 let header = BlockHeader::new(EnvelopeKind::ServerToolResult, &agent, extras);
-                emit::whole(out, obs, budget, header, &content);
+                sink.whole(header, &content);
                 RawBlock::Ignored
             }
             "redacted_thinking" => RawBlock::Ignored,
             _ => {
-                obs.unknown_tag();
+                sink.obs.unknown_tag();
                 RawBlock::Ignored
             }
         };
         if let Some(old) = self.raw.take(index) {
-            obs.scope_conflict();
-            stop(old, &mut self.scopes, out, obs, budget);
+            sink.obs.scope_conflict();
+            stop(old, &mut self.scopes, sink);
         }
         self.raw.open.push((index, block));
     }

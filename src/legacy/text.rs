@@ -11,7 +11,7 @@ use memchr::{memchr, memrchr};
 use super::escape::{unescape_all, Escape, Unescaper};
 use super::{partial_suffix, Flow, Parser, State};
 use crate::envelope::budget::incomplete_utf8_tail;
-use crate::envelope::chunker as emit;
+use crate::envelope::chunker::Sink;
 use crate::envelope::{BlockHeader, EnvelopeKind, Extras};
 use crate::pipeline::{Observer, ParseErrorKind};
 
@@ -65,7 +65,7 @@ fn split_hold(region: &[u8]) -> usize {
 }
 
 /// Writes unescaped text as `final:false` deltas of `block`.
-fn emit_delta(block: &mut Streamed, budget: usize, text: &[u8], out: &mut Vec<u8>, obs: &mut impl Observer) {
+fn emit_delta(block: &mut Streamed, text: &[u8], sink: &mut Sink<impl Observer>) {
     let delta = match std::str::from_utf8(text) {
         Ok(t) => std::borrow::Cow::Borrowed(t),
         Err(_) => {
@@ -73,7 +73,7 @@ fn emit_delta(block: &mut Streamed, budget: usize, text: &[u8], out: &mut Vec<u8
             String::from_utf8_lossy(text)
         }
     };
-    block.chunks += emit::streamed_delta(out, obs, budget, &block.header, &delta);
+    block.chunks += sink.streamed_delta(&block.header, &delta);
 }
 
 /// The streamed kind a tag name opens, if any.
@@ -119,10 +119,10 @@ pub fn failure_shape(ev: &[u8]) -> Option<serde_json::Map<String, serde_json::Va
 }
 
 impl Parser {
-    pub(super) fn open_streamed(&mut self, kind: EnvelopeKind, obs: &mut impl Observer) {
+    pub(super) fn open_streamed(&mut self, kind: EnvelopeKind, sink: &mut Sink<impl Observer>) {
         if !self.streamed.is_empty() {
             // Parallel subagents: another block is open (DESIGN 3.5).
-            obs.scope_conflict();
+            sink.obs.scope_conflict();
         }
         self.streamed.push(Streamed {
             header: BlockHeader::new(kind, self.scopes.agent(), Extras::new()),
@@ -132,7 +132,7 @@ impl Parser {
         self.state = State::Text;
     }
 
-    pub(super) fn text(&mut self, at_end: bool, out: &mut Vec<u8>, obs: &mut impl Observer) -> Flow {
+    pub(super) fn text(&mut self, at_end: bool, sink: &mut Sink<impl Observer>) -> Flow {
         let len = self.buf.len();
         if !at_end {
             // Too large to hold until the event ends: stream it in cuts of
@@ -146,22 +146,22 @@ impl Parser {
                 let to = from + step - split_hold(&self.buf[from..from + step]);
                 self.whole_event = false;
                 self.event_streamed = true;
-                self.emit_text_range(from, to, out, obs);
+                self.emit_text_range(from, to, sink);
                 self.pos = to;
             }
             return Flow::Wait;
         }
         // Each text event is one item (a delta, or the close tag).
-        obs.item(1, self.event_lines());
+        sink.obs.item(1, self.event_lines());
         // 1. The block's close tag ends the event (with held bytes before).
         let region = &self.buf[self.pos..];
         if let Some(i) = self.streamed.iter().rposition(|s| region.ends_with(s.close_tag())) {
             let to = len - self.streamed[i].close_tag().len();
             let from = self.pos;
-            self.emit_text_range_to(i, from, to, out, obs);
+            self.emit_text_range_to(i, from, to, sink);
             self.pos = len;
             let block = self.streamed.remove(i);
-            self.close_block(block, out, obs);
+            self.close_block(block, sink);
             self.state = State::Idle;
             return Flow::Continue;
         }
@@ -171,7 +171,7 @@ impl Parser {
             // 2. An item sent whole while the block is open (an error).
             if is_complete_item(ev) {
                 let from = self.pos;
-                self.emit_text_range(from, ev_from, out, obs);
+                self.emit_text_range(from, ev_from, sink);
                 self.pos = ev_from;
                 self.interrupting = true;
                 self.state = State::Idle;
@@ -187,15 +187,15 @@ impl Parser {
             };
             if let Some(kind) = sibling {
                 let from = self.pos;
-                self.emit_text_range(from, ev_from, out, obs);
+                self.emit_text_range(from, ev_from, sink);
                 self.pos = len;
-                self.open_streamed(kind, obs);
+                self.open_streamed(kind, sink);
                 return Flow::Wait;
             }
             // 4. Perhaps the backend's failure, if nothing follows it.
             if failure_shape(ev).is_some() {
                 let from = self.pos;
-                self.emit_text_range(from, ev_from, out, obs);
+                self.emit_text_range(from, ev_from, sink);
                 self.pending_failure = Some(self.buf[ev_from..].to_vec());
                 self.pos = len;
                 return Flow::Wait;
@@ -204,7 +204,7 @@ impl Parser {
         // 5. Plain text: everything but a possible start of a close tag.
         let to = len - self.hold_back(self.pos, len);
         let from = self.pos;
-        self.emit_text_range(from, to, out, obs);
+        self.emit_text_range(from, to, sink);
         self.pos = to;
         Flow::Wait
     }
@@ -230,13 +230,13 @@ impl Parser {
     }
 
     /// Emits `buf[from..to]` as text of the top block.
-    pub(super) fn emit_text_range(&mut self, from: usize, to: usize, out: &mut Vec<u8>, obs: &mut impl Observer) {
+    pub(super) fn emit_text_range(&mut self, from: usize, to: usize, sink: &mut Sink<impl Observer>) {
         if let Some(top) = self.streamed.len().checked_sub(1) {
-            self.emit_text_range_to(top, from, to, out, obs);
+            self.emit_text_range_to(top, from, to, sink);
         }
     }
 
-    fn emit_text_range_to(&mut self, block: usize, from: usize, to: usize, out: &mut Vec<u8>, obs: &mut impl Observer) {
+    fn emit_text_range_to(&mut self, block: usize, from: usize, to: usize, sink: &mut Sink<impl Observer>) {
         if from >= to {
             return;
         }
@@ -244,33 +244,32 @@ impl Parser {
         let block = &mut self.streamed[block];
         if memchr(b'\\', raw).is_none() {
             // Nothing to unescape: straight from the input buffer.
-            emit_delta(block, self.opts.budget, raw, out, obs);
+            emit_delta(block, raw, sink);
             return;
         }
         self.scratch.clear();
         let mut u = Unescaper::new(Escape::Formatter);
         u.push(raw, &mut self.scratch);
         u.finish(&mut self.scratch);
-        emit_delta(block, self.opts.budget, &self.scratch, out, obs);
+        emit_delta(block, &self.scratch, sink);
     }
 
     /// Emits held raw bytes (not in `buf`) as text of the top block.
-    pub(super) fn emit_text_bytes(&mut self, raw: &[u8], out: &mut Vec<u8>, obs: &mut impl Observer) {
+    pub(super) fn emit_text_bytes(&mut self, raw: &[u8], sink: &mut Sink<impl Observer>) {
         if let Some(top) = self.streamed.last_mut() {
             let text = unescape_all(Escape::Formatter, raw);
-            emit_delta(top, self.opts.budget, &text, out, obs);
+            emit_delta(top, &text, sink);
         }
     }
 
-    fn close_block(&mut self, block: Streamed, out: &mut Vec<u8>, obs: &mut impl Observer) {
-        emit::envelope(out, obs, self.opts.budget, &block.header, true, "");
-        obs.block_closed(block.header.kind, block.chunks + 1);
+    fn close_block(&mut self, block: Streamed, sink: &mut Sink<impl Observer>) {
+        sink.envelope(&block.header, true, "");
+        sink.obs.block_closed(block.header.kind, block.chunks + 1);
         if block.invalid_utf8 {
             self.parse_error(
                 ParseErrorKind::InvalidUtf8,
                 "block text is not UTF-8 (replaced with U+FFFD)",
-                out,
-                obs,
+                sink,
             );
         }
         if !self.streamed.is_empty() {
@@ -279,9 +278,9 @@ impl Parser {
     }
 
     /// Closes every open streamed block, innermost first.
-    pub(super) fn close_streamed(&mut self, out: &mut Vec<u8>, obs: &mut impl Observer) {
+    pub(super) fn close_streamed(&mut self, sink: &mut Sink<impl Observer>) {
         while let Some(block) = self.streamed.pop() {
-            self.close_block(block, out, obs);
+            self.close_block(block, sink);
         }
         if matches!(self.state, State::Text) {
             self.state = State::Idle;
@@ -289,7 +288,7 @@ impl Parser {
     }
 
     /// The backend failed (DESIGN 3.1): an `error` envelope with its JSON.
-    pub(super) fn backend_failure(&mut self, raw: &[u8], out: &mut Vec<u8>, obs: &mut impl Observer) {
+    pub(super) fn backend_failure(&mut self, raw: &[u8], sink: &mut Sink<impl Observer>) {
         let Some(mut map) = failure_shape(raw) else {
             return;
         };
@@ -297,7 +296,7 @@ impl Parser {
             map.shift_remove("traceback");
         }
         self.end = crate::pipeline::StreamEnd::Failed;
-        self.error_envelope(&serde_json::Value::Object(map).to_string(), out, obs);
+        self.error_envelope(&serde_json::Value::Object(map).to_string(), sink);
     }
 }
 

@@ -12,6 +12,7 @@ pub use crate::pipeline::{
     DEFAULT_JSON_SNIFF_BYTES, DEFAULT_MAX_ITEM_BYTES, DEFAULT_MAX_TEXT_EVENT_BYTES, MIN_BUDGET,
 };
 
+use crate::envelope::chunker::Sink;
 use crate::legacy::Parser;
 use crate::sse::{Decoder, DecoderOptions};
 
@@ -25,6 +26,8 @@ pub struct Translator<O: Observer = Stats> {
     decoder: Decoder,
     parser: Parser,
     observer: O,
+    /// The envelope budget, for the sink each call writes through.
+    budget: usize,
     finished: bool,
 }
 
@@ -45,6 +48,7 @@ impl<O: Observer> Translator<O> {
         });
         Self {
             decoder,
+            budget: opts.budget,
             parser: Parser::new(opts, fallback_agent),
             observer,
             finished: false,
@@ -76,9 +80,11 @@ impl<O: Observer> Translator<O> {
             decoder,
             parser,
             observer,
+            budget,
             ..
         } = self;
-        decoder.feed(input, &mut |ev| parser.on_sse(ev, out, observer));
+        let mut sink = Sink::new(out, observer, *budget);
+        decoder.feed(input, &mut |ev| parser.on_sse(ev, &mut sink));
     }
 
     /// End of the upstream body: flushes held bytes and closes open blocks.
@@ -91,10 +97,12 @@ impl<O: Observer> Translator<O> {
             decoder,
             parser,
             observer,
+            budget,
             ..
         } = self;
-        decoder.finish(&mut |ev| parser.on_sse(ev, out, observer));
-        parser.finish(out, observer)
+        let mut sink = Sink::new(out, observer, *budget);
+        decoder.finish(&mut |ev| parser.on_sse(ev, &mut sink));
+        parser.finish(&mut sink)
     }
 
     /// The upstream failed mid-stream: closes open blocks and writes an
@@ -103,7 +111,8 @@ impl<O: Observer> Translator<O> {
         if std::mem::replace(&mut self.finished, true) {
             return;
         }
-        self.parser.abort(message, out, &mut self.observer);
+        let mut sink = Sink::new(out, &mut self.observer, self.budget);
+        self.parser.abort(message, &mut sink);
     }
 
     /// The agent of the current scope.
