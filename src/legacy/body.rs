@@ -239,7 +239,7 @@ pub struct ToolResultCtx {
 }
 
 impl ToolResultCtx {
-    fn header(&self) -> BlockHeader {
+    pub fn header(&self) -> BlockHeader {
         BlockHeader::new(
             EnvelopeKind::ToolResult,
             &self.agent,

@@ -5,9 +5,8 @@
 use serde_json::Value;
 
 use super::body::{Body, CitationsCtx, Dest, EndRule, Parent, ToolResultCtx};
-use super::escape::Escape;
+use super::kinds::ItemKind;
 use super::tag::{attr, Tag, TagKind};
-use super::text::streamed_kind;
 use super::{Parser, State};
 use crate::envelope::chunker::{Chunked, Sink};
 use crate::envelope::{pyjson, BlockHeader, EnvelopeKind, Extras, PyStyle, Split};
@@ -20,14 +19,10 @@ impl Parser {
             let Ok(tag) = Tag::parse(&self.buf[self.pos..self.pos + len]) else {
                 return;
             };
-            let escape = match tag.name {
-                "meta_init" | "meta_final" | "awaiting_frontend_tools" | "content-block-tool_result" => Escape::None,
-                _ => Escape::Formatter,
-            };
             let attrs = if kind == TagKind::Close {
                 Ok(Vec::new())
             } else {
-                tag.attributes(escape)
+                tag.attributes(ItemKind::of(tag.name).attribute_escape())
             };
             (tag.name.to_owned(), attrs)
         };
@@ -55,146 +50,158 @@ impl Parser {
         }
         self.pos += len;
         let empty = kind == TagKind::Empty;
-        let agent = self.scopes.agent().to_owned();
-        if let Some(k) = streamed_kind(&name) {
-            self.item_done(sink);
-            self.open_streamed(k, sink);
-            self.whole_event = false;
-            if empty {
-                self.close_streamed(sink);
-            }
-            return;
-        }
-        let close_state = if empty {
+        let item = ItemKind::of(&name);
+        // Items whose content is in their attributes wait for their close tag (unless `<…/>`).
+        let expect_close = if empty {
             State::Idle
         } else {
             State::ExpectClose(name.clone())
         };
-        match name.as_str() {
-            "meta_init" => {
-                self.meta_init(attr(&attrs, "data").unwrap_or(""), sink);
-                self.state = close_state;
+        match item {
+            ItemKind::Streamed(k) => {
+                self.item_done(sink);
+                self.open_streamed(k, sink);
+                self.whole_event = false;
+                if empty {
+                    self.close_streamed(sink);
+                }
+                return;
             }
-            "meta_final" | "awaiting_frontend_tools" => {
-                let kind = if name == "meta_final" {
-                    EnvelopeKind::MetaFinal
-                } else {
-                    EnvelopeKind::AwaitingFrontendTools
-                };
-                let data = self.native_json(attr(&attrs, "data").unwrap_or(""), kind, &name, sink);
-                sink.whole(BlockHeader::new(kind, &agent, Extras::new()), &data);
-                if kind == EnvelopeKind::MetaFinal {
+            ItemKind::MetaInit => {
+                self.meta_init(attr(&attrs, "data").unwrap_or(""), sink);
+                self.state = expect_close;
+            }
+            ItemKind::DataAttribute(k) => {
+                let data = self.native_json(attr(&attrs, "data").unwrap_or(""), k, &name, sink);
+                sink.whole(BlockHeader::new(k, self.scopes.agent(), Extras::new()), &data);
+                if k == EnvelopeKind::MetaFinal {
                     self.scopes.meta_final();
                 }
-                self.state = close_state;
+                self.state = expect_close;
             }
-            "content-block-tool_call" | "content-block-server_tool_call" => {
-                let kind = if name == "content-block-tool_call" {
-                    EnvelopeKind::ToolCall
-                } else {
-                    EnvelopeKind::ServerToolCall
-                };
-                let id = self.safe_id(attr(&attrs, "id").unwrap_or(""), "tool call id", sink);
-                let tool = self.safe_id(attr(&attrs, "name").unwrap_or(""), "tool name", sink);
-                let args = attr(&attrs, "arguments").unwrap_or("").trim();
-                // No arguments arrive as the JSON string "" (DESIGN 3.6).
-                let args = if args.is_empty() || args == "\"\"" { "{}" } else { args };
-                let args = self.native_json(args, kind, &name, sink);
-                self.scopes.tool_call(id);
-                let extras = Extras::new().str("id", id).str("name", tool);
-                sink.whole(BlockHeader::new(kind, &agent, extras), &args);
-                self.state = close_state;
+            ItemKind::ToolCall(k) => {
+                self.tool_call(k, &name, &attrs, sink);
+                self.state = expect_close;
             }
-            "content-block-tool_result" => {
-                let id = self
-                    .safe_id(attr(&attrs, "id").unwrap_or(""), "tool result id", sink)
-                    .to_owned();
-                let tool = self
-                    .safe_id(attr(&attrs, "name").unwrap_or(""), "tool name", sink)
-                    .to_owned();
-                // The parent's call returning closes the child scopes.
-                self.scopes.tool_result(&id);
-                let ctx = ToolResultCtx {
-                    id,
-                    name: tool,
-                    agent: self.scopes.agent().to_owned(),
-                    multimodal: false,
-                };
+            ItemKind::ClientToolResult => {
+                let ctx = self.client_tool_result(&attrs, sink);
                 if empty {
-                    let header = BlockHeader::new(
-                        EnvelopeKind::ToolResult,
-                        &ctx.agent,
-                        Extras::new().str("id", &ctx.id).str("name", &ctx.name),
-                    );
-                    sink.whole(header, "");
-                    self.item_done(sink);
+                    sink.whole(ctx.header(), "");
                 } else {
                     self.state = State::ToolResult(Box::new(ctx));
-                }
-            }
-            "citations" => {
-                self.state = if empty {
-                    State::Idle
-                } else {
-                    State::Citations(Box::new(CitationsCtx::new(&agent)))
-                };
-            }
-            _ => {
-                let buffered = buffered_kind(&name);
-                let (header, escape) = match buffered {
-                    Some(EnvelopeKind::ServerToolResult) => {
-                        let id = self.safe_id(attr(&attrs, "id").unwrap_or(""), "tool result id", sink);
-                        self.scopes.tool_result(id);
-                        let stem = name.strip_prefix("content-block-").unwrap_or(&name);
-                        let rname = attr(&attrs, "name").filter(|n| !n.is_empty()).unwrap_or(stem);
-                        let rname = self.safe_id(rname, "tool result name", sink);
-                        let extras = Extras::new().str("id", id).str("name", rname);
-                        let agent = self.scopes.agent().to_owned();
-                        (
-                            BlockHeader::new(EnvelopeKind::ServerToolResult, &agent, extras),
-                            Escape::Formatter,
-                        )
-                    }
-                    Some(kind @ EnvelopeKind::MetaFiles) => {
-                        (BlockHeader::new(kind, &agent, Extras::new()), Escape::None)
-                    }
-                    Some(kind) => (BlockHeader::new(kind, &agent, Extras::new()), Escape::Formatter),
-                    None => {
-                        sink.obs.unknown_tag();
-                        let header = BlockHeader::new(EnvelopeKind::Text, &agent, Extras::new());
-                        if empty {
-                            self.item_done(sink);
-                            return;
-                        }
-                        let sink = match self.opts.unknown_tags {
-                            UnknownTags::Text => Dest::Chunked(Chunked::new(header).never_final()),
-                            UnknownTags::Drop => Dest::Drop,
-                        };
-                        let mut body = Body::new(&name, EndRule::First, Escape::Formatter, sink, Parent::Top);
-                        body.final_marker = self.opts.unknown_tags == UnknownTags::Text;
-                        self.state = State::Body(Box::new(body));
-                        return;
-                    }
-                };
-                if empty {
-                    sink.whole(header, "");
-                    self.item_done(sink);
                     return;
                 }
-                // Errors and meta_files are read whole: held (bounded) so that their JSON is written natively.
-                let chunked = match header.kind.json_text() {
-                    Some(style) if header.kind.split() == Split::Native => {
-                        Chunked::new(header).reformat_json(style, self.opts.max_item_bytes)
-                    }
-                    _ => Chunked::new(header),
-                };
-                let body = Body::new(&name, EndRule::AtEventEnd, escape, Dest::Chunked(chunked), Parent::Top);
-                self.state = State::Body(Box::new(body));
+            }
+            ItemKind::Citations if !empty => {
+                self.state = State::Citations(Box::new(CitationsCtx::new(self.scopes.agent())));
+            }
+            ItemKind::Citations => {}
+            ItemKind::ServerToolResult | ItemKind::Body(_) => {
+                let header = self.body_header(item, &name, &attrs, sink);
+                if empty {
+                    sink.whole(header, "");
+                } else {
+                    self.state = State::Body(Box::new(self.item_body(item, &name, header)));
+                    return;
+                }
+            }
+            ItemKind::Unknown => {
+                sink.obs.unknown_tag();
+                if !empty {
+                    self.state = State::Body(Box::new(self.unknown_body(&name)));
+                    return;
+                }
             }
         }
         if empty {
             self.item_done(sink);
         }
+    }
+
+    /// A tool call: its arguments as the native formatter writes them (`""` is no input: `{}`, DESIGN 3.6).
+    fn tool_call(
+        &mut self,
+        kind: EnvelopeKind,
+        name: &str,
+        attrs: &[(String, String)],
+        sink: &mut Sink<impl Observer>,
+    ) {
+        let id = self.safe_id(attr(attrs, "id").unwrap_or(""), "tool call id", sink);
+        let tool = self.safe_id(attr(attrs, "name").unwrap_or(""), "tool name", sink);
+        let args = attr(attrs, "arguments").unwrap_or("").trim();
+        let args = if args.is_empty() || args == "\"\"" { "{}" } else { args };
+        let args = self.native_json(args, kind, name, sink);
+        self.scopes.tool_call(id);
+        let extras = Extras::new().str("id", id).str("name", tool);
+        sink.whole(BlockHeader::new(kind, self.scopes.agent(), extras), &args);
+    }
+
+    /// A client tool result's context; the parent's call returning closes the child scopes (DESIGN 3.5).
+    fn client_tool_result(&mut self, attrs: &[(String, String)], sink: &mut Sink<impl Observer>) -> ToolResultCtx {
+        let id = self
+            .safe_id(attr(attrs, "id").unwrap_or(""), "tool result id", sink)
+            .to_owned();
+        let name = self
+            .safe_id(attr(attrs, "name").unwrap_or(""), "tool name", sink)
+            .to_owned();
+        self.scopes.tool_result(&id);
+        ToolResultCtx {
+            id,
+            name,
+            agent: self.scopes.agent().to_owned(),
+            multimodal: false,
+        }
+    }
+
+    /// The header of a buffered item read as a body: a server tool result's id and name (the attribute, else the
+    /// tag's stem, e.g. `web_search_tool_result`), or an error's or meta_files' bare header.
+    fn body_header(
+        &mut self,
+        item: ItemKind,
+        name: &str,
+        attrs: &[(String, String)],
+        sink: &mut Sink<impl Observer>,
+    ) -> BlockHeader {
+        let ItemKind::Body(kind) = item else {
+            let id = self.safe_id(attr(attrs, "id").unwrap_or(""), "tool result id", sink);
+            self.scopes.tool_result(id);
+            let stem = name.strip_prefix("content-block-").unwrap_or(name);
+            let rname = attr(attrs, "name").filter(|n| !n.is_empty()).unwrap_or(stem);
+            let rname = self.safe_id(rname, "tool result name", sink);
+            let extras = Extras::new().str("id", id).str("name", rname);
+            return BlockHeader::new(EnvelopeKind::ServerToolResult, self.scopes.agent(), extras);
+        };
+        BlockHeader::new(kind, self.scopes.agent(), Extras::new())
+    }
+
+    /// The body of a buffered item. Errors and meta_files are read whole: held (bounded) so that their JSON is
+    /// written natively; a server result's CDATA may hold `]]>` (it ends at the one that ends its event).
+    fn item_body(&self, item: ItemKind, name: &str, header: BlockHeader) -> Body {
+        let chunked = match header.kind.json_text() {
+            Some(style) if header.kind.split() == Split::Native => {
+                Chunked::new(header).reformat_json(style, self.opts.max_item_bytes)
+            }
+            _ => Chunked::new(header),
+        };
+        Body::new(
+            name,
+            EndRule::AtEventEnd,
+            item.body_escape(),
+            Dest::Chunked(chunked),
+            Parent::Top,
+        )
+    }
+
+    /// An unknown tag's content: a text block of its own, or dropped (DESIGN 3.2; counted either way).
+    fn unknown_body(&self, name: &str) -> Body {
+        let header = BlockHeader::new(EnvelopeKind::Text, self.scopes.agent(), Extras::new());
+        let dest = match self.opts.unknown_tags {
+            UnknownTags::Text => Dest::Chunked(Chunked::new(header).never_final()),
+            UnknownTags::Drop => Dest::Drop,
+        };
+        let mut body = Body::new(name, EndRule::First, ItemKind::Unknown.body_escape(), dest, Parent::Top);
+        body.final_marker = self.opts.unknown_tags == UnknownTags::Text;
+        body
     }
 
     fn meta_init(&mut self, data: &str, sink: &mut Sink<impl Observer>) {
@@ -232,15 +239,5 @@ impl Parser {
                 json.to_owned()
             }
         }
-    }
-}
-
-/// Items read as a body (CDATA), by tag name.
-fn buffered_kind(name: &str) -> Option<EnvelopeKind> {
-    match name {
-        "content-block-error" => Some(EnvelopeKind::Error),
-        "content-block-meta_files" => Some(EnvelopeKind::MetaFiles),
-        n if n.starts_with("content-block-") && n.ends_with("_tool_result") => Some(EnvelopeKind::ServerToolResult),
-        _ => None,
     }
 }

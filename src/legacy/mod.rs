@@ -19,7 +19,9 @@
 
 mod body;
 mod escape;
+mod failure;
 mod items;
+mod kinds;
 mod raw;
 mod scope;
 mod tag;
@@ -215,10 +217,7 @@ impl Parser {
         self.seen.events += 1;
         self.seen.lines += 1;
         self.event_mark = self.seen;
-        if let Some(held) = self.pending_failure.take() {
-            // Not the last event after all: it was model text.
-            self.emit_text_bytes(&held, sink);
-        }
+        self.release_held_failure(sink);
         self.event_start = Some(self.buf.len());
         self.whole_event = matches!(self.state, State::Text);
         self.event_streamed = false;
@@ -557,9 +556,7 @@ impl Parser {
 
     /// The upstream failed: close what is open and say so.
     pub fn abort(&mut self, message: &str, sink: &mut Sink<impl Observer>) {
-        if let Some(held) = self.pending_failure.take() {
-            self.emit_text_bytes(&held, sink);
-        }
+        self.release_held_failure(sink);
         if matches!(self.state, State::Text) {
             // The unfinished event is dropped, unless part of it went out.
             let end = if self.event_streamed {

@@ -1,6 +1,5 @@
 //! The raw dialect (DESIGN 3.4): model stream events as JSON, translated as
-//! the backend's native JSON formatter would. Also the backend failure JSON,
-//! which both dialects send.
+//! the backend's native JSON formatter would.
 
 use std::borrow::Cow;
 
@@ -8,7 +7,6 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::scope::Scopes;
-use super::text::failure_shape;
 use super::Parser;
 use crate::envelope::chunker::Sink;
 use crate::envelope::{pyjson, BlockHeader, EnvelopeKind, Extras, PyStyle};
@@ -162,11 +160,7 @@ fn citation(mut c: Map<String, Value>) -> (Extras, String) {
 impl Parser {
     /// One complete event of JSON: the failure object or a raw model event.
     pub(super) fn json_event(&mut self, ev: &[u8], sink: &mut Sink<impl Observer>) -> JsonEvent {
-        if failure_shape(ev).is_some() {
-            // The model stream failed: close what is open, then the error.
-            self.close_streamed(sink);
-            self.raw.close_all(&mut self.scopes, sink);
-            self.backend_failure(ev, sink);
+        if self.failure_event(ev, sink) {
             return JsonEvent::Done;
         }
         let event: RawEvent<'_> = match serde_json::from_slice(ev) {

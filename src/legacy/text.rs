@@ -9,6 +9,8 @@
 use memchr::{memchr, memrchr};
 
 use super::escape::{unescape_all, Escape, Unescaper};
+use super::failure::failure_shape;
+use super::kinds::ItemKind;
 use super::{partial_suffix, Flow, Parser, State};
 use crate::envelope::budget::incomplete_utf8_tail;
 use crate::envelope::chunker::Sink;
@@ -23,19 +25,6 @@ const THINKING_CLOSE: &[u8] = b"</content-block-thinking>";
 /// Size of the cuts an oversized text event is streamed in (bounds the
 /// output written per read).
 const STREAM_CUT: usize = 16 << 10;
-
-/// Items that may interrupt an open text block as one complete event.
-const ITEM_NAMES: &[&[u8]] = &[
-    b"content-block-error",
-    b"content-block-tool_result",
-    b"content-block-tool_call",
-    b"content-block-server_tool_call",
-    b"content-block-meta_files",
-    b"meta_init",
-    b"meta_final",
-    b"awaiting_frontend_tools",
-    b"citations",
-];
 
 /// An open text or thinking block.
 #[derive(Debug)]
@@ -76,15 +65,6 @@ fn emit_delta(block: &mut Streamed, text: &[u8], sink: &mut Sink<impl Observer>)
     block.chunks += sink.streamed_delta(&block.header, &delta);
 }
 
-/// The streamed kind a tag name opens, if any.
-pub fn streamed_kind(name: &str) -> Option<EnvelopeKind> {
-    match name {
-        "content-block-text" => Some(EnvelopeKind::Text),
-        "content-block-thinking" => Some(EnvelopeKind::Thinking),
-        _ => None,
-    }
-}
-
 /// Whether `ev` is exactly one complete non-streamed item: `<name …>…</name>`.
 fn is_complete_item(ev: &[u8]) -> bool {
     let Some(inner) = ev.strip_prefix(b"<") else {
@@ -95,27 +75,12 @@ fn is_complete_item(ev: &[u8]) -> bool {
         .position(|b| b.is_ascii_whitespace() || *b == b'>' || *b == b'/')
         .unwrap_or(inner.len());
     let name = &inner[..name_len];
-    let known = ITEM_NAMES.contains(&name) || (name.starts_with(b"content-block-") && name.ends_with(b"_tool_result"));
+    let known = std::str::from_utf8(name).is_ok_and(|n| ItemKind::of(n).stands_alone_in_text());
     if !known || ev.len() < name.len() * 2 + 5 {
         return false;
     }
     let close_at = ev.len() - name.len() - 3;
     ev.ends_with(b">") && &ev[close_at..close_at + 2] == b"</" && &ev[close_at + 2..ev.len() - 1] == name
-}
-
-/// Whether `ev` is the backend failure JSON `{"error","message"[,"traceback"]}`.
-pub fn failure_shape(ev: &[u8]) -> Option<serde_json::Map<String, serde_json::Value>> {
-    let t = ev.trim_ascii();
-    if t.first() != Some(&b'{') || t.last() != Some(&b'}') {
-        return None;
-    }
-    let map: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(t).ok()?;
-    let shaped = map.get("error").is_some_and(|e| e.is_string())
-        && map.contains_key("message")
-        && map
-            .keys()
-            .all(|k| matches!(k.as_str(), "error" | "message" | "traceback"));
-    shaped.then_some(map)
 }
 
 impl Parser {
@@ -196,7 +161,7 @@ impl Parser {
             if failure_shape(ev).is_some() {
                 let from = self.pos;
                 self.emit_text_range(from, ev_from, sink);
-                self.pending_failure = Some(self.buf[ev_from..].to_vec());
+                self.hold_failure(ev_from);
                 self.pos = len;
                 return Flow::Wait;
             }
@@ -286,18 +251,6 @@ impl Parser {
             self.state = State::Idle;
         }
     }
-
-    /// The backend failed (DESIGN 3.1): an `error` envelope with its JSON.
-    pub(super) fn backend_failure(&mut self, raw: &[u8], sink: &mut Sink<impl Observer>) {
-        let Some(mut map) = failure_shape(raw) else {
-            return;
-        };
-        if !self.opts.include_traceback {
-            map.shift_remove("traceback");
-        }
-        self.end = crate::pipeline::StreamEnd::Failed;
-        self.error_envelope(&serde_json::Value::Object(map).to_string(), sink);
-    }
 }
 
 #[cfg(test)]
@@ -315,14 +268,5 @@ mod tests {
         assert!(!is_complete_item(b"<content-block-error>"));
         assert!(!is_complete_item(b"<chart>x</chart>"));
         assert!(!is_complete_item(b"<content-block-error>x</content-block-errors>"));
-    }
-
-    #[test]
-    fn only_the_exact_failure_shape_counts() {
-        assert!(failure_shape(br#"{"error":"ValueError","message":"m","traceback":"t"}"#).is_some());
-        assert!(failure_shape(br#"{"error":"E","message":"m"}"#).is_some());
-        assert!(failure_shape(br#"{"error":"E"}"#).is_none());
-        assert!(failure_shape(br#"{"error":"E","message":"m","x":1}"#).is_none());
-        assert!(failure_shape(b"{not json}").is_none());
     }
 }
