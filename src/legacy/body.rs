@@ -3,7 +3,7 @@
 //! two containers with children (client tool results, citations).
 
 use super::escape::{Escape, Unescaper};
-use super::tag::{attr, Tag, TagKind};
+use super::tag::{attr, ReadTag, TagKind};
 use super::{find, partial_suffix, Flow, Parser, State, CDATA_OPEN};
 use crate::envelope::chunker::{Chunked, Sink};
 use crate::envelope::{BlockHeader, EnvelopeKind, Extras};
@@ -503,7 +503,8 @@ impl Parser {
             return Flow::Wait;
         }
         self.state = State::ToolResult(ctx);
-        let (kind, len) = match self.next_tag(sink) {
+        // An image's attributes are the client's, with no backslash escape.
+        let ReadTag { kind, name, len, attrs } = match self.next_tag(sink, |_| Escape::None) {
             Err(flow) => return flow,
             Ok(None) => return Flow::Wait,
             Ok(Some(t)) => t,
@@ -511,11 +512,6 @@ impl Parser {
         let State::ToolResult(mut ctx) = std::mem::replace(&mut self.state, State::Idle) else {
             return Flow::Wait;
         };
-        let tag = match Tag::parse(&self.buf[self.pos..self.pos + len]) {
-            Ok(t) => t,
-            Err(_) => return Flow::Continue,
-        };
-        let name = tag.name.to_owned();
         match (kind, name.as_str()) {
             (TagKind::Close, "content-block-tool_result") => {
                 self.pos += len;
@@ -533,7 +529,7 @@ impl Parser {
                 }));
             }
             (TagKind::Open | TagKind::Empty, "image") => {
-                let attrs = match tag.attributes(Escape::None) {
+                let attrs = match attrs {
                     Ok(a) => a,
                     Err(e) => {
                         self.state = State::ToolResult(ctx);
@@ -614,19 +610,15 @@ impl Parser {
         if rest[0] != b'<' {
             return self.bad_input(ParseErrorKind::Syntax, "text between citations", sink);
         }
-        let (kind, len) = match self.next_tag(sink) {
+        let ReadTag { kind, name, len, attrs } = match self.next_tag(sink, |_| Escape::Formatter) {
             Err(flow) => return flow,
             Ok(None) => return Flow::Wait,
             Ok(Some(t)) => t,
         };
-        let tag = match Tag::parse(&self.buf[self.pos..self.pos + len]) {
-            Ok(t) => t,
-            Err(_) => return Flow::Continue,
-        };
-        let is_citation = tag.name == "citation";
-        let closes = kind == TagKind::Close && tag.name == "citations";
+        let is_citation = name == "citation";
+        let closes = kind == TagKind::Close && name == "citations";
         let attrs = if is_citation && kind != TagKind::Close {
-            match tag.attributes(Escape::Formatter) {
+            match attrs {
                 Ok(a) => Some(a),
                 Err(e) => return self.bad_input(ParseErrorKind::Syntax, &e.to_string(), sink),
             }

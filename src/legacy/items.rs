@@ -6,26 +6,16 @@ use serde_json::Value;
 
 use super::body::{Body, CitationsCtx, Dest, EndRule, Parent, ToolResultCtx};
 use super::kinds::ItemKind;
-use super::tag::{attr, Tag, TagKind};
+use super::tag::{attr, ReadTag, TagKind};
 use super::{Parser, State};
 use crate::envelope::chunker::{Chunked, Sink};
 use crate::envelope::{pyjson, BlockHeader, EnvelopeKind, Extras, PyStyle, Split};
 use crate::pipeline::{Observer, ParseErrorKind, UnknownTags};
 
 impl Parser {
-    /// A complete tag of `len` bytes at `pos`, seen between items.
-    pub(super) fn open_item(&mut self, kind: TagKind, len: usize, sink: &mut Sink<impl Observer>) {
-        let (name, attrs) = {
-            let Ok(tag) = Tag::parse(&self.buf[self.pos..self.pos + len]) else {
-                return;
-            };
-            let attrs = if kind == TagKind::Close {
-                Ok(Vec::new())
-            } else {
-                tag.attributes(ItemKind::of(tag.name).attribute_escape())
-            };
-            (tag.name.to_owned(), attrs)
-        };
+    /// A complete tag at `pos`, seen between items.
+    pub(super) fn open_item(&mut self, tag: ReadTag, sink: &mut Sink<impl Observer>) {
+        let ReadTag { kind, name, len, attrs } = tag;
         let attrs = match attrs {
             Ok(a) => a,
             Err(e) => {

@@ -35,9 +35,11 @@ use crate::pipeline::{DataJoin, Observer, Options, ParseErrorKind, StreamEnd};
 use crate::sse::SseEvent;
 
 use body::{Body, CitationsCtx, ToolResultCtx};
+use escape::Escape;
+use kinds::ItemKind;
 use raw::RawBlocks;
 use scope::Scopes;
-use tag::{Tag, TagKind, TagScan};
+use tag::{ReadTag, Tag, TagKind, TagScan};
 use text::Streamed;
 
 /// Whether a state step made progress or needs more input.
@@ -328,20 +330,25 @@ impl Parser {
         self.resync = false;
         self.item_start.get_or_insert(self.seen);
         let _ = at_end;
-        match self.next_tag(sink) {
+        match self.next_tag(sink, |name| ItemKind::of(name).attribute_escape()) {
             Err(flow) => flow,
             Ok(None) => Flow::Wait,
-            Ok(Some((kind, len))) => {
-                self.open_item(kind, len, sink);
+            Ok(Some(tag)) => {
+                self.open_item(tag, sink);
                 Flow::Continue
             }
         }
     }
 
-    /// Reads the tag at `pos` (which is `<`). `Ok(None)`: incomplete;
-    /// `Ok(Some((kind, len)))`: complete, `buf[pos..pos + len]`, not
-    /// consumed; `Err(flow)`: bad input, already reported.
-    fn next_tag(&mut self, sink: &mut Sink<impl Observer>) -> Result<Option<(TagKind, usize)>, Flow> {
+    /// Reads the tag at `pos` (which is `<`), once: `Ok(None)`: incomplete;
+    /// `Ok(Some(tag))`: complete, `buf[pos..pos + tag.len]`, not consumed,
+    /// its attributes decoded with `escape(name)` (DESIGN 3.3); `Err(flow)`:
+    /// bad input, already reported.
+    fn next_tag(
+        &mut self,
+        sink: &mut Sink<impl Observer>,
+        escape: impl Fn(&str) -> Escape,
+    ) -> Result<Option<ReadTag>, Flow> {
         let end = self.tag_scan.end(&self.buf[self.pos..]);
         // The limit holds however the tag arrives (whole or in pieces).
         let seen = end.unwrap_or(self.buf.len() - self.pos);
@@ -354,7 +361,15 @@ impl Parser {
         };
         self.tag_scan = TagScan::default();
         match Tag::parse(&self.buf[self.pos..self.pos + len]) {
-            Ok(tag) => Ok(Some((tag.kind, len))),
+            Ok(tag) => Ok(Some(ReadTag {
+                kind: tag.kind,
+                name: tag.name.to_owned(),
+                len,
+                attrs: match tag.kind {
+                    TagKind::Close => Ok(Vec::new()),
+                    _ => tag.attributes(escape(tag.name)),
+                },
+            })),
             Err(e) => {
                 let kind = match e {
                     tag::TagError::Declaration => ParseErrorKind::Entity,
@@ -364,11 +379,6 @@ impl Parser {
                 Err(self.bad_input(kind, &e.to_string(), sink))
             }
         }
-    }
-
-    /// The name of the complete tag at `pos`.
-    fn tag_name(&self, len: usize) -> &str {
-        Tag::parse(&self.buf[self.pos..self.pos + len]).map_or("", |t| t.name)
     }
 
     fn event_item(&mut self, at_end: bool, eof: bool, sink: &mut Sink<impl Observer>) -> Flow {
@@ -429,15 +439,15 @@ impl Parser {
         if self.rest()[0] != b'<' {
             return self.bad_input(ParseErrorKind::Syntax, "content where a closing tag was expected", sink);
         }
-        match self.next_tag(sink) {
+        match self.next_tag(sink, |_| Escape::None) {
             Err(flow) => flow,
             Ok(None) => Flow::Wait,
-            Ok(Some((kind, len))) => {
+            Ok(Some(tag)) => {
                 let State::ExpectClose(name) = &self.state else {
                     return Flow::Continue;
                 };
-                if kind == TagKind::Close && self.tag_name(len) == name {
-                    self.pos += len;
+                if tag.kind == TagKind::Close && tag.name == *name {
+                    self.pos += tag.len;
                     self.item_done(sink);
                     self.state = State::Idle;
                     Flow::Continue

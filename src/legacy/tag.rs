@@ -1,17 +1,26 @@
 //! Markup tokens of the legacy format: finding where a tag ends in a byte
 //! stream, and reading its name and attributes (attributes via quick-xml).
 
-use memchr::memchr3;
 use quick_xml::events::BytesStart;
+use quick_xml::parser::{ElementParser, Parser as _};
 
 use super::escape::{attr_value, AttrError, Escape};
 
-/// Incremental search for the `>` that ends a tag, outside quoted values.
-/// Resumable: each call scans only bytes not seen before.
-#[derive(Debug, Clone, Default)]
+/// Incremental search for the `>` that ends a tag, outside quoted values: quick-xml's own `ElementParser`, fed
+/// only the bytes it has not seen (it keeps the quote state between calls).
+#[derive(Debug, Clone)]
 pub struct TagScan {
+    parser: ElementParser,
     scanned: usize,
-    quote: Option<u8>,
+}
+
+impl Default for TagScan {
+    fn default() -> Self {
+        Self {
+            parser: ElementParser::Outside,
+            scanned: 0,
+        }
+    }
 }
 
 impl TagScan {
@@ -19,29 +28,20 @@ impl TagScan {
     /// complete.
     pub fn end(&mut self, tag: &[u8]) -> Option<usize> {
         // Clamped: the caller may have dropped bytes it had shown us.
-        let mut i = self.scanned.clamp(1, tag.len().max(1));
-        loop {
-            match self.quote {
-                Some(q) => match memchr::memchr(q, &tag[i..]) {
-                    Some(off) => {
-                        i += off + 1;
-                        self.quote = None;
-                    }
-                    None => break,
-                },
-                None => match memchr3(b'>', b'"', b'\'', &tag[i..]) {
-                    Some(off) if tag[i + off] == b'>' => return Some(i + off + 1),
-                    Some(off) => {
-                        self.quote = Some(tag[i + off]);
-                        i += off + 1;
-                    }
-                    None => break,
-                },
-            }
-        }
+        let from = self.scanned.clamp(1, tag.len().max(1));
         self.scanned = tag.len();
-        None
+        self.parser.feed(tag.get(from..)?).map(|i| from + i + 1)
     }
+}
+
+/// A complete tag, read once: its kind, name, length in the input, and its attributes decoded with the escape
+/// the reader chose for that name.
+#[derive(Debug)]
+pub struct ReadTag {
+    pub kind: TagKind,
+    pub name: String,
+    pub len: usize,
+    pub attrs: Result<Vec<(String, String)>, TagError>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
