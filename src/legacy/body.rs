@@ -7,7 +7,7 @@ use super::tag::{attr, ReadTag, TagKind};
 use super::{find, partial_suffix, Flow, Parser, State, CDATA_OPEN};
 use crate::envelope::chunker::{Chunked, Sink};
 use crate::envelope::{BlockHeader, EnvelopeKind, Extras};
-use crate::pipeline::{Observer, ParseErrorKind};
+use crate::pipeline::{Observer, Options, ParseErrorKind};
 
 const CDATA_CLOSE: &[u8] = b"]]>";
 
@@ -56,6 +56,15 @@ pub enum Dest {
     /// Collected whole (a citation's text).
     Collect(Vec<u8>),
     Drop,
+}
+
+/// What one step of a body's reader did with the input it was shown: how many bytes it consumed, and whether
+/// to run again, wait for more input, or close the body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyStep {
+    Continue(usize),
+    Wait(usize),
+    Done(usize),
 }
 
 /// Where to go when the body ends.
@@ -122,7 +131,7 @@ impl Body {
             }
     }
 
-    fn push(&mut self, content: &[u8], sink: &mut Sink<impl Observer>, opts: &crate::pipeline::Options) {
+    fn push(&mut self, content: &[u8], sink: &mut Sink<impl Observer>, opts: &Options) {
         if content.is_empty() {
             return;
         }
@@ -212,6 +221,97 @@ impl Body {
             }
             _ => None,
         }
+    }
+
+    /// Reads what it can of `rest`, the unread input (DESIGN 3.3 and 3.6 for where CDATA ends): content goes to
+    /// the destination as it arrives, holding back only bytes that may begin the end of the section.
+    pub fn step(
+        &mut self,
+        rest: &[u8],
+        at_end: bool,
+        eof: bool,
+        opts: &Options,
+        sink: &mut Sink<impl Observer>,
+    ) -> BodyStep {
+        match self.phase {
+            Phase::Start => self.start(rest, eof),
+            Phase::Cdata => self.cdata(rest, at_end, eof, opts, sink),
+            Phase::Text => self.text(rest, eof, opts, sink),
+        }
+    }
+
+    /// Before the content: whitespace, then a CDATA section, the close tag, or plain text.
+    fn start(&mut self, rest: &[u8], eof: bool) -> BodyStep {
+        let ws = rest.iter().take_while(|b| b.is_ascii_whitespace()).count();
+        let rest = &rest[ws..];
+        if rest.is_empty() {
+            return BodyStep::Wait(ws);
+        }
+        if rest.starts_with(CDATA_OPEN) {
+            self.phase = Phase::Cdata;
+            return BodyStep::Continue(ws + CDATA_OPEN.len());
+        }
+        if rest.starts_with(&self.close) {
+            return BodyStep::Done(ws + self.close.len());
+        }
+        if (CDATA_OPEN.starts_with(rest) || self.close.starts_with(rest)) && !eof {
+            return BodyStep::Wait(ws);
+        }
+        self.phase = Phase::Text;
+        BodyStep::Continue(ws)
+    }
+
+    /// Inside a CDATA section: up to a `]]>` that ends it (followed by the close tag, where the end rule says),
+    /// or that joins the next section (client results); any other `]]>` is content.
+    fn cdata(
+        &mut self,
+        rest: &[u8],
+        at_end: bool,
+        eof: bool,
+        opts: &Options,
+        sink: &mut Sink<impl Observer>,
+    ) -> BodyStep {
+        let Some(i) = find(rest, CDATA_CLOSE) else {
+            // Hold a trailing `]` or `]]`: it may start the section's end.
+            let hold = if eof { 0 } else { partial_suffix(rest, CDATA_CLOSE) };
+            let n = rest.len() - hold;
+            self.push(&rest[..n], sink, opts);
+            return BodyStep::Wait(n);
+        };
+        self.push(&rest[..i], sink, opts);
+        let after = &rest[i + CDATA_CLOSE.len()..];
+        let close_len = self.close.len();
+        if self.join && after.starts_with(CDATA_OPEN) {
+            return BodyStep::Continue(i + CDATA_CLOSE.len() + CDATA_OPEN.len());
+        }
+        if after.starts_with(&self.close) {
+            let whole_rest = after.len() == close_len;
+            if self.end_rule == EndRule::First || (whole_rest && (at_end || eof)) {
+                return BodyStep::Done(i + CDATA_CLOSE.len() + close_len);
+            }
+            if whole_rest {
+                // Only the event's end can tell whether this closes the item.
+                return BodyStep::Wait(i);
+            }
+        } else if !eof && ((self.join && CDATA_OPEN.starts_with(after)) || self.close.starts_with(after)) {
+            // Too few bytes after `]]>` to decide.
+            return BodyStep::Wait(i);
+        }
+        // The `]]>` is content.
+        self.push(CDATA_CLOSE, sink, opts);
+        BodyStep::Continue(i + CDATA_CLOSE.len())
+    }
+
+    /// Content without CDATA, up to the close tag.
+    fn text(&mut self, rest: &[u8], eof: bool, opts: &Options, sink: &mut Sink<impl Observer>) -> BodyStep {
+        if let Some(i) = find(rest, &self.close) {
+            self.push(&rest[..i], sink, opts);
+            return BodyStep::Done(i + self.close.len());
+        }
+        let hold = if eof { 0 } else { partial_suffix(rest, &self.close) };
+        let n = rest.len() - hold;
+        self.push(&rest[..n], sink, opts);
+        BodyStep::Wait(n)
     }
 
     /// Flushes what arrived and returns the parent, for an item cut short.
@@ -324,115 +424,24 @@ pub fn citation_extras(attrs: &[(String, String)]) -> Extras {
 }
 
 impl Parser {
-    fn body_mut(&mut self) -> &mut Body {
-        match &mut self.state {
-            State::Body(b) => b,
-            _ => unreachable!("body state"),
-        }
-    }
-
+    /// Runs the open body over the unread input.
     pub(super) fn body(&mut self, at_end: bool, eof: bool, sink: &mut Sink<impl Observer>) -> Flow {
-        let State::Body(b) = &self.state else {
-            return Flow::Wait;
-        };
-        match b.phase {
-            Phase::Start => self.body_start(eof, sink),
-            Phase::Cdata => self.body_cdata(at_end, eof, sink),
-            Phase::Text => self.body_text(eof, sink),
-        }
-    }
-
-    fn body_start(&mut self, eof: bool, sink: &mut Sink<impl Observer>) -> Flow {
-        self.skip_ws();
-        let rest = self.rest();
-        if rest.is_empty() {
-            return Flow::Wait;
-        }
-        if rest.starts_with(CDATA_OPEN) {
-            self.pos += CDATA_OPEN.len();
-            self.body_mut().phase = Phase::Cdata;
-            return Flow::Continue;
-        }
-        let State::Body(b) = &self.state else {
-            return Flow::Wait;
-        };
-        let rest = &self.buf[self.pos..];
-        if rest.starts_with(&b.close) {
-            self.pos += b.close.len();
-            return self.body_done(sink);
-        }
-        let could_be = CDATA_OPEN.starts_with(rest) || b.close.starts_with(rest);
-        if could_be && !eof {
-            return Flow::Wait;
-        }
-        self.body_mut().phase = Phase::Text;
-        Flow::Continue
-    }
-
-    fn body_cdata(&mut self, at_end: bool, eof: bool, sink: &mut Sink<impl Observer>) -> Flow {
-        let opts = self.opts.clone();
-        let pos = self.pos;
         let State::Body(b) = &mut self.state else {
             return Flow::Wait;
         };
-        let rest = &self.buf[pos..];
-        let Some(i) = find(rest, CDATA_CLOSE) else {
-            // Hold a trailing `]` or `]]`: it may start the section's end.
-            let hold = partial_suffix(rest, CDATA_CLOSE);
-            let hold = if eof { 0 } else { hold };
-            let n = rest.len() - hold;
-            b.push(&rest[..n], sink, &opts);
-            self.pos += n;
-            return Flow::Wait;
-        };
-        b.push(&rest[..i], sink, &opts);
-        let after = &rest[i + CDATA_CLOSE.len()..];
-        let close_len = b.close.len();
-        if b.join && after.starts_with(CDATA_OPEN) {
-            self.pos = pos + i + CDATA_CLOSE.len() + CDATA_OPEN.len();
-            return Flow::Continue;
-        }
-        if after.starts_with(&b.close) {
-            let at_event_end = after.len() == close_len && at_end;
-            if b.end_rule == EndRule::First || at_event_end || (eof && after.len() == close_len) {
-                self.pos = pos + i + CDATA_CLOSE.len() + close_len;
-                return self.body_done(sink);
+        let step = b.step(&self.buf[self.pos..], at_end, eof, &self.opts, sink);
+        match step {
+            BodyStep::Continue(n) => {
+                self.pos += n;
+                Flow::Continue
             }
-            if after.len() == close_len {
-                // Only the event's end can tell whether this closes the item.
-                self.pos = pos + i;
-                return Flow::Wait;
-            }
-        } else if !eof && ((b.join && CDATA_OPEN.starts_with(after)) || b.close.starts_with(after)) {
-            // Too few bytes after `]]>` to decide.
-            self.pos = pos + i;
-            return Flow::Wait;
-        }
-        // The `]]>` is content.
-        b.push(CDATA_CLOSE, sink, &opts);
-        self.pos = pos + i + CDATA_CLOSE.len();
-        Flow::Continue
-    }
-
-    fn body_text(&mut self, eof: bool, sink: &mut Sink<impl Observer>) -> Flow {
-        let opts = self.opts.clone();
-        let pos = self.pos;
-        let State::Body(b) = &mut self.state else {
-            return Flow::Wait;
-        };
-        let rest = &self.buf[pos..];
-        match find(rest, &b.close) {
-            Some(i) => {
-                b.push(&rest[..i], sink, &opts);
-                self.pos = pos + i + b.close.len();
-                self.body_done(sink)
-            }
-            None => {
-                let hold = if eof { 0 } else { partial_suffix(rest, &b.close) };
-                let n = rest.len() - hold;
-                b.push(&rest[..n], sink, &opts);
+            BodyStep::Wait(n) => {
                 self.pos += n;
                 Flow::Wait
+            }
+            BodyStep::Done(n) => {
+                self.pos += n;
+                self.body_done(sink)
             }
         }
     }
@@ -656,5 +665,93 @@ impl Parser {
             }
         }
         Flow::Continue
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::Stats;
+
+    /// Runs a body over `input` cut at `cut`, the way the parser does (keeping what a step did not consume), with
+    /// the whole input as one event; returns the collected content and whether the body closed.
+    fn read(body: &mut Body, input: &[u8], cut: usize) -> (bool, usize) {
+        let (mut out, mut stats) = (Vec::new(), Stats::default());
+        let mut sink = Sink::new(&mut out, &mut stats, 2048);
+        let opts = Options::default();
+        let (mut buf, mut pos) = (Vec::new(), 0);
+        for (piece, last) in [(&input[..cut], false), (&input[cut..], true)] {
+            buf.extend_from_slice(piece);
+            loop {
+                match body.step(&buf[pos..], last, false, &opts, &mut sink) {
+                    BodyStep::Continue(n) => pos += n,
+                    BodyStep::Wait(n) => {
+                        pos += n;
+                        break;
+                    }
+                    BodyStep::Done(n) => return (true, pos + n),
+                }
+            }
+        }
+        (false, pos)
+    }
+
+    fn collected(body: &Body) -> &[u8] {
+        match &body.sink {
+            Dest::Collect(v) => v,
+            _ => b"",
+        }
+    }
+
+    #[test]
+    fn a_server_result_ends_at_the_cdata_end_that_ends_its_event_at_every_split() {
+        let input = b"<![CDATA[a ]]></content-block-server_tool_result> b]]></content-block-server_tool_result>";
+        for cut in 0..=input.len() {
+            let mut b = Body::new(
+                "content-block-server_tool_result",
+                EndRule::AtEventEnd,
+                Escape::None,
+                Dest::Collect(Vec::new()),
+                Parent::Top,
+            );
+            assert_eq!(read(&mut b, input, cut), (true, input.len()), "cut {cut}");
+            assert_eq!(
+                collected(&b),
+                b"a ]]></content-block-server_tool_result> b",
+                "cut {cut}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_client_result_joins_split_cdata_sections_and_ends_at_the_first_end() {
+        let input = b"<![CDATA[x]]]]><![CDATA[>y]]></content-block-tool_result>rest";
+        for cut in 0..=input.len() {
+            let mut b = Body::new(
+                "content-block-tool_result",
+                EndRule::First,
+                Escape::Client,
+                Dest::Collect(Vec::new()),
+                Parent::Top,
+            );
+            assert_eq!(read(&mut b, input, cut), (true, input.len() - 4), "cut {cut}");
+            assert_eq!(collected(&b), b"x]]>y", "cut {cut}");
+        }
+    }
+
+    #[test]
+    fn plain_content_without_cdata_runs_to_the_close_tag() {
+        let input = b"  a < b</x>";
+        for cut in 0..=input.len() {
+            let mut b = Body::new(
+                "x",
+                EndRule::First,
+                Escape::None,
+                Dest::Collect(Vec::new()),
+                Parent::Top,
+            );
+            assert_eq!(read(&mut b, input, cut), (true, input.len()), "cut {cut}");
+            assert_eq!(collected(&b), b"a < b", "cut {cut}");
+        }
     }
 }
