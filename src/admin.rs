@@ -1,8 +1,7 @@
 //! Admin listener: `GET /metrics` (Prometheus text format), `GET /healthz` (alive), `GET /readyz` (accepting).
 
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use http::{header, Method, Request, Response, StatusCode};
@@ -15,31 +14,63 @@ use tokio::net::TcpListener;
 
 use crate::telemetry::Metrics;
 
-/// Readiness and drain state, mirrored into the `ready` and `draining` gauges.
+/// Readiness and drain state, mirrored into the `ready` and `draining` gauges. Ready means: serving, the public
+/// listener able to accept (not out of file descriptors), and not draining.
 pub struct Health {
-    ready: AtomicBool,
+    state: Mutex<HealthState>,
     metrics: Arc<Metrics>,
+}
+
+#[derive(Clone, Copy, Default)]
+struct HealthState {
+    accepting: bool,
+    draining: bool,
+}
+
+impl HealthState {
+    fn ready(self) -> bool {
+        self.accepting && !self.draining
+    }
 }
 
 impl Health {
     pub fn new(metrics: Arc<Metrics>) -> Self {
         Self {
-            ready: AtomicBool::new(false),
+            state: Mutex::new(HealthState::default()),
             metrics,
         }
     }
 
-    pub fn set_ready(&self, ready: bool) {
-        self.ready.store(ready, Ordering::SeqCst);
-        self.metrics.ready.set(i64::from(ready));
+    /// Whether the public listener can take connections: set when serving starts and after each accepted
+    /// connection, cleared while accept fails for lack of file descriptors. Returns whether readiness changed.
+    pub fn set_accepting(&self, accepting: bool) -> bool {
+        self.update(|s| s.accepting = accepting)
     }
 
+    /// Draining after SIGTERM: not ready from then on, whatever accept does.
     pub fn set_draining(&self, draining: bool) {
+        self.update(|s| s.draining = draining);
         self.metrics.draining.set(i64::from(draining));
     }
 
     pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::SeqCst)
+        self.lock().ready()
+    }
+
+    /// Applies `change` and mirrors readiness into the gauge under the same lock, so the gauge never lags a
+    /// concurrent change; returns whether readiness changed.
+    fn update(&self, change: impl FnOnce(&mut HealthState)) -> bool {
+        let mut s = self.lock();
+        let was = s.ready();
+        change(&mut s);
+        let now = s.ready();
+        self.metrics.ready.set(i64::from(now));
+        was != now
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HealthState> {
+        // The state is two plain flags: a panic elsewhere cannot leave it half-written.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -98,4 +129,31 @@ fn text(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
         header::HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readiness_needs_accepting_and_not_draining() {
+        let m = Arc::new(Metrics::register(&Registry::new()).unwrap());
+        let h = Health::new(Arc::clone(&m));
+        assert!(!h.is_ready(), "ready before serving");
+        assert!(h.set_accepting(true));
+        assert!(h.is_ready());
+        assert_eq!(m.ready.get(), 1);
+        assert!(h.set_accepting(false), "out of descriptors");
+        assert!(!h.is_ready());
+        assert_eq!(m.ready.get(), 0);
+        assert!(h.set_accepting(true));
+        h.set_draining(true);
+        assert!(!h.is_ready());
+        assert!(
+            !h.set_accepting(true),
+            "an accept while draining does not make it ready"
+        );
+        assert!(!h.is_ready());
+        assert_eq!((m.ready.get(), m.draining.get()), (0, 1));
+    }
 }

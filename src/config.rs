@@ -71,7 +71,8 @@ pub struct Server {
     pub idle_timeout_secs: f64,
     /// Largest request head in bytes, HTTP/1 buffer and HTTP/2 header list (default 65536).
     pub max_header_bytes: usize,
-    /// Seconds open streams may run after SIGTERM before the process exits (default 30).
+    /// Seconds open streams may run after SIGTERM before the process exits; translated streams still open then get
+    /// a `gateway_draining` error envelope (default 30).
     pub drain_timeout_secs: f64,
     /// Accept HTTP/2 (prior knowledge, h2c) besides HTTP/1.1 (default true).
     pub http2: bool,

@@ -61,6 +61,8 @@ pub enum Outcome {
     Completed,
     UpstreamError,
     ClientGone,
+    /// Still open at the drain deadline (`server.drain_timeout_secs` after SIGTERM) and ended by the gateway.
+    Drained,
 }
 
 impl Outcome {
@@ -69,6 +71,7 @@ impl Outcome {
             Outcome::Completed => "completed",
             Outcome::UpstreamError => "upstream_error",
             Outcome::ClientGone => "client_gone",
+            Outcome::Drained => "drained",
         }
     }
 }
@@ -135,6 +138,47 @@ impl ClientErrorKind {
     }
 }
 
+/// The `kind` label of `accept_errors_total`: why the public listener failed to accept a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AcceptErrorKind {
+    /// EMFILE: the process is at its open-file limit (`ulimit -n`, `LimitNOFILE`).
+    Emfile,
+    /// ENFILE: the system-wide open-file table is full.
+    Enfile,
+    /// Anything else (a connection reset before it was accepted, out of memory, ...).
+    Other,
+}
+
+impl AcceptErrorKind {
+    pub const ALL: [AcceptErrorKind; 3] = [AcceptErrorKind::Emfile, AcceptErrorKind::Enfile, AcceptErrorKind::Other];
+
+    /// Classifies a failed `accept`.
+    pub fn of(e: &std::io::Error) -> Self {
+        // libc's EMFILE and ENFILE, which have the same values on Linux, the BSDs and macOS (std has no
+        // `ErrorKind` for them, and libc is not a direct dependency for two constants).
+        const EMFILE: i32 = 24;
+        const ENFILE: i32 = 23;
+        match e.raw_os_error() {
+            Some(EMFILE) if cfg!(unix) => AcceptErrorKind::Emfile,
+            Some(ENFILE) if cfg!(unix) => AcceptErrorKind::Enfile,
+            _ => AcceptErrorKind::Other,
+        }
+    }
+
+    /// Out of file descriptors: no connection can be accepted until one is closed.
+    pub const fn is_fd_exhaustion(self) -> bool {
+        matches!(self, AcceptErrorKind::Emfile | AcceptErrorKind::Enfile)
+    }
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            AcceptErrorKind::Emfile => "emfile",
+            AcceptErrorKind::Enfile => "enfile",
+            AcceptErrorKind::Other => "other",
+        }
+    }
+}
+
 /// Per-mode handles resolved once, so the hot path never looks labels up.
 #[derive(Clone)]
 pub struct ModeMetrics {
@@ -145,6 +189,7 @@ pub struct ModeMetrics {
     pub completed: IntCounter,
     pub upstream_error: IntCounter,
     pub client_gone: IntCounter,
+    pub drained: IntCounter,
 }
 
 /// Translator-level families, resolved per envelope kind.
@@ -177,6 +222,8 @@ pub struct Metrics {
     /// By `ClientErrorKind`.
     pub client_errors: [IntCounter; 4],
     pub client_disconnects: IntCounter,
+    /// By `AcceptErrorKind`.
+    pub accept_errors: [IntCounter; 3],
     pub upstream_rejected: IntCounter,
     pub keepalives: IntCounter,
     /// By `proxy::agent::Source`.
@@ -255,6 +302,7 @@ impl Metrics {
                 completed: streams.with_label_values(&[l, Outcome::Completed.as_str()]),
                 upstream_error: streams.with_label_values(&[l, Outcome::UpstreamError.as_str()]),
                 client_gone: streams.with_label_values(&[l, Outcome::ClientGone.as_str()]),
+                drained: streams.with_label_values(&[l, Outcome::Drained.as_str()]),
             }
         });
         let hist = |n: &str, help: &str, buckets: Vec<f64>| -> prometheus::Result<Histogram> {
@@ -393,6 +441,17 @@ impl Metrics {
             )?,
         )?;
         let rejected_agent_ids = AgentSource::ALL.map(|s| rejected_agent_ids.with_label_values(&[s.as_str()]));
+        let accept_errors = reg(
+            r,
+            IntCounterVec::new(
+                Opts::new(
+                    name("accept_errors_total"),
+                    "Failed accepts on the public listener, by kind (emfile, enfile: out of file descriptors).",
+                ),
+                &["kind"],
+            )?,
+        )?;
+        let accept_errors = AcceptErrorKind::ALL.map(|k| accept_errors.with_label_values(&[k.as_str()]));
         Ok(Self {
             requests,
             modes,
@@ -402,6 +461,7 @@ impl Metrics {
             upstream_requests,
             upstream_errors,
             client_errors,
+            accept_errors,
             upstream_rejected: counter(
                 "upstream_rejected_total",
                 "Requests answered 503 because upstream.max_connections requests were in flight.",
@@ -437,6 +497,10 @@ impl Metrics {
 
     pub fn upstream_error(&self, k: UpstreamErrorKind) {
         self.upstream_errors.with_label_values(&[k.as_str()]).inc();
+    }
+
+    pub fn accept_error(&self, k: AcceptErrorKind) {
+        self.accept_errors[k as usize].inc();
     }
 
     pub fn client_error(&self, k: ClientErrorKind) {
@@ -477,6 +541,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn accept_errors_out_of_descriptors_are_told_apart() {
+        let of = |code| AcceptErrorKind::of(&std::io::Error::from_raw_os_error(code));
+        if cfg!(unix) {
+            assert_eq!(of(24), AcceptErrorKind::Emfile);
+            assert_eq!(of(23), AcceptErrorKind::Enfile);
+            assert!(of(24).is_fd_exhaustion() && of(23).is_fd_exhaustion());
+        }
+        let reset = AcceptErrorKind::of(&std::io::ErrorKind::ConnectionAborted.into());
+        assert_eq!(reset, AcceptErrorKind::Other);
+        assert!(!reset.is_fd_exhaustion());
+    }
+
+    #[test]
     fn every_contract_family_is_registered() {
         let r = Registry::new();
         let m = Metrics::register(&r).unwrap();
@@ -505,6 +582,7 @@ mod tests {
             "upstream_requests_total",
             "upstream_errors_total",
             "client_errors_total",
+            "accept_errors_total",
             "upstream_rejected_total",
             "client_disconnects_total",
             "keepalives_total",

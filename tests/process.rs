@@ -339,3 +339,195 @@ async fn demo_mode_serves_a_translated_legacy_stream() {
     assert_eq!(agents.len(), 2, "main agent and one subagent: {agents:?}");
     assert_eq!(envs.last().and_then(|e| e.as_str()), Some("[DONE]"));
 }
+
+/// One admin connection kept open (HTTP/1.1 keep-alive) and reused: it costs the gateway no new file descriptor
+/// per request, so readiness can be read while the gateway has none left.
+struct AdminConn(hyper::client::conn::http1::SendRequest<http_body_util::Empty<Bytes>>);
+
+impl AdminConn {
+    async fn open(addr: std::net::SocketAddr) -> AdminConn {
+        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        AdminConn(sender)
+    }
+
+    /// Status and body of `GET path`.
+    async fn get(&mut self, path: &str) -> (u16, String) {
+        let fut = async {
+            self.0.ready().await.unwrap();
+            let req = http::Request::get(path)
+                .header("host", "admin")
+                .body(http_body_util::Empty::new())
+                .unwrap();
+            let resp = self.0.send_request(req).await.unwrap();
+            let status = resp.status().as_u16();
+            let body = resp.into_body().collect().await.unwrap().to_bytes();
+            (status, String::from_utf8_lossy(&body).into_owned())
+        };
+        tokio::time::timeout(PATIENCE, fut).await.expect("admin answer in time")
+    }
+
+    /// Polls `/readyz` until it answers `want`; returns the last status seen.
+    async fn await_readyz(&mut self, want: u16) -> u16 {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let status = self.get("/readyz").await.0;
+            if status == want || Instant::now() > deadline {
+                return status;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// Issue 13: a gateway out of file descriptors cannot take new connections, so a load balancer must stop sending
+/// it any: `/readyz` turns 503 while accept fails with EMFILE, and 200 again once a connection is accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_turns_503_while_accept_runs_out_of_file_descriptors_and_200_after() {
+    /// Far below what the test process may open, far above what the gateway needs to start (about a dozen).
+    const FD_LIMIT: u32 = 64;
+    let gw = Process::start_with_fd_limit(
+        FD_LIMIT,
+        &["--upstream", "http://127.0.0.1:1"],
+        // Idle connections must stay open for the whole test, holding their descriptors.
+        &[
+            ("SSE_GATEWAY__SERVER__HEADER_READ_TIMEOUT_SECS", "600"),
+            ("SSE_GATEWAY__SERVER__IDLE_TIMEOUT_SECS", "600"),
+        ],
+    );
+    let mut admin = AdminConn::open(gw.admin).await;
+    // The banner is printed just before serving starts.
+    assert_eq!(admin.await_readyz(200).await, 200, "ready after start");
+
+    // Idle connections until the gateway has no descriptor left: the connects still succeed (the kernel's
+    // backlog completes them), the gateway's accepts fail. It cannot accept more than FD_LIMIT, so a few dozen
+    // more are sure to wait in the backlog, and few enough to fit there (a connect past a full backlog hangs).
+    let mut held = Vec::new();
+    let mut status = 200;
+    while held.len() < FD_LIMIT as usize + 32 {
+        for _ in 0..8 {
+            held.push(tokio::net::TcpStream::connect(gw.addr).await.unwrap());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        status = admin.get("/readyz").await.0;
+        if status == 503 {
+            break;
+        }
+    }
+    if status != 503 {
+        status = admin.await_readyz(503).await;
+    }
+    assert_eq!(status, 503, "/readyz still 200 with {} connections open", held.len());
+    let (_, metrics) = admin.get("/metrics").await;
+    assert!(
+        metric(&metrics, "sse_gateway_ready", &[]) == 0.0,
+        "ready gauge still 1:\n{metrics}"
+    );
+    assert!(
+        metric(&metrics, "sse_gateway_accept_errors_total", &["kind=\"emfile\""]) >= 1.0,
+        "accept errors not counted:\n{metrics}"
+    );
+
+    // Descriptors free again: the next accept succeeds and readiness returns.
+    drop(held);
+    assert_eq!(
+        admin.await_readyz(200).await,
+        200,
+        "/readyz not 200 again after the connections closed"
+    );
+    let (_, metrics) = admin.get("/metrics").await;
+    assert_eq!(metric(&metrics, "sse_gateway_ready", &[]), 1.0);
+}
+
+/// Issue 13: a translated stream still open at the drain deadline ends with an `error` envelope
+/// (`gateway_draining`, so the client knows to reconnect) and a complete chunked body, not a cut connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_translated_stream_cut_at_the_drain_deadline_ends_with_a_gateway_draining_envelope() {
+    let up = Emulator::start(|_| {
+        vec![
+            sse_head(),
+            Step::WriteAll(b"data: <content-block-text>still going</content-block-text>\n\n".to_vec()),
+            // Never ends: only the drain deadline stops it.
+            Step::Hang,
+        ]
+    })
+    .await;
+    let mut gw = Process::start(
+        &["--upstream", &up.url()],
+        &[("SSE_GATEWAY__SERVER__DRAIN_TIMEOUT_SECS", "1")],
+    );
+    let open = |format: &'static str| {
+        let req = http::Request::post(format!("http://{}/agent/run", gw.addr))
+            .header("x-agent-id", "cut-agent")
+            .header("x-stream-format", format)
+            .body(http_body_util::Full::new(Bytes::from_static(b"{}")))
+            .unwrap();
+        async move {
+            let resp = tokio::time::timeout(PATIENCE, client().request(req))
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(resp.status(), 200);
+            let mut body = resp.into_body();
+            let first = tokio::time::timeout(PATIENCE, body.frame())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+            (body, first.into_data().unwrap().to_vec())
+        }
+    };
+    let (mut translated, mut got) = open("json").await;
+    let (mut legacy, _) = open("legacy").await;
+
+    gw.signal("TERM");
+    let mut clean_end = true;
+    while let Some(frame) = tokio::time::timeout(PATIENCE, translated.frame())
+        .await
+        .expect("the translated stream ends within the drain timeout")
+    {
+        match frame {
+            Ok(f) => got.extend_from_slice(&f.into_data().unwrap_or_default()),
+            Err(_) => {
+                clean_end = false;
+                break;
+            }
+        }
+    }
+    let text = String::from_utf8_lossy(&got).into_owned();
+    assert!(clean_end, "the translated response was cut, not ended: {text}");
+    let last = sse_data(&got).pop().unwrap_or_default();
+    assert!(
+        last.starts_with(
+            r#"{"type":"error","agent":"cut-agent","final":true,"delta":"{\"type\":\"gateway_draining\",\"message\":\""#
+        ),
+        "last event is not the gateway_draining envelope: {text}"
+    );
+    let envelope: serde_json::Value = serde_json::from_str(&last).unwrap();
+    let delta: serde_json::Value = serde_json::from_str(envelope["delta"].as_str().unwrap()).unwrap();
+    assert_eq!(delta["type"], "gateway_draining");
+    assert!(delta["message"].as_str().is_some_and(|m| !m.is_empty()));
+
+    // A pass-through stream cannot say so in-band: it is cut, and sees no envelope.
+    let mut rest = Vec::new();
+    let legacy_end = loop {
+        match tokio::time::timeout(PATIENCE, legacy.frame()).await.unwrap() {
+            Some(Ok(f)) => rest.extend_from_slice(&f.into_data().unwrap_or_default()),
+            Some(Err(_)) => break "cut",
+            None => break "ended",
+        }
+    };
+    assert_eq!(
+        legacy_end,
+        "cut",
+        "pass-through stream: {}",
+        String::from_utf8_lossy(&rest)
+    );
+    assert!(!String::from_utf8_lossy(&rest).contains("gateway_draining"));
+
+    let status = tokio::task::spawn_blocking(move || gw.wait()).await.unwrap();
+    assert_eq!(status.and_then(|s| s.code()), Some(0), "exit status");
+}

@@ -18,10 +18,12 @@ use tokio::time::Sleep;
 
 use super::conn::Flushes;
 use super::dedicated::UpstreamIncoming;
+use super::drain::{write_draining_envelope, DrainCut, DRAINING_MESSAGE};
 use super::observe::StreamObserver;
+use crate::envelope::EnvelopeKind;
 use crate::sse::encoder::KEEPALIVE;
 use crate::telemetry::{Metrics, Mode, Outcome, UpstreamErrorKind};
-use crate::translate::{StreamEnd, Translator};
+use crate::translate::{Observer, StreamEnd, Translator};
 
 /// Error type of response bodies: an upstream failure in a pass-through body aborts the client response.
 pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
@@ -35,6 +37,14 @@ pub enum ResponseBody {
 impl ResponseBody {
     pub fn full(b: impl Into<Bytes>) -> Self {
         ResponseBody::Full(Full::new(b.into()))
+    }
+
+    /// Ends the response at the drain deadline (see `drain`); the body must still be polled for what it returns.
+    pub fn cut_for_drain(&mut self) -> DrainCut {
+        match self {
+            ResponseBody::Full(_) => DrainCut::Nothing,
+            ResponseBody::Upstream(b) => b.cut_for_drain(),
+        }
     }
 }
 
@@ -307,6 +317,7 @@ impl GatewayBody {
             Outcome::Completed => m.completed.inc(),
             Outcome::UpstreamError => m.upstream_error.inc(),
             Outcome::ClientGone => m.client_gone.inc(),
+            Outcome::Drained => m.drained.inc(),
         }
         let (envelopes, parse_errors) = self
             .translator
@@ -343,6 +354,30 @@ impl GatewayBody {
             }
             k.sleep.as_mut().reset(due.into());
         }
+    }
+}
+
+impl GatewayBody {
+    /// At the drain deadline: a translated stream gets its `gateway_draining` envelope as its last frame (what it
+    /// had not yet translated is dropped; open blocks stay unclosed, the envelope says the stream was cut); any
+    /// other stream is to be aborted. Records the `drained` outcome; the next poll ends the body.
+    fn cut_for_drain(&mut self) -> DrainCut {
+        if self.outcome.is_some() || self.aborting.is_some() {
+            return DrainCut::Nothing;
+        }
+        let Some(t) = self.translator.as_mut().filter(|_| self.info.mode == Mode::Translate) else {
+            self.end(Outcome::Drained);
+            return DrainCut::Abort;
+        };
+        let mut out = Vec::new();
+        let n = write_draining_envelope(&mut out, t.agent(), DRAINING_MESSAGE);
+        let obs = t.observer_mut();
+        obs.envelope(EnvelopeKind::Error, n);
+        obs.block_closed(EnvelopeKind::Error, 1);
+        let bytes = Bytes::from(out);
+        self.account(&bytes);
+        self.end(Outcome::Drained);
+        DrainCut::Final(bytes)
     }
 }
 

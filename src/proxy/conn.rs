@@ -13,9 +13,11 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::TcpStream;
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::body::{BodyError, ResponseBody};
+use super::drain::{self, Deadline, DrainCut, DrainTimeout};
 
 /// How often a watcher looks again at a socket that has unread bytes: readiness cannot tell a close behind
 /// them apart from more bytes, and hyper will not read them while a response is in flight.
@@ -193,17 +195,22 @@ impl Drop for InFlight {
     }
 }
 
-/// A response body that holds its request's `InFlight` until it ends.
+/// A response body that holds its request's `InFlight` until it ends, and ends it at the drain deadline.
 pub struct Tracked {
     body: ResponseBody,
     _in_flight: InFlight,
+    /// Only for upstream bodies (the gateway's own small bodies end by themselves); taken once reached.
+    deadline: Option<Deadline>,
 }
 
 impl Tracked {
-    pub fn new(body: ResponseBody, in_flight: InFlight) -> Self {
+    /// `cut` turns true at the drain deadline.
+    pub fn new(body: ResponseBody, in_flight: InFlight, cut: &watch::Receiver<bool>) -> Self {
+        let deadline = matches!(body, ResponseBody::Upstream(_)).then(|| drain::deadline(cut.clone()));
         Self {
             body,
             _in_flight: in_flight,
+            deadline,
         }
     }
 }
@@ -213,7 +220,19 @@ impl Body for Tracked {
     type Error = BodyError;
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
-        Pin::new(&mut self.get_mut().body).poll_frame(cx)
+        let this = self.get_mut();
+        // Polled before the body, so a stream the upstream keeps busy is cut as surely as an idle one.
+        if let Some(deadline) = this.deadline.as_mut() {
+            if deadline.as_mut().poll(cx).is_ready() {
+                this.deadline = None;
+                match this.body.cut_for_drain() {
+                    DrainCut::Final(last) => return Poll::Ready(Some(Ok(Frame::data(last)))),
+                    DrainCut::Abort => return Poll::Ready(Some(Err(Box::new(DrainTimeout)))),
+                    DrainCut::Nothing => {}
+                }
+            }
+        }
+        Pin::new(&mut this.body).poll_frame(cx)
     }
 
     fn is_end_stream(&self) -> bool {

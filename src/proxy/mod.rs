@@ -4,6 +4,7 @@ pub mod agent;
 pub mod body;
 pub mod conn;
 pub mod dedicated;
+pub mod drain;
 pub mod forward;
 pub mod headers;
 pub mod negotiate;

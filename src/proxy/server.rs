@@ -21,10 +21,16 @@ use super::conn::{self, Activity, ClientIo, Flushes, Tracked};
 use super::{handle, Shared};
 use crate::admin::{self, Health};
 use crate::config::{duration, Settings};
-use crate::telemetry::Metrics;
+use crate::telemetry::{AcceptErrorKind, Metrics};
 
-/// Pause after a failed accept (EMFILE and the like) so the loop does not spin.
+/// Pause after a failed accept (EMFILE and the like) so the loop does not spin: the connection that could not
+/// be accepted stays in the backlog, so the listener stays readable and the next accept would fail at once.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+
+/// After the drain deadline, how long the responses it ended get to write their last frame (translated streams:
+/// the `gateway_draining` envelope) and close, before the process exits anyway. Bounded: a client that does
+/// not read must not hold the exit.
+const DRAIN_CUT_GRACE: Duration = Duration::from_secs(2);
 
 #[derive(Debug, Error)]
 pub enum ServeError {
@@ -106,16 +112,23 @@ impl Gateway {
         };
         // Every connection task holds a receiver: the drain signals through it and waits for them all to go.
         let (drain_tx, drain_rx) = watch::channel(false);
-        health.set_ready(true);
+        // Turns true at the drain deadline: every response body still open watches it (`conn::Tracked`).
+        let (cut_tx, cut_rx) = watch::channel(false);
+        health.set_accepting(true);
         let mut shutdown = std::pin::pin!(shutdown);
         loop {
             let (stream, peer) = tokio::select! {
                 biased;
                 () = &mut shutdown => break,
                 accepted = listener.accept() => match accepted {
-                    Ok(a) => a,
+                    Ok(a) => {
+                        if health.set_accepting(true) {
+                            tracing::info!("accepting connections again: ready");
+                        }
+                        a
+                    }
                     Err(e) => {
-                        tracing::warn!(error = %e, "accept failed");
+                        accept_failed(&e, &health, &shared.metrics);
                         tokio::time::sleep(ACCEPT_BACKOFF).await;
                         continue;
                     }
@@ -130,10 +143,10 @@ impl Gateway {
                 Arc::clone(&shared),
                 limits,
                 drain_rx.clone(),
+                cut_rx.clone(),
             );
             tokio::spawn(conn);
         }
-        health.set_ready(false);
         health.set_draining(true);
         drop(listener);
         let drain = duration(settings.server.drain_timeout_secs);
@@ -145,9 +158,30 @@ impl Gateway {
         let _ = drain_tx.send(true);
         tokio::select! {
             () = drain_tx.closed() => tracing::info!("drained"),
-            () = tokio::time::sleep(drain) => tracing::warn!("drain timeout reached: closing remaining streams"),
+            () = tokio::time::sleep(drain) => {
+                tracing::warn!("drain timeout reached: ending translated streams with gateway_draining, cutting the rest");
+                let _ = cut_tx.send(true);
+                if tokio::time::timeout(DRAIN_CUT_GRACE, drain_tx.closed()).await.is_err() {
+                    tracing::warn!("connections still open after the drain deadline: closed at exit");
+                }
+            }
         }
         admin_task.abort();
+    }
+}
+
+/// A failed accept on the public listener: counted; out of file descriptors, readiness is off until the next
+/// accepted connection (a load balancer should stop sending connections this instance cannot take). Logged
+/// when readiness changes, not per attempt: the loop retries every `ACCEPT_BACKOFF` while it lasts.
+fn accept_failed(e: &std::io::Error, health: &Health, metrics: &Metrics) {
+    let kind = AcceptErrorKind::of(e);
+    metrics.accept_error(kind);
+    if !kind.is_fd_exhaustion() {
+        tracing::warn!(error = %e, "accept failed");
+    } else if health.set_accepting(false) {
+        tracing::warn!(error = %e, "accept failed: out of file descriptors; not ready until a connection is accepted");
+    } else {
+        tracing::debug!(error = %e, "accept failed: still out of file descriptors");
     }
 }
 
@@ -170,6 +204,7 @@ async fn serve_connection(
     shared: Arc<Shared>,
     limits: ConnLimits,
     mut drain: watch::Receiver<bool>,
+    cut: watch::Receiver<bool>,
 ) {
     let stream = Arc::new(stream);
     let activity = Activity::new();
@@ -183,11 +218,12 @@ async fn serve_connection(
             let in_flight = activity.begin();
             req.extensions_mut().insert(Arc::clone(&flushes));
             let shared = Arc::clone(&shared);
+            let cut = cut.clone();
             // Boxed: an HTTP/2 stream's task holds its service future inline for as long as the stream lasts,
             // so an unboxed (large) future would cost every idle stream its size.
             Box::pin(async move {
                 let resp = handle(req, peer, shared).await;
-                Ok::<_, Infallible>(resp.map(|body| Tracked::new(body, in_flight)))
+                Ok::<_, Infallible>(resp.map(|body| Tracked::new(body, in_flight, &cut)))
             })
         })
     };

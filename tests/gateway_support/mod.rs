@@ -501,7 +501,23 @@ pub struct Process {
 impl Process {
     /// Starts the binary with `args` (ports 0 unless given) and waits for its banner.
     pub fn start(args: &[&str], env: &[(&str, &str)]) -> Process {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_sse-gateway"));
+        Self::spawn(Command::new(env!("CARGO_BIN_EXE_sse-gateway")), args, env)
+    }
+
+    /// Like [`Process::start`], with the open-file limit (`ulimit -n`) set to `limit` for the gateway only: a
+    /// shell lowers its own limit and then execs the binary, so the test process keeps its own.
+    pub fn start_with_fd_limit(limit: u32, args: &[&str], env: &[(&str, &str)]) -> Process {
+        let mut cmd = Command::new("bash");
+        cmd.args([
+            "-c",
+            &format!("ulimit -n {limit} && exec \"$0\" \"$@\""),
+            env!("CARGO_BIN_EXE_sse-gateway"),
+        ]);
+        Self::spawn(cmd, args, env)
+    }
+
+    /// Runs `cmd` (the binary, or a wrapper that execs it) with `args` and waits for the banner.
+    fn spawn(mut cmd: Command, args: &[&str], env: &[(&str, &str)]) -> Process {
         cmd.args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
             .args(args)
             .stdout(Stdio::piped())
