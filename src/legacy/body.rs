@@ -424,12 +424,8 @@ pub fn citation_extras(attrs: &[(String, String)]) -> Extras {
 }
 
 impl Parser {
-    /// Runs the open body over the unread input.
-    pub(super) fn body(&mut self, at_end: bool, eof: bool, sink: &mut Sink<impl Observer>) -> Flow {
-        let State::Body(b) = &mut self.state else {
-            return Flow::Wait;
-        };
-        let step = b.step(&self.buf[self.pos..], at_end, eof, &self.opts, sink);
+    /// Moves past what the open body's step consumed; closes the body when it is done.
+    pub(super) fn body_stepped(&mut self, step: BodyStep, sink: &mut Sink<impl Observer>) -> Flow {
         match step {
             BodyStep::Continue(n) => {
                 self.pos += n;

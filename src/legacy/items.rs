@@ -42,10 +42,9 @@ impl Parser {
         let empty = kind == TagKind::Empty;
         let item = ItemKind::of(&name);
         // Items whose content is in their attributes wait for their close tag (unless `<…/>`).
-        let expect_close = if empty {
-            State::Idle
-        } else {
-            State::ExpectClose(name.clone())
+        let expect_close = match item.attribute_item_name() {
+            Some(name) if !empty => State::ExpectClose(name),
+            _ => State::Idle,
         };
         match item {
             ItemKind::Streamed(k) => {

@@ -46,6 +46,19 @@ impl ItemKind {
         }
     }
 
+    /// The tag name of an item whose content is all in its attributes (its close tag must follow); `None` for
+    /// items with a body.
+    pub fn attribute_item_name(self) -> Option<&'static str> {
+        match self {
+            ItemKind::MetaInit => Some("meta_init"),
+            ItemKind::DataAttribute(EnvelopeKind::MetaFinal) => Some("meta_final"),
+            ItemKind::DataAttribute(_) => Some("awaiting_frontend_tools"),
+            ItemKind::ToolCall(EnvelopeKind::ToolCall) => Some("content-block-tool_call"),
+            ItemKind::ToolCall(_) => Some("content-block-server_tool_call"),
+            _ => None,
+        }
+    }
+
     /// The backslash escape its attribute values went through (DESIGN 3.3): none for the agent items and the
     /// client's tool result, the formatter's double escape for everything the formatter wrote.
     pub fn attribute_escape(self) -> Escape {
@@ -99,6 +112,20 @@ mod tests {
         ] {
             assert_eq!(ItemKind::of(name), kind, "{name}");
         }
+    }
+
+    #[test]
+    fn attribute_items_name_their_own_close_tag() {
+        for name in [
+            "meta_init",
+            "meta_final",
+            "awaiting_frontend_tools",
+            "content-block-tool_call",
+            "content-block-server_tool_call",
+        ] {
+            assert_eq!(ItemKind::of(name).attribute_item_name(), Some(name));
+        }
+        assert_eq!(ItemKind::of("content-block-error").attribute_item_name(), None);
     }
 
     #[test]

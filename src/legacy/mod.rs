@@ -59,7 +59,7 @@ enum State {
     /// Inside a text or thinking block (the top of `streamed`).
     Text,
     /// An item whose content is in its attributes: waiting for `</name>`.
-    ExpectClose(String),
+    ExpectClose(&'static str),
     /// The body of a buffered item.
     Body(Box<Body>),
     /// Inside a client tool result, between its children.
@@ -283,8 +283,11 @@ impl Parser {
                 State::Idle => self.idle(at_end, sink),
                 State::EventItem => self.event_item(at_end, eof, sink),
                 State::Text => self.text(at_end, sink),
-                State::ExpectClose(_) => self.expect_close(eof, sink),
-                State::Body(_) => self.body(at_end, eof, sink),
+                State::ExpectClose(name) => self.expect_close(name, sink),
+                State::Body(ref mut b) => {
+                    let step = b.step(&self.buf[self.pos..], at_end, eof, &self.opts, sink);
+                    self.body_stepped(step, sink)
+                }
                 State::ToolResult(_) => self.tool_result_children(eof, sink),
                 State::Citations(_) => self.citations(eof, sink),
                 State::SkipEvent => {
@@ -430,10 +433,10 @@ impl Parser {
         self.bad_input(ParseErrorKind::Unexpected, "text outside any block", sink)
     }
 
-    fn expect_close(&mut self, eof: bool, sink: &mut Sink<impl Observer>) -> Flow {
+    /// After an item whose content was in its attributes: only `</name>` may follow.
+    fn expect_close(&mut self, name: &str, sink: &mut Sink<impl Observer>) -> Flow {
         self.skip_ws();
         if self.rest().is_empty() {
-            let _ = eof;
             return Flow::Wait;
         }
         if self.rest()[0] != b'<' {
@@ -443,10 +446,7 @@ impl Parser {
             Err(flow) => flow,
             Ok(None) => Flow::Wait,
             Ok(Some(tag)) => {
-                let State::ExpectClose(name) = &self.state else {
-                    return Flow::Continue;
-                };
-                if tag.kind == TagKind::Close && tag.name == *name {
+                if tag.kind == TagKind::Close && tag.name == name {
                     self.pos += tag.len;
                     self.item_done(sink);
                     self.state = State::Idle;
