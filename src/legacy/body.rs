@@ -692,6 +692,10 @@ mod tests {
         (false, pos)
     }
 
+    fn collecting(name: &str, end_rule: EndRule, escape: Escape) -> Body {
+        Body::new(name, end_rule, escape, Dest::Collect(Vec::new()), Parent::Top)
+    }
+
     fn collected(body: &Body) -> &[u8] {
         match &body.sink {
             Dest::Collect(v) => v,
@@ -703,13 +707,7 @@ mod tests {
     fn a_server_result_ends_at_the_cdata_end_that_ends_its_event_at_every_split() {
         let input = b"<![CDATA[a ]]></content-block-server_tool_result> b]]></content-block-server_tool_result>";
         for cut in 0..=input.len() {
-            let mut b = Body::new(
-                "content-block-server_tool_result",
-                EndRule::AtEventEnd,
-                Escape::None,
-                Dest::Collect(Vec::new()),
-                Parent::Top,
-            );
+            let mut b = collecting("content-block-server_tool_result", EndRule::AtEventEnd, Escape::None);
             assert_eq!(read(&mut b, input, cut), (true, input.len()), "cut {cut}");
             assert_eq!(
                 collected(&b),
@@ -723,13 +721,7 @@ mod tests {
     fn a_client_result_joins_split_cdata_sections_and_ends_at_the_first_end() {
         let input = b"<![CDATA[x]]]]><![CDATA[>y]]></content-block-tool_result>rest";
         for cut in 0..=input.len() {
-            let mut b = Body::new(
-                "content-block-tool_result",
-                EndRule::First,
-                Escape::Client,
-                Dest::Collect(Vec::new()),
-                Parent::Top,
-            );
+            let mut b = collecting("content-block-tool_result", EndRule::First, Escape::Client);
             assert_eq!(read(&mut b, input, cut), (true, input.len() - 4), "cut {cut}");
             assert_eq!(collected(&b), b"x]]>y", "cut {cut}");
         }

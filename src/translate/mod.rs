@@ -76,15 +76,9 @@ impl<O: Observer> Translator<O> {
         if self.finished {
             return;
         }
-        let Self {
-            decoder,
-            parser,
-            observer,
-            budget,
-            ..
-        } = self;
-        let mut sink = Sink::new(out, observer, *budget);
-        decoder.feed(input, &mut |ev| parser.on_sse(ev, &mut sink));
+        self.stages(out, |decoder, parser, sink| {
+            decoder.feed(input, &mut |ev| parser.on_sse(ev, sink))
+        });
     }
 
     /// End of the upstream body: flushes held bytes and closes open blocks.
@@ -93,16 +87,10 @@ impl<O: Observer> Translator<O> {
         if std::mem::replace(&mut self.finished, true) {
             return self.parser.end();
         }
-        let Self {
-            decoder,
-            parser,
-            observer,
-            budget,
-            ..
-        } = self;
-        let mut sink = Sink::new(out, observer, *budget);
-        decoder.finish(&mut |ev| parser.on_sse(ev, &mut sink));
-        parser.finish(&mut sink)
+        self.stages(out, |decoder, parser, sink| {
+            decoder.finish(&mut |ev| parser.on_sse(ev, sink));
+            parser.finish(sink)
+        })
     }
 
     /// The upstream failed mid-stream: closes open blocks and writes an
@@ -111,8 +99,13 @@ impl<O: Observer> Translator<O> {
         if std::mem::replace(&mut self.finished, true) {
             return;
         }
+        self.stages(out, |_, parser, sink| parser.abort(message, sink));
+    }
+
+    /// Runs `f` over the stages with a sink writing into `out`.
+    fn stages<R>(&mut self, out: &mut Vec<u8>, f: impl FnOnce(&mut Decoder, &mut Parser, &mut Sink<O>) -> R) -> R {
         let mut sink = Sink::new(out, &mut self.observer, self.budget);
-        self.parser.abort(message, &mut sink);
+        f(&mut self.decoder, &mut self.parser, &mut sink)
     }
 
     /// The agent of the current scope.
