@@ -2,9 +2,8 @@
 
 mod gateway_support;
 use gateway_support as support;
-// The core's own emitter and scenario generator (tests/support), reused for the end-to-end corpus.
-#[path = "support/mod.rs"]
-mod core_support;
+// The core's own emitter and scenario generator (tests/harness/core), reused for the end-to-end corpus.
+mod harness;
 
 use std::time::Duration;
 
@@ -114,9 +113,9 @@ async fn event_stream_requests_stay_in_the_pool_when_configured() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn end_to_end_generated_corpus_of_the_core_in_both_dialects() {
-    use core_support::emitter::{emit, EmitOpts};
-    use core_support::envelopes::{check, FALLBACK};
-    use core_support::{gen, rng::Rng};
+    use harness::core::emitter::{emit, EmitOpts};
+    use harness::core::envelopes::{check, FALLBACK};
+    use harness::{core::gen, rng::Rng};
     const SCENARIOS: u64 = 24;
     let mut streams = Vec::new();
     let mut expected = Vec::new();

@@ -8,7 +8,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::rng::Rng;
+use super::super::rng::Rng;
 
 // ---------------------------------------------------------------- scenario
 
