@@ -1,8 +1,7 @@
 //! The `sse-gateway` binary as a subprocess: drain on SIGTERM, bounded memory, config layering and exits,
 //! `--check-config`, the `translate` command and the demo.
 
-mod gateway_support;
-use gateway_support as support;
+mod harness;
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -10,10 +9,10 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use harness::legacy::corpus;
+use harness::prelude::*;
 use http_body_util::BodyExt;
 use sse_gateway::translate::{translate_all, Options};
-use support::legacy::corpus;
-use support::*;
 
 fn bin() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_sse-gateway"));

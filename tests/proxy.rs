@@ -1,18 +1,16 @@
 //! The proxy end to end, in process: a real gateway on 127.0.0.1 in front of the upstream emulator.
 
-mod gateway_support;
-use gateway_support as support;
 // The core's own emitter and scenario generator (tests/harness/core), reused for the end-to-end corpus.
 mod harness;
 
 use std::time::Duration;
 
 use bytes::Bytes;
+use harness::legacy::{assert_blocks, blocks, corpus};
+use harness::prelude::*;
 use http_body_util::BodyExt;
 use sse_gateway::config::StreamFormat;
 use sse_gateway::translate::{translate_all, Options};
-use support::legacy::{assert_blocks, blocks, corpus};
-use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn sse_script(body: Vec<u8>) -> Vec<Step> {
