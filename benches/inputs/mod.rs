@@ -2,8 +2,12 @@
 
 use serde_json::{json, Value};
 
+#[path = "../../tests/harness/escape.rs"]
+mod escape;
 #[path = "../../tests/harness/rng.rs"]
 mod rng;
+
+use escape::{cdata_split, client_escape, formatter_escape, html_escape};
 use rng::Rng;
 
 /// One legacy stream and how it is cut into reads.
@@ -44,33 +48,9 @@ impl Input {
     }
 }
 
-/// The formatter's double escape (DESIGN 3.3): `\` → `\\`, then newline → `\n`.
-pub fn formatter_escape(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('\n', "\\n")
-}
-
 /// The client tool result escape (DESIGN 3.3): CRLF/CR → LF, LF → `\n`, `]]>` split across CDATA sections.
 pub fn client_result_escape(s: &str) -> String {
-    s.replace("\r\n", "\n")
-        .replace('\r', "\n")
-        .replace('\n', "\\n")
-        .replace("]]>", "]]]]><![CDATA[>")
-}
-
-/// Python's `html.escape(s, quote=True)`, as the backend escapes attribute values.
-pub fn html_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + s.len() / 4);
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#x27;"),
-            c => out.push(c),
-        }
-    }
-    out
+    cdata_split(&client_escape(s))
 }
 
 /// `json.dumps` with its default `ensure_ascii=True`: non-ASCII as `\uXXXX` escapes.
@@ -156,7 +136,7 @@ fn meta_init_json(history: Value) -> Value {
 }
 
 fn meta_init_event(out: &mut Vec<u8>, history: Value) {
-    let attr = html_escape(&json_ascii(&meta_init_json(history)));
+    let attr = html_escape(&json_ascii(&meta_init_json(history)), false);
     event(out, &format!("<meta_init data=\"{attr}\"></meta_init>"));
 }
 
@@ -217,7 +197,7 @@ pub fn small_deltas() -> Input {
         }
         let id = format!("toolu_{round:04}");
         let args = json!({"query": format!("errors in shard {round}"), "limit": 20, "filters": {"level": "warn"}});
-        let args = html_escape(&formatter_escape(&json_ascii(&args)));
+        let args = html_escape(&formatter_escape(&json_ascii(&args)), false);
         event(
             &mut out,
             &format!("<content-block-tool_call id=\"{id}\" name=\"search_logs\" arguments=\"{args}\"></content-block-tool_call>"),
@@ -236,7 +216,10 @@ pub fn small_deltas() -> Input {
                      "generated_files": [], "cost": 0.42, "cumulative_usage": {"input_tokens": 51234, "output_tokens": 9876}});
     event(
         &mut out,
-        &format!("<meta_final data=\"{}\"></meta_final>", html_escape(&json_ascii(&fin))),
+        &format!(
+            "<meta_final data=\"{}\"></meta_final>",
+            html_escape(&json_ascii(&fin), false)
+        ),
     );
     event(&mut out, "[DONE]");
     events += 2;

@@ -238,31 +238,26 @@ impl Client {
 
     /// Reads until the decoded body holds at least `n` bytes (or it ends).
     pub async fn read_until_len(&mut self, n: usize, within: Duration) -> Result<(), String> {
-        let fut = async {
-            while self.body.len() < n && !self.ended {
-                self.decode().map_err(|e| e.to_string())?;
-                if self.body.len() >= n || self.ended {
-                    break;
-                }
-                match self.fill(64 << 10).await {
-                    Ok(0) => return Err("eof".to_owned()),
-                    Ok(_) => {}
-                    Err(e) => return Err(e.to_string()),
-                }
-            }
-            Ok(())
-        };
-        tokio::time::timeout(within, fut)
+        self.read_until(|body| body.len() >= n, within)
             .await
-            .map_err(|_| format!("fewer than {n} body bytes within {within:?}"))?
+            .map_err(|e| e.unwrap_or_else(|| format!("fewer than {n} body bytes within {within:?}")))
     }
 
     /// Reads until the body contains `needle` (or it ends).
     pub async fn read_until_contains(&mut self, needle: &[u8], within: Duration) -> Result<(), String> {
+        self.read_until(|body| find(body, needle).is_some(), within)
+            .await
+            .map_err(|e| {
+                e.unwrap_or_else(|| format!("{:?} not seen within {within:?}", String::from_utf8_lossy(needle)))
+            })
+    }
+
+    /// Reads until `done(body)` holds or the body ends; `Err(None)` on timeout.
+    async fn read_until(&mut self, done: impl Fn(&[u8]) -> bool, within: Duration) -> Result<(), Option<String>> {
         let fut = async {
-            while find(&self.body, needle).is_none() && !self.ended {
+            while !done(&self.body) && !self.ended {
                 self.decode().map_err(|e| e.to_string())?;
-                if find(&self.body, needle).is_some() || self.ended {
+                if done(&self.body) || self.ended {
                     break;
                 }
                 match self.fill(64 << 10).await {
@@ -273,9 +268,10 @@ impl Client {
             }
             Ok(())
         };
-        tokio::time::timeout(within, fut)
-            .await
-            .map_err(|_| format!("{:?} not seen within {within:?}", String::from_utf8_lossy(needle)))?
+        match tokio::time::timeout(within, fut).await {
+            Ok(r) => r.map_err(Some),
+            Err(_) => Err(None),
+        }
     }
 
     /// Closes abruptly: a reset (SO_LINGER 0) when `rst`, else a FIN.

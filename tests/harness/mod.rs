@@ -5,7 +5,7 @@
 //! 2. [`server`], the gateway in-process on ephemeral ports ([`server::TestGateway`]);
 //! 3. [`process`], the real binary as a subprocess ([`process::Process`]), its memory and descriptors.
 //!
-//! Shared by the levels: one seeded PRNG ([`rng`]), one legacy-backend emulator ([`upstream`]: a closure per
+//! Shared by the levels: one seeded PRNG ([`rng`]), the backend's escapes ([`escape`]), one legacy-backend emulator ([`upstream`]: a closure per
 //! connection, or a list of steps), the clients ([`client`]), one SSE output reader ([`sse`]), one metrics reader
 //! ([`metrics`]), a small legacy corpus with its expected blocks ([`legacy`]) and the checks of faulted streams
 //! ([`faults`]).
@@ -18,6 +18,7 @@
 use std::time::Duration;
 
 pub mod rng;
+pub mod escape;
 pub mod core;
 pub mod sse;
 pub mod metrics;

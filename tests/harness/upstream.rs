@@ -109,7 +109,8 @@ pub struct Upstream {
     pub addr: SocketAddr,
     logs: Logs,
     requests: Requests,
-    task: tokio::task::JoinHandle<()>,
+    /// The accept loop, aborted on drop (`None`: left running).
+    task: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Upstream {
@@ -119,12 +120,16 @@ impl Upstream {
         F: Fn(UpConn) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        let (addr, logs, requests, task) = listen(Arc::new(move |c| Box::pin(script(c)))).await;
+        Self::listen(Arc::new(move |c| Box::pin(script(c)))).await
+    }
+
+    async fn listen(script: Script) -> Upstream {
+        let (addr, logs, requests, task) = listen(script).await;
         Upstream {
             addr,
             logs,
             requests,
-            task,
+            task: Some(task),
         }
     }
 
@@ -160,7 +165,9 @@ impl Upstream {
 
 impl Drop for Upstream {
     fn drop(&mut self) {
-        self.task.abort();
+        if let Some(task) = &self.task {
+            task.abort();
+        }
     }
 }
 
@@ -430,10 +437,9 @@ pub fn sse_head() -> Step {
 }
 
 /// The upstream with a [`Step`] script per connection: answers each request with the handler's steps, then
-/// closes. Keeps accepting for the rest of the test, even once dropped.
+/// closes. Keeps accepting for the rest of the test, even once dropped. Derefs to its [`Upstream`].
 pub struct Emulator {
-    pub addr: SocketAddr,
-    pub requests: Arc<Mutex<Vec<Recorded>>>,
+    upstream: Upstream,
     /// When an `AwaitClose` step saw the gateway close the connection.
     pub closed: mpsc::UnboundedReceiver<Instant>,
     /// Bytes written so far by `Flood` steps.
@@ -445,27 +451,27 @@ impl Emulator {
         let (closed_tx, closed) = mpsc::unbounded_channel();
         let flooded = Arc::new(AtomicU64::new(0));
         let fl = Arc::clone(&flooded);
-        let script: Script = Arc::new(move |conn: UpConn| {
+        let mut upstream = Upstream::listen(Arc::new(move |conn: UpConn| {
             let steps = handler(&conn.request);
             // Each connection writes its pieces with its own jitter, reproducible by its number.
             let seed = conn.idx as u64 + 2;
             Box::pin(conn.run(steps, seed, closed_tx.clone(), Arc::clone(&fl)))
-        });
-        let (addr, _, requests, _detached) = listen(script).await;
+        }))
+        .await;
+        upstream.task = None;
         Emulator {
-            addr,
-            requests,
+            upstream,
             closed,
             flooded,
         }
     }
+}
 
-    pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
+impl std::ops::Deref for Emulator {
+    type Target = Upstream;
 
-    pub fn recorded(&self) -> Vec<Recorded> {
-        self.requests.lock().expect("lock").clone()
+    fn deref(&self) -> &Upstream {
+        &self.upstream
     }
 }
 
