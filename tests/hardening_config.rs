@@ -26,8 +26,8 @@ fn resumed_run() -> Vec<Step> {
 }
 
 fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_sse-gateway"));
-    c.env_remove("SSE_GATEWAY__UPSTREAM__URL").env_remove("RUST_LOG");
+    let mut c = harness::process::bin();
+    c.env_remove("RUST_LOG");
     c
 }
 

@@ -103,10 +103,10 @@ fn delta(rng: &mut Rng) -> String {
     let mut s = String::new();
     while s.len() < target {
         if rng.one_in(1, 12) {
-            s.push_str(*rng.pick(ODD));
+            s.push_str(rng.pick::<&str>(ODD));
         } else {
             s.push(' ');
-            s.push_str(*rng.pick(WORDS));
+            s.push_str(rng.pick::<&str>(WORDS));
         }
         if rng.one_in(1, 10) {
             s.push(*rng.pick(&['.', ',', ':', '!']));
