@@ -98,9 +98,14 @@ pub fn request(path: &str) -> Vec<u8> {
 impl Client {
     /// Connects and sends the request; does not wait for the response.
     pub async fn send(addr: SocketAddr, path: &str) -> std::io::Result<Client> {
+        Client::write(addr, &request(path)).await
+    }
+
+    /// Connects and writes `request` as given.
+    pub async fn write(addr: SocketAddr, request: &[u8]) -> std::io::Result<Client> {
         let mut stream = TcpStream::connect(addr).await?;
         stream.set_nodelay(true)?;
-        stream.write_all(&request(path)).await?;
+        stream.write_all(request).await?;
         Ok(Client {
             stream,
             raw: Vec::new(),
@@ -286,19 +291,8 @@ impl Client {
 /// GET `path` on `addr` (Connection: close); returns status and decoded body.
 pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, Vec<u8>) {
     let fut = async {
-        let mut stream = TcpStream::connect(addr).await.expect("connect");
         let req = format!("GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n");
-        stream.write_all(req.as_bytes()).await.expect("write");
-        let mut c = Client {
-            stream,
-            raw: Vec::new(),
-            status: 0,
-            head: String::new(),
-            chunked: false,
-            chunk_left: 0,
-            ended: false,
-            body: Vec::new(),
-        };
+        let mut c = Client::write(addr, req.as_bytes()).await.expect("connect and write");
         c.read_head().await.expect("response head");
         c.read_to_end(PATIENCE).await.expect("response body");
         (c.status, c.body)
