@@ -12,6 +12,8 @@ mod client;
 mod common;
 #[path = "load/instructions.rs"]
 mod instructions;
+#[path = "../tests/harness/metrics.rs"]
+mod metrics;
 #[path = "load/procs.rs"]
 mod procs;
 #[path = "load/report.rs"]

@@ -5,15 +5,16 @@
 //! in all). `--minutes 0.5` is the CI smoke (`.ci/stress.sh`). Run as a test (`cargo test --all-targets`), it does a
 //! few seconds at a low rate. Exits non-zero when a stream lost or corrupted an envelope, RSS trends up or fds leak.
 
-#[path = "../tests/chaos/mod.rs"]
-mod chaos;
+#[path = "../tests/harness/mod.rs"]
+mod harness;
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chaos::*;
+use harness::legacy::fmt_escape;
+use harness::prelude::*;
 use sse_gateway::translate::{translate_all, Options};
 
 /// RSS and fd sampling period.
@@ -161,7 +162,7 @@ fn script(seed: u64, n: usize) -> Script {
             let deltas: Vec<String> = (0..rng.usize(2..12)).map(|_| words(&mut rng, 12)).collect();
             events.push(format!("data: <content-block-{block}>\n\n").into_bytes());
             for d in &deltas {
-                events.push(format!("data: {}\n\n", escape_text(d)).into_bytes());
+                events.push(format!("data: {}\n\n", fmt_escape(d)).into_bytes());
             }
             events.push(format!("data: </content-block-{block}>\n\n").into_bytes());
             expected.push((block.to_owned(), Some(deltas.concat())));
@@ -248,11 +249,11 @@ async fn run_stream(gw: std::net::SocketAddr, seed: u64, n: usize, gap: Duration
     if events.last() != Some(&Out::Done) {
         return Err(format!("{path}: no [DONE] at the end"));
     }
-    let envs = envelopes(&events);
+    let envs = envelope_values(&events);
     // 1. Exactly the envelopes the translator makes of the whole stream at once: none lost, none altered.
     let whole: Vec<u8> = s.events.concat();
     let want = translate_all(Options::default(), "fallback", &whole).0;
-    let want_envs = envelopes(&parse_stream(&want).map_err(|e| format!("{path}: reference: {e}"))?);
+    let want_envs = envelope_values(&parse_stream(&want).map_err(|e| format!("{path}: reference: {e}"))?);
     if envs != want_envs {
         let at = envs
             .iter()
@@ -334,7 +335,7 @@ async fn soak(args: Args) -> Result<(), String> {
     let sent = Arc::new(AtomicU64::new(0));
     let s2 = Arc::clone(&sent);
     let up = Upstream::start(move |conn| serve(conn, Arc::clone(&s2))).await;
-    let gw = Gateway::start(&up.url(), &[]);
+    let gw = Process::against(&up.url(), &[]);
     run_control(gw.addr).await.map_err(|e| format!("warm-up: {e}"))?;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let fd_baseline = gw.fds();

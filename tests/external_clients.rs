@@ -2,14 +2,13 @@
 //! translated stream and must see the same envelopes we expect. Installed by `.ci/external-clients.sh`; when
 //! CI=true a missing client is a failure, elsewhere the check is skipped with a note.
 
-mod gateway_support;
-use gateway_support as support;
+mod harness;
 
 use std::process::Command;
 
+use harness::legacy::{assert_blocks, blocks, corpus};
+use harness::prelude::*;
 use sse_gateway::translate::{translate_all, Options};
-use support::legacy::{assert_blocks, blocks, corpus};
-use support::*;
 
 fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")

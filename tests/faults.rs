@@ -3,13 +3,14 @@
 //! must be well-formed JSON envelopes ending in an `error` envelope (open blocks closed first), while a second
 //! stream served concurrently by the same process completes with exactly the expected content.
 
-mod chaos;
+mod harness;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chaos::*;
+use harness::legacy::fmt_escape;
+use harness::prelude::*;
 
 /// Keepalive interval the stall test configures, in seconds.
 const KEEPALIVE_SECS: &str = "1";
@@ -20,15 +21,15 @@ fn meta_init(agent: &str) -> Vec<u8> {
     normal_stream(agent, &[]).remove(0)
 }
 
-fn start_gateway(up: &Upstream) -> Gateway {
-    Gateway::start(
+fn start_gateway(up: &Upstream) -> Process {
+    Process::against(
         &up.url(),
         &[("SSE_GATEWAY__TRANSLATE__KEEPALIVE_INTERVAL_SECS", KEEPALIVE_SECS)],
     )
 }
 
 /// Fetches `path` through the gateway to the end of its body (which must end cleanly: last chunk received).
-async fn fetch(gw: &Gateway, path: &str) -> Vec<u8> {
+async fn fetch(gw: &Process, path: &str) -> Vec<u8> {
     let mut c = Client::open(gw.addr, path).await.expect("request the faulted stream");
     assert_eq!(c.status, 200, "{path}: status; head: {}", c.head);
     if let Err(e) = c.read_to_end(PATIENCE).await {
@@ -43,7 +44,7 @@ async fn fetch(gw: &Gateway, path: &str) -> Vec<u8> {
 
 /// Runs the faulted stream(s) at `paths` (one after the other) while the control stream runs; returns the faulted
 /// bodies.
-async fn with_control(gw: &Gateway, paths: &[&str]) -> Vec<Vec<u8>> {
+async fn with_control(gw: &Process, paths: &[&str]) -> Vec<Vec<u8>> {
     let faulted = async {
         let mut bodies = Vec::new();
         for p in paths {
@@ -62,7 +63,7 @@ async fn with_control(gw: &Gateway, paths: &[&str]) -> Vec<Vec<u8>> {
 }
 
 /// After a faulted stream: no stream left open, and the fault counted as an upstream error.
-async fn assert_counted(gw: &Gateway, upstream_errors: f64) {
+async fn assert_counted(gw: &Process, upstream_errors: f64) {
     assert_eq!(
         gw.wait_no_active_streams(PATIENCE).await,
         0.0,
@@ -95,7 +96,7 @@ async fn send_text_block_open(conn: &mut UpConn, agent: &str, ds: &[String]) -> 
     conn.send(&meta_init(agent)).await?;
     conn.send(b"data: <content-block-text>\n\n").await?;
     for d in ds {
-        conn.send(format!("data: {}\n\n", escape_text(d)).as_bytes()).await?;
+        conn.send(format!("data: {}\n\n", fmt_escape(d)).as_bytes()).await?;
     }
     Ok(())
 }
@@ -339,7 +340,7 @@ async fn upstream_never_closing_1gib_attribute_keeps_memory_bounded_and_yields_o
         }
     })
     .await;
-    let gw = Gateway::start(&up.url(), &[]);
+    let gw = Process::against(&up.url(), &[]);
     let _ = fetch(&gw, "/warm").await;
     let baseline = gw.rss_kib();
     let sampler = RssSampler::start(gw.pid(), Duration::from_millis(25));
@@ -402,7 +403,7 @@ async fn upstream_clean_close_without_done_ends_with_error() {
             conn.send(&meta_init("agent-nodone")).await?;
             conn.send(b"data: <content-block-text>\n\n").await?;
             for d in deltas(3) {
-                conn.send(format!("data: {}\n\n", escape_text(&d)).as_bytes()).await?;
+                conn.send(format!("data: {}\n\n", fmt_escape(&d)).as_bytes()).await?;
             }
             conn.pause(SETTLE).await?;
             if chunked {

@@ -7,18 +7,18 @@
 //! `REGENERATE_FIXTURES=1 cargo test --test golden` rewrites both files of
 //! every fixture from the emitter's expectation (review each by eye).
 
-mod support;
+mod harness;
 
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 use sse_gateway::translate::{translate_all, Options, DEFAULT_BUDGET};
 
-use support::emitter::{
+use harness::core::emitter::{
     emit, is_native_split, native_split, Args, Attr, Block, Citation, ClientContent, EmitOpts, Expect, Format, Image,
     Item, MetaInit, ServerContent,
 };
-use support::envelopes::FALLBACK;
+use harness::core::envelopes::FALLBACK;
 
 fn dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")

@@ -3,16 +3,15 @@
 //! prefix, request ids of a safe charset, and configuration that fails closed (empty upstream, credentials,
 //! self-pointing upstream, ceilings), checked through the gateway and through the real binary.
 
-mod gateway_support;
-use gateway_support as support;
+mod harness;
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use harness::prelude::*;
 use sse_gateway::envelope::ids;
-use support::*;
 
 /// A stream with no `meta_init` (a resumed run): every envelope carries the fallback agent.
 fn resumed_run() -> Vec<Step> {
@@ -27,8 +26,8 @@ fn resumed_run() -> Vec<Step> {
 }
 
 fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_sse-gateway"));
-    c.env_remove("SSE_GATEWAY__UPSTREAM__URL").env_remove("RUST_LOG");
+    let mut c = harness::process::bin();
+    c.env_remove("RUST_LOG");
     c
 }
 

@@ -2,18 +2,17 @@
 //! pipelined bytes unread, upstream failures in the same read as data, `Content-Length` beside
 //! `Transfer-Encoding`, and client faults kept out of the upstream error counts.
 
-mod gateway_support;
-use gateway_support as support;
+mod harness;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
+use harness::prelude::*;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Frame;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 

@@ -1,14 +1,9 @@
 //! No input can abort the process (issue 13, item 1): the real binary under `ulimit -v`, fed the inputs that
 //! used to multiply its output by an identifier's length, keeps serving with every line within budget.
 
-mod gateway_support;
+mod harness;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-
-use gateway_support::{listening, send, sse_head, Emulator, Process, Step};
+use harness::prelude::{send, sse_head, Emulator, Process, Step, TestGateway};
 
 /// Address space the gateway may map: its idle size is ~150 MiB (threads' stacks and malloc arenas, capped by
 /// `MALLOC_ARENA_MAX`); an input that made it allocate gigabytes (a 4 MiB agent id repeated by 2,000 envelopes)
@@ -17,42 +12,11 @@ const VIRTUAL_KIB: u64 = 1 << 20;
 
 /// Starts the binary under `ulimit -v`.
 fn start_limited(upstream: &str) -> Process {
-    let bin = env!("CARGO_BIN_EXE_sse-gateway");
-    let mut child = Command::new("bash")
-        .args(["-c", &format!("ulimit -v {VIRTUAL_KIB} && exec \"$0\" \"$@\"")])
-        .arg(bin)
-        .args([
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-            "--upstream",
-            upstream,
-        ])
-        .env("MALLOC_ARENA_MAX", "2")
-        .env("TOKIO_WORKER_THREADS", "2")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("spawn bash");
-    let stdout = child.stdout.take().expect("stdout");
-    let lines = Arc::new(Mutex::new(Vec::new()));
-    let (tx, rx) = std::sync::mpsc::channel();
-    let kept = Arc::clone(&lines);
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(line.clone());
-            kept.lock().expect("lock").push(line);
-        }
-    });
-    let (addr, admin) = listening::addresses(&rx, Duration::from_secs(30));
-    Process {
-        child,
-        addr,
-        admin,
-        stdout_lines: lines,
-    }
+    Process::start_with_ulimit(
+        &format!("-v {VIRTUAL_KIB}"),
+        &["--upstream", upstream],
+        &[("MALLOC_ARENA_MAX", "2"), ("TOKIO_WORKER_THREADS", "2")],
+    )
 }
 
 /// A meta_init whose agent id is `id_len` bytes, then `deltas` one-byte text deltas, all in one write.
@@ -114,7 +78,7 @@ async fn output_carried_over_to_later_frames_is_the_whole_translation() {
         move |_| vec![sse_head(), Step::WriteAll(stream.clone()), Step::EndChunks]
     })
     .await;
-    let gw = gateway_support::TestGateway::start(&up.url(), |_| {}).await;
+    let gw = TestGateway::start(&up.url(), |_| {}).await;
     let (parts, body) = send("POST", &gw.url("/agent/run"), &[("x-agent-id", "fallback")], "{}").await;
     assert_eq!(parts.status, 200);
     assert!(

@@ -2,20 +2,18 @@
 //! `EnvelopeKind::extras`, and the envelope boundaries of the four types frontends read whole, offline and through
 //! the daemon, in both dialects.
 
-mod gateway_support;
-#[path = "support/mod.rs"]
-mod support;
+mod harness;
 
 use serde_json::{json, Value};
 use sse_gateway::envelope::EnvelopeKind;
 use sse_gateway::translate::{translate_all, Options, DEFAULT_BUDGET};
 
-use gateway_support::{send, sse_head, Emulator, Step, TestGateway};
-use support::emitter::{
+use harness::core::emitter::{
     emit, native_split, py_dumps, Args, Attr, Citation, ClientContent, EmitOpts, Emitted, Format, Image, Item,
     MetaInit, ServerContent,
 };
-use support::envelopes::{check, parse, Envelope, Out, FALLBACK};
+use harness::core::envelopes::{check, parse, Envelope, Out, FALLBACK};
+use harness::prelude::{send, sse_head, Emulator, Step, TestGateway};
 
 fn meta(format: Format, history: Option<Value>) -> Item {
     Item::MetaInit(MetaInit {

@@ -1,25 +1,19 @@
 //! The `sse-gateway` binary as a subprocess: drain on SIGTERM, bounded memory, config layering and exits,
 //! `--check-config`, the `translate` command and the demo.
 
-mod gateway_support;
-use gateway_support as support;
+mod harness;
 
 use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use harness::legacy::corpus;
+use harness::prelude::*;
+use harness::process::bin;
 use http_body_util::BodyExt;
 use sse_gateway::translate::{translate_all, Options};
-use support::legacy::corpus;
-use support::*;
-
-fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_sse-gateway"));
-    c.env_remove("SSE_GATEWAY__UPSTREAM__URL");
-    c
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_drains_an_open_stream_then_exits_0() {

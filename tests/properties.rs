@@ -2,17 +2,17 @@
 //! invariance, lossless reassembly, the byte budget, and zero added wait for
 //! streamed text (DESIGN 2 and 4).
 
-mod support;
+mod harness;
 
 use proptest::prelude::*;
 use proptest::sample::select;
 use serde_json::json;
 use sse_gateway::translate::Options;
 
-use support::emitter::{emit, Args, ClientContent, EmitOpts, Emitted, Format, Item, MetaInit, ServerContent};
-use support::envelopes::{check, check_budget, check_native_split, group, parse, run, GotItem, FALLBACK};
-use support::gen;
-use support::rng::Rng;
+use harness::core::emitter::{emit, Args, ClientContent, EmitOpts, Emitted, Format, Item, MetaInit, ServerContent};
+use harness::core::envelopes::{check, check_budget, check_native_split, group, parse, run, GotItem, FALLBACK};
+use harness::core::gen;
+use harness::rng::Rng;
 
 fn config() -> ProptestConfig {
     ProptestConfig {

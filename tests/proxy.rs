@@ -1,19 +1,16 @@
 //! The proxy end to end, in process: a real gateway on 127.0.0.1 in front of the upstream emulator.
 
-mod gateway_support;
-use gateway_support as support;
-// The core's own emitter and scenario generator (tests/support), reused for the end-to-end corpus.
-#[path = "support/mod.rs"]
-mod core_support;
+// The core's own emitter and scenario generator (tests/harness/core), reused for the end-to-end corpus.
+mod harness;
 
 use std::time::Duration;
 
 use bytes::Bytes;
+use harness::legacy::{assert_blocks, blocks, corpus};
+use harness::prelude::*;
 use http_body_util::BodyExt;
 use sse_gateway::config::StreamFormat;
 use sse_gateway::translate::{translate_all, Options};
-use support::legacy::{assert_blocks, blocks, corpus};
-use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn sse_script(body: Vec<u8>) -> Vec<Step> {
@@ -114,9 +111,9 @@ async fn event_stream_requests_stay_in_the_pool_when_configured() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn end_to_end_generated_corpus_of_the_core_in_both_dialects() {
-    use core_support::emitter::{emit, EmitOpts};
-    use core_support::envelopes::{check, FALLBACK};
-    use core_support::{gen, rng::Rng};
+    use harness::core::emitter::{emit, EmitOpts};
+    use harness::core::envelopes::{check, FALLBACK};
+    use harness::{core::gen, rng::Rng};
     const SCENARIOS: u64 = 24;
     let mut streams = Vec::new();
     let mut expected = Vec::new();

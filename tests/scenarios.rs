@@ -2,18 +2,18 @@
 //! run through the translator whole and split at random points, compared
 //! block by block with the emitter's expectation (DESIGN 4, CONTRACT).
 
-mod support;
+mod harness;
 
 use serde_json::{json, Value};
 use sse_gateway::envelope::EnvelopeKind;
 use sse_gateway::translate::Options;
 
-use support::emitter::{
+use harness::core::emitter::{
     emit, Args, Attr, Citation, ClientContent, EmitOpts, Emitted, Format, Image, Item, MetaInit, ServerContent,
 };
-use support::envelopes::{check, run, run_bytewise, Out, FALLBACK};
-use support::gen;
-use support::rng::Rng;
+use harness::core::envelopes::{check, run, run_bytewise, Out, FALLBACK};
+use harness::core::gen;
+use harness::rng::Rng;
 
 /// Inputs up to this size are also fed one byte at a time.
 const BYTEWISE_MAX: usize = 24 * 1024;
@@ -864,18 +864,18 @@ fn a_raw_json_event_over_two_data_lines_is_a_fragmented_item() {
 
 // ------------------------------------------------- traps pinned by hand
 
-fn translate(input: &[u8]) -> Vec<support::envelopes::GotItem> {
+fn translate(input: &[u8]) -> Vec<harness::core::envelopes::GotItem> {
     let (out, _) = run(&Options::default(), input, &[]);
-    support::envelopes::group(&support::envelopes::parse(&out).expect("well-formed output"))
+    harness::core::envelopes::group(&harness::core::envelopes::parse(&out).expect("well-formed output"))
 }
 
-fn contents(got: &[support::envelopes::GotItem]) -> Vec<(String, String, bool)> {
+fn contents(got: &[harness::core::envelopes::GotItem]) -> Vec<(String, String, bool)> {
     got.iter()
         .filter_map(|g| match g {
-            support::envelopes::GotItem::Block(b) => {
+            harness::core::envelopes::GotItem::Block(b) => {
                 Some((b.block.kind.clone(), b.block.content.clone(), b.block.closed))
             }
-            support::envelopes::GotItem::Done => None,
+            harness::core::envelopes::GotItem::Done => None,
         })
         .collect()
 }
@@ -952,7 +952,7 @@ fn a_client_tool_result_answering_a_call_in_the_same_scope_keeps_the_child_open(
         .expected
         .iter()
         .filter_map(|e| match e {
-            support::emitter::Expect::Block(b) => Some(b.agent.clone()),
+            harness::core::emitter::Expect::Block(b) => Some(b.agent.clone()),
             _ => None,
         })
         .collect();

@@ -2,13 +2,14 @@
 //! released within 1 s, no fd or stream leak), slow and stopped readers (bounded memory, backpressure reaching the
 //! upstream), and slowloris clients (cut off by the header timeout while a normal client is served).
 
-mod chaos;
+mod harness;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use chaos::*;
+use harness::legacy::fmt_escape;
+use harness::prelude::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -18,7 +19,7 @@ fn delta_event(i: u64) -> Vec<u8> {
         "event {i:06}: {} ünïcödé 日本語 🎉\n",
         "lorem ipsum dolor sit amet ".repeat(36)
     );
-    format!("data: {}\n\n", escape_text(&d)).into_bytes()
+    format!("data: {}\n\n", fmt_escape(&d)).into_bytes()
 }
 
 /// An endless (bounded by `limit`) translated stream: a text delta every `gap` until the gateway hangs up.
@@ -69,7 +70,7 @@ async fn thousand_clients_hanging_up_at_random_points_release_upstreams_within_1
         endless(conn, Duration::from_millis(100), Duration::from_secs(30)).await;
     })
     .await;
-    let gw = Gateway::start(&up.url(), &[]);
+    let gw = Process::against(&up.url(), &[]);
     // Warm up (runtime threads, upstream client), then take the baseline.
     run_control(gw.addr).await.expect("warm-up stream");
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -225,7 +226,7 @@ async fn slow_and_stopped_readers_keep_memory_bounded_and_push_back_on_the_upstr
         flood(conn, TOTAL).await;
     })
     .await;
-    let gw = Gateway::start(&up.url(), &[]);
+    let gw = Process::against(&up.url(), &[]);
     run_control(gw.addr).await.expect("warm-up stream");
     let baseline = gw.rss_kib();
     let sampler = RssSampler::start(gw.pid(), Duration::from_millis(25));
@@ -312,7 +313,7 @@ async fn slowloris_clients_are_cut_off_by_the_header_timeout_while_others_are_se
     const HEADER_TIMEOUT: Duration = Duration::from_secs(2);
     const EACH: usize = 20;
     let up = Upstream::start(control_script).await;
-    let gw = Gateway::start(&up.url(), &[("SSE_GATEWAY__SERVER__HEADER_READ_TIMEOUT_SECS", "2")]);
+    let gw = Process::against(&up.url(), &[("SSE_GATEWAY__SERVER__HEADER_READ_TIMEOUT_SECS", "2")]);
     // Both kinds on the wire at once: half a request line then silence, and a head trickled a byte at a time.
     let mut cut = Vec::new();
     for i in 0..EACH * 2 {
@@ -411,7 +412,7 @@ async fn client_hang_up_while_the_upstream_is_silent_releases_it_within_1s() {
         then_silence(conn, Duration::from_secs(20)).await;
     })
     .await;
-    let gw = Gateway::start(&up.url(), &[]);
+    let gw = Process::against(&up.url(), &[]);
     let mut gone = Vec::new();
     for i in 0..CLIENTS {
         let path = format!("/idle/{i}");
@@ -452,7 +453,7 @@ async fn client_hang_up_before_the_upstream_answers_releases_it_within_1s() {
         }
     })
     .await;
-    let gw = Gateway::start(&up.url(), &[]);
+    let gw = Process::against(&up.url(), &[]);
     let mut gone = Vec::new();
     for i in 0..CLIENTS {
         let path = format!("/slow-head/{i}");
@@ -496,7 +497,7 @@ async fn http2_streams_cancelled_at_random_points_release_upstreams_within_1s() 
         endless(conn, Duration::from_millis(40), Duration::from_secs(30)).await;
     })
     .await;
-    let gw = Gateway::start(&up.url(), &[]);
+    let gw = Process::against(&up.url(), &[]);
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .http2_only(true)
         .build_http::<Full<Bytes>>();

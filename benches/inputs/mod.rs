@@ -2,36 +2,13 @@
 
 use serde_json::{json, Value};
 
-/// SplitMix64: a tiny deterministic PRNG, so every run benches the same bytes.
-pub struct Rng(u64);
+#[path = "../../tests/harness/escape.rs"]
+mod escape;
+#[path = "../../tests/harness/rng.rs"]
+mod rng;
 
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Self(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `lo..=hi`.
-    pub fn range(&mut self, lo: usize, hi: usize) -> usize {
-        lo + (self.next_u64() % (hi - lo + 1) as u64) as usize
-    }
-
-    /// True with probability `num / den`.
-    pub fn chance(&mut self, num: u64, den: u64) -> bool {
-        self.next_u64() % den < num
-    }
-
-    pub fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[self.range(0, items.len() - 1)]
-    }
-}
+use escape::{cdata_split, client_escape, formatter_escape, html_escape};
+use rng::Rng;
 
 /// One legacy stream and how it is cut into reads.
 pub struct Input {
@@ -71,33 +48,9 @@ impl Input {
     }
 }
 
-/// The formatter's double escape (DESIGN 3.3): `\` → `\\`, then newline → `\n`.
-pub fn formatter_escape(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('\n', "\\n")
-}
-
 /// The client tool result escape (DESIGN 3.3): CRLF/CR → LF, LF → `\n`, `]]>` split across CDATA sections.
 pub fn client_result_escape(s: &str) -> String {
-    s.replace("\r\n", "\n")
-        .replace('\r', "\n")
-        .replace('\n', "\\n")
-        .replace("]]>", "]]]]><![CDATA[>")
-}
-
-/// Python's `html.escape(s, quote=True)`, as the backend escapes attribute values.
-pub fn html_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + s.len() / 4);
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#x27;"),
-            c => out.push(c),
-        }
-    }
-    out
+    cdata_split(&client_escape(s))
 }
 
 /// `json.dumps` with its default `ensure_ascii=True`: non-ASCII as `\uXXXX` escapes.
@@ -149,14 +102,14 @@ fn delta(rng: &mut Rng) -> String {
     let target = rng.range(5, 40);
     let mut s = String::new();
     while s.len() < target {
-        if rng.chance(1, 12) {
-            s.push_str(rng.pick(ODD));
+        if rng.one_in(1, 12) {
+            s.push_str(rng.pick::<&str>(ODD));
         } else {
             s.push(' ');
-            s.push_str(rng.pick(WORDS));
+            s.push_str(rng.pick::<&str>(WORDS));
         }
-        if rng.chance(1, 10) {
-            s.push(rng.pick(&['.', ',', ':', '!']));
+        if rng.one_in(1, 10) {
+            s.push(*rng.pick(&['.', ',', ':', '!']));
         }
     }
     // Keep to 40 bytes on a character boundary.
@@ -183,7 +136,7 @@ fn meta_init_json(history: Value) -> Value {
 }
 
 fn meta_init_event(out: &mut Vec<u8>, history: Value) {
-    let attr = html_escape(&json_ascii(&meta_init_json(history)));
+    let attr = html_escape(&json_ascii(&meta_init_json(history)), false);
     event(out, &format!("<meta_init data=\"{attr}\"></meta_init>"));
 }
 
@@ -219,7 +172,7 @@ fn tool_result_text(rng: &mut Rng, lines: usize) -> String {
 /// (a) A typical agent turn: meta_init, thinking and text blocks of many 5–40 byte deltas, tool calls and
 /// results and citations between them, meta_final, `[DONE]`. Fed in 1–4 KiB reads.
 pub fn small_deltas() -> Input {
-    let mut rng = Rng::new(0x5EED_0001);
+    let mut rng = Rng::from_state(0x5EED_0001);
     let mut out = Vec::new();
     let mut events = 1u64;
     meta_init_event(&mut out, Value::Null);
@@ -244,7 +197,7 @@ pub fn small_deltas() -> Input {
         }
         let id = format!("toolu_{round:04}");
         let args = json!({"query": format!("errors in shard {round}"), "limit": 20, "filters": {"level": "warn"}});
-        let args = html_escape(&formatter_escape(&json_ascii(&args)));
+        let args = html_escape(&formatter_escape(&json_ascii(&args)), false);
         event(
             &mut out,
             &format!("<content-block-tool_call id=\"{id}\" name=\"search_logs\" arguments=\"{args}\"></content-block-tool_call>"),
@@ -263,7 +216,10 @@ pub fn small_deltas() -> Input {
                      "generated_files": [], "cost": 0.42, "cumulative_usage": {"input_tokens": 51234, "output_tokens": 9876}});
     event(
         &mut out,
-        &format!("<meta_final data=\"{}\"></meta_final>", html_escape(&json_ascii(&fin))),
+        &format!(
+            "<meta_final data=\"{}\"></meta_final>",
+            html_escape(&json_ascii(&fin), false)
+        ),
     );
     event(&mut out, "[DONE]");
     events += 2;
@@ -283,7 +239,7 @@ fn around(item: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
 
 /// (b) A client tool result of about `mib` MiB of text (a file read), one CDATA item in one event.
 pub fn large_tool_result(mib: usize) -> Input {
-    let mut rng = Rng::new(0x5EED_0002);
+    let mut rng = Rng::from_state(0x5EED_0002);
     let mut content = String::new();
     while content.len() < mib << 20 {
         content.push_str(&client_result_escape(&tool_result_text(&mut rng, 1000)));
@@ -299,7 +255,7 @@ pub fn large_tool_result(mib: usize) -> Input {
 
 /// (b) A structured client tool result (a JSON list of records, JSON-encoded before the newline escape).
 pub fn large_tool_result_json(mib: usize) -> Input {
-    let mut rng = Rng::new(0x5EED_0003);
+    let mut rng = Rng::from_state(0x5EED_0003);
     let mut rows = Vec::new();
     let mut size = 0;
     while size < mib << 20 {
@@ -320,7 +276,7 @@ pub fn large_tool_result_json(mib: usize) -> Input {
 
 /// (b) A server tool result (formatter-escaped CDATA that may contain `]]>`).
 pub fn large_server_tool_result(mib: usize) -> Input {
-    let mut rng = Rng::new(0x5EED_0004);
+    let mut rng = Rng::from_state(0x5EED_0004);
     let mut content = String::new();
     while content.len() < mib << 20 {
         content.push_str(&formatter_escape(&tool_result_text(&mut rng, 1000)));
@@ -338,7 +294,7 @@ pub fn large_server_tool_result(mib: usize) -> Input {
 
 /// (b) A `meta_init` whose `message_history` attribute is about `mib` MiB of HTML-escaped JSON.
 pub fn large_meta_init(mib: usize) -> Input {
-    let mut rng = Rng::new(0x5EED_0005);
+    let mut rng = Rng::from_state(0x5EED_0005);
     let mut history = Vec::new();
     let mut size = 0;
     while size < mib << 20 {

@@ -321,20 +321,6 @@ pub fn scratch(name: &str) -> PathBuf {
 
 /// A metric's value from a Prometheus text page (sum over label sets when `labels` is empty).
 pub fn metric(page: &str, name: &str, labels: &str) -> Option<f64> {
-    let mut total = None;
-    for l in page.lines() {
-        if l.starts_with('#') {
-            continue;
-        }
-        let Some(rest) = l.strip_prefix(name) else { continue };
-        if !(rest.starts_with(' ') || rest.starts_with('{')) {
-            continue;
-        }
-        if !labels.is_empty() && !rest.contains(labels) {
-            continue;
-        }
-        let v: f64 = rest.rsplit(' ').next()?.parse().ok()?;
-        total = Some(total.unwrap_or(0.0) + v);
-    }
-    total
+    let labels: &[&str] = if labels.is_empty() { &[] } else { &[labels] };
+    crate::metrics::metric_opt(page, name, labels)
 }

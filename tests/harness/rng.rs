@@ -1,4 +1,7 @@
-//! SplitMix64: a tiny deterministic PRNG so scenarios are reproducible by seed.
+//! SplitMix64: the one deterministic PRNG of the tests and benches, so every scenario and bench input is
+//! reproducible by seed (`benches/inputs` includes this file by path).
+
+#![allow(dead_code)]
 
 #[derive(Debug, Clone)]
 pub struct Rng(u64);
@@ -6,6 +9,11 @@ pub struct Rng(u64);
 impl Rng {
     pub fn new(seed: u64) -> Self {
         Self(seed ^ 0x9E37_79B9_7F4A_7C15)
+    }
+
+    /// Starts from `state` as given (the benches' inputs were generated from unmixed seeds).
+    pub fn from_state(state: u64) -> Self {
+        Self(state)
     }
 
     pub fn next_u64(&mut self) -> u64 {
@@ -28,6 +36,11 @@ impl Rng {
 
     pub fn chance(&mut self, p: f64) -> bool {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64 <= p
+    }
+
+    /// True with probability `num / den`.
+    pub fn one_in(&mut self, num: u64, den: u64) -> bool {
+        self.next_u64() % den < num
     }
 
     pub fn pick<'a, T>(&mut self, xs: &'a [T]) -> &'a T {

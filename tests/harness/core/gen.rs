@@ -2,8 +2,8 @@
 
 use serde_json::{json, Value};
 
+use super::super::rng::Rng;
 use super::emitter::{Args, Attr, Citation, ClientContent, Format, Image, Item, MetaInit, ServerContent};
-use super::rng::Rng;
 
 /// Pieces that each break some naive reading of the legacy format.
 pub const NASTY: &[&str] = &[

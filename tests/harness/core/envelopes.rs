@@ -5,6 +5,7 @@
 use serde_json::Value;
 use sse_gateway::translate::{Options, Stats, Translator};
 
+use super::super::sse::events;
 use super::emitter::{is_native_split, native_split, Block, Expect};
 
 pub const FALLBACK: &str = "fallback-agent";
@@ -61,16 +62,11 @@ pub fn run_bytewise(opts: &Options, input: &[u8]) -> Vec<u8> {
 pub fn parse(out: &[u8]) -> Result<Vec<Out>, String> {
     let text = std::str::from_utf8(out).map_err(|e| format!("output is not UTF-8: {e}"))?;
     let mut res = Vec::new();
-    let mut rest = text;
-    while !rest.is_empty() {
-        let Some(body) = rest.strip_prefix("data: ") else {
-            return Err(format!("event does not start with `data: `: {:?}", head(rest)));
+    for event in events(text) {
+        let event = event?;
+        let Some(line) = event.strip_prefix("data: ") else {
+            return Err(format!("event does not start with `data: `: {:?}", head(event)));
         };
-        let Some(end) = body.find("\n\n") else {
-            return Err(format!("unterminated event: {:?}", head(body)));
-        };
-        let line = &body[..end];
-        rest = &body[end + 2..];
         if line.contains('\n') || line.contains('\r') {
             return Err(format!("line break inside an event: {:?}", head(line)));
         }

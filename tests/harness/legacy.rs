@@ -102,18 +102,11 @@ pub fn assert_blocks(got: &[Block], want: &[Block]) {
     assert_eq!(got.len(), want.len(), "number of blocks\n got {got:#?}\nwant {want:#?}");
 }
 
-/// Formatter escape: `\` doubled, newlines as `\n` (DESIGN 3.3).
-pub fn fmt_escape(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('\n', "\\n")
-}
+pub use super::escape::formatter_escape as fmt_escape;
 
 /// Attribute escape.
 pub fn attr(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('"', "&quot;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('\'', "&#x27;")
+    super::escape::html_escape(s, false)
 }
 
 fn block(kind: &str, agent: &str, content: &str, extras: Vec<(&str, Value)>) -> Block {
