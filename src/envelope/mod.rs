@@ -144,13 +144,13 @@ impl BlockHeader {
 mod tests {
     use super::*;
 
+    fn ids(id: &str, name: &str) -> Extras {
+        Extras::new().str("id", id).str("name", name)
+    }
+
     #[test]
     fn envelope_fields_come_in_protocol_order() {
-        let h = BlockHeader::new(
-            EnvelopeKind::ToolCall,
-            "a\"b",
-            Extras::new().str("id", "t1").str("name", "search"),
-        );
+        let h = BlockHeader::new(EnvelopeKind::ToolCall, "a\"b", ids("t1", "search"));
         let mut out = Vec::new();
         let n = h.write_json(&mut out, true, "{\"q\":1}");
         let s = std::str::from_utf8(&out).unwrap();

@@ -58,6 +58,15 @@ pub enum Dest {
     Drop,
 }
 
+/// The input a body's reader is shown: the unread bytes, whether the current event is complete (`at_end`), and
+/// whether no input follows at all (`eof`).
+#[derive(Debug, Clone, Copy)]
+pub struct Shown<'a> {
+    pub rest: &'a [u8],
+    pub at_end: bool,
+    pub eof: bool,
+}
+
 /// What one step of a body's reader did with the input it was shown: how many bytes it consumed, and whether
 /// to run again, wait for more input, or close the body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -225,23 +234,16 @@ impl Body {
 
     /// Reads what it can of `rest`, the unread input (DESIGN 3.3 and 3.6 for where CDATA ends): content goes to
     /// the destination as it arrives, holding back only bytes that may begin the end of the section.
-    pub fn step(
-        &mut self,
-        rest: &[u8],
-        at_end: bool,
-        eof: bool,
-        opts: &Options,
-        sink: &mut Sink<impl Observer>,
-    ) -> BodyStep {
+    pub fn step(&mut self, input: Shown<'_>, opts: &Options, sink: &mut Sink<impl Observer>) -> BodyStep {
         match self.phase {
-            Phase::Start => self.start(rest, eof),
-            Phase::Cdata => self.cdata(rest, at_end, eof, opts, sink),
-            Phase::Text => self.text(rest, eof, opts, sink),
+            Phase::Start => self.start(input),
+            Phase::Cdata => self.cdata(input, opts, sink),
+            Phase::Text => self.text(input, opts, sink),
         }
     }
 
     /// Before the content: whitespace, then a CDATA section, the close tag, or plain text.
-    fn start(&mut self, rest: &[u8], eof: bool) -> BodyStep {
+    fn start(&mut self, Shown { rest, eof, .. }: Shown<'_>) -> BodyStep {
         let ws = rest.iter().take_while(|b| b.is_ascii_whitespace()).count();
         let rest = &rest[ws..];
         if rest.is_empty() {
@@ -263,14 +265,8 @@ impl Body {
 
     /// Inside a CDATA section: up to a `]]>` that ends it (followed by the close tag, where the end rule says),
     /// or that joins the next section (client results); any other `]]>` is content.
-    fn cdata(
-        &mut self,
-        rest: &[u8],
-        at_end: bool,
-        eof: bool,
-        opts: &Options,
-        sink: &mut Sink<impl Observer>,
-    ) -> BodyStep {
+    fn cdata(&mut self, input: Shown<'_>, opts: &Options, sink: &mut Sink<impl Observer>) -> BodyStep {
+        let Shown { rest, at_end, eof } = input;
         let Some(i) = find(rest, CDATA_CLOSE) else {
             // Hold a trailing `]` or `]]`: it may start the section's end.
             let hold = if eof { 0 } else { partial_suffix(rest, CDATA_CLOSE) };
@@ -303,7 +299,7 @@ impl Body {
     }
 
     /// Content without CDATA, up to the close tag.
-    fn text(&mut self, rest: &[u8], eof: bool, opts: &Options, sink: &mut Sink<impl Observer>) -> BodyStep {
+    fn text(&mut self, Shown { rest, eof, .. }: Shown<'_>, opts: &Options, sink: &mut Sink<impl Observer>) -> BodyStep {
         if let Some(i) = find(rest, &self.close) {
             self.push(&rest[..i], sink, opts);
             return BodyStep::Done(i + self.close.len());
@@ -679,7 +675,12 @@ mod tests {
         for (piece, last) in [(&input[..cut], false), (&input[cut..], true)] {
             buf.extend_from_slice(piece);
             loop {
-                match body.step(&buf[pos..], last, false, &opts, &mut sink) {
+                let shown = Shown {
+                    rest: &buf[pos..],
+                    at_end: last,
+                    eof: false,
+                };
+                match body.step(shown, &opts, &mut sink) {
                     BodyStep::Continue(n) => pos += n,
                     BodyStep::Wait(n) => {
                         pos += n;

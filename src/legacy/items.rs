@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::body::{Body, CitationsCtx, Dest, EndRule, Parent, ToolResultCtx};
 use super::kinds::ItemKind;
-use super::tag::{attr, ReadTag, TagKind};
+use super::tag::{Element, ReadTag, TagKind};
 use super::{Parser, State};
 use crate::envelope::chunker::{Chunked, Sink};
 use crate::envelope::{pyjson, BlockHeader, EnvelopeKind, Extras, PyStyle, Split};
@@ -41,6 +41,7 @@ impl Parser {
         self.pos += len;
         let empty = kind == TagKind::Empty;
         let item = ItemKind::of(&name);
+        let el = Element { name, attrs };
         // Items whose content is in their attributes wait for their close tag (unless `<…/>`).
         let expect_close = match item.attribute_item_name() {
             Some(name) if !empty => State::ExpectClose(name),
@@ -57,11 +58,11 @@ impl Parser {
                 return;
             }
             ItemKind::MetaInit => {
-                self.meta_init(attr(&attrs, "data").unwrap_or(""), sink);
+                self.meta_init(el.attr("data").unwrap_or(""), sink);
                 self.state = expect_close;
             }
             ItemKind::DataAttribute(k) => {
-                let data = self.native_json(attr(&attrs, "data").unwrap_or(""), k, &name, sink);
+                let data = self.native_json(el.attr("data").unwrap_or(""), k, &el.name, sink);
                 sink.whole(BlockHeader::new(k, self.scopes.agent(), Extras::new()), &data);
                 if k == EnvelopeKind::MetaFinal {
                     self.scopes.meta_final();
@@ -69,11 +70,11 @@ impl Parser {
                 self.state = expect_close;
             }
             ItemKind::ToolCall(k) => {
-                self.tool_call(k, &name, &attrs, sink);
+                self.tool_call(k, &el, sink);
                 self.state = expect_close;
             }
             ItemKind::ClientToolResult => {
-                let ctx = self.client_tool_result(&attrs, sink);
+                let ctx = self.client_tool_result(&el, sink);
                 if empty {
                     sink.whole(ctx.header(), "");
                 } else {
@@ -86,18 +87,18 @@ impl Parser {
             }
             ItemKind::Citations => {}
             ItemKind::ServerToolResult | ItemKind::Body(_) => {
-                let header = self.body_header(item, &name, &attrs, sink);
+                let header = self.body_header(item, &el, sink);
                 if empty {
                     sink.whole(header, "");
                 } else {
-                    self.state = State::Body(Box::new(self.item_body(item, &name, header)));
+                    self.state = State::Body(Box::new(self.item_body(item, &el.name, header)));
                     return;
                 }
             }
             ItemKind::Unknown => {
                 sink.obs.unknown_tag();
                 if !empty {
-                    self.state = State::Body(Box::new(self.unknown_body(&name)));
+                    self.state = State::Body(Box::new(self.unknown_body(&el.name)));
                     return;
                 }
             }
@@ -108,30 +109,24 @@ impl Parser {
     }
 
     /// A tool call: its arguments as the native formatter writes them (`""` is no input: `{}`, DESIGN 3.6).
-    fn tool_call(
-        &mut self,
-        kind: EnvelopeKind,
-        name: &str,
-        attrs: &[(String, String)],
-        sink: &mut Sink<impl Observer>,
-    ) {
-        let id = self.safe_id(attr(attrs, "id").unwrap_or(""), "tool call id", sink);
-        let tool = self.safe_id(attr(attrs, "name").unwrap_or(""), "tool name", sink);
-        let args = attr(attrs, "arguments").unwrap_or("").trim();
+    fn tool_call(&mut self, kind: EnvelopeKind, el: &Element, sink: &mut Sink<impl Observer>) {
+        let id = self.safe_id(el.attr("id").unwrap_or(""), "tool call id", sink);
+        let tool = self.safe_id(el.attr("name").unwrap_or(""), "tool name", sink);
+        let args = el.attr("arguments").unwrap_or("").trim();
         let args = if args.is_empty() || args == "\"\"" { "{}" } else { args };
-        let args = self.native_json(args, kind, name, sink);
+        let args = self.native_json(args, kind, &el.name, sink);
         self.scopes.tool_call(id);
         let extras = Extras::new().str("id", id).str("name", tool);
         sink.whole(BlockHeader::new(kind, self.scopes.agent(), extras), &args);
     }
 
     /// A client tool result's context; the parent's call returning closes the child scopes (DESIGN 3.5).
-    fn client_tool_result(&mut self, attrs: &[(String, String)], sink: &mut Sink<impl Observer>) -> ToolResultCtx {
+    fn client_tool_result(&mut self, el: &Element, sink: &mut Sink<impl Observer>) -> ToolResultCtx {
         let id = self
-            .safe_id(attr(attrs, "id").unwrap_or(""), "tool result id", sink)
+            .safe_id(el.attr("id").unwrap_or(""), "tool result id", sink)
             .to_owned();
         let name = self
-            .safe_id(attr(attrs, "name").unwrap_or(""), "tool name", sink)
+            .safe_id(el.attr("name").unwrap_or(""), "tool name", sink)
             .to_owned();
         self.scopes.tool_result(&id);
         ToolResultCtx {
@@ -144,18 +139,12 @@ impl Parser {
 
     /// The header of a buffered item read as a body: a server tool result's id and name (the attribute, else the
     /// tag's stem, e.g. `web_search_tool_result`), or an error's or meta_files' bare header.
-    fn body_header(
-        &mut self,
-        item: ItemKind,
-        name: &str,
-        attrs: &[(String, String)],
-        sink: &mut Sink<impl Observer>,
-    ) -> BlockHeader {
+    fn body_header(&mut self, item: ItemKind, el: &Element, sink: &mut Sink<impl Observer>) -> BlockHeader {
         let ItemKind::Body(kind) = item else {
-            let id = self.safe_id(attr(attrs, "id").unwrap_or(""), "tool result id", sink);
+            let id = self.safe_id(el.attr("id").unwrap_or(""), "tool result id", sink);
             self.scopes.tool_result(id);
-            let stem = name.strip_prefix("content-block-").unwrap_or(name);
-            let rname = attr(attrs, "name").filter(|n| !n.is_empty()).unwrap_or(stem);
+            let stem = el.name.strip_prefix("content-block-").unwrap_or(&el.name);
+            let rname = el.attr("name").filter(|n| !n.is_empty()).unwrap_or(stem);
             let rname = self.safe_id(rname, "tool result name", sink);
             let extras = Extras::new().str("id", id).str("name", rname);
             return BlockHeader::new(EnvelopeKind::ServerToolResult, self.scopes.agent(), extras);

@@ -34,7 +34,7 @@ use crate::envelope::{ids, BlockHeader, EnvelopeKind, Extras};
 use crate::pipeline::{DataJoin, Observer, Options, ParseErrorKind, StreamEnd};
 use crate::sse::SseEvent;
 
-use body::{Body, CitationsCtx, ToolResultCtx};
+use body::{Body, CitationsCtx, Shown, ToolResultCtx};
 use escape::Escape;
 use kinds::ItemKind;
 use raw::RawBlocks;
@@ -285,7 +285,12 @@ impl Parser {
                 State::Text => self.text(at_end, sink),
                 State::ExpectClose(name) => self.expect_close(name, sink),
                 State::Body(ref mut b) => {
-                    let step = b.step(&self.buf[self.pos..], at_end, eof, &self.opts, sink);
+                    let shown = Shown {
+                        rest: &self.buf[self.pos..],
+                        at_end,
+                        eof,
+                    };
+                    let step = b.step(shown, &self.opts, sink);
                     self.body_stepped(step, sink)
                 }
                 State::ToolResult(_) => self.tool_result_children(eof, sink),

@@ -150,11 +150,17 @@ mod tests {
         assert_eq!(s.agent(), "resumed");
     }
 
+    /// Scopes with `root` named and its child `child` open.
+    fn nested(root: &str, child: &str) -> Scopes {
+        let mut s = Scopes::new("f");
+        s.meta_init(Some(root), None);
+        s.meta_init(Some(child), Some(root));
+        s
+    }
+
     #[test]
     fn meta_final_closes_a_child_but_never_the_root() {
-        let mut s = Scopes::new("f");
-        s.meta_init(Some("root"), None);
-        s.meta_init(Some("child"), Some("root"));
+        let mut s = nested("root", "child");
         s.meta_final();
         assert_eq!(s.agent(), "root");
         s.meta_final();
@@ -163,9 +169,7 @@ mod tests {
 
     #[test]
     fn a_sibling_started_inside_a_child_is_a_conflict() {
-        let mut s = Scopes::new("f");
-        s.meta_init(Some("root"), None);
-        s.meta_init(Some("a"), Some("root"));
+        let mut s = nested("root", "a");
         assert_eq!(s.meta_init(Some("b"), Some("root")), Opened::Conflict);
         assert_eq!(s.agent(), "b");
     }

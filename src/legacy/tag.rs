@@ -124,6 +124,20 @@ impl<'a> Tag<'a> {
     }
 }
 
+/// An opening tag whose attributes were decoded: what an item is built from.
+#[derive(Debug)]
+pub struct Element {
+    pub name: String,
+    pub attrs: Vec<(String, String)>,
+}
+
+impl Element {
+    /// The value of attribute `key`, if present.
+    pub fn attr(&self, key: &str) -> Option<&str> {
+        attr(&self.attrs, key)
+    }
+}
+
 /// Looks up an attribute by name.
 pub fn attr<'v>(attrs: &'v [(String, String)], name: &str) -> Option<&'v str> {
     attrs.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
