@@ -106,7 +106,7 @@ impl Flushes {
         self.epoch.load(Ordering::Acquire)
     }
 
-    fn flushed(&self) {
+    pub(crate) fn flushed(&self) {
         self.epoch.fetch_add(1, Ordering::AcqRel);
         if self.waiting.swap(false, Ordering::AcqRel) {
             let wakers = std::mem::take(&mut *self.wakers.lock().unwrap_or_else(|p| p.into_inner()));
@@ -206,7 +206,7 @@ pub struct Tracked {
 impl Tracked {
     /// `cut` turns true at the drain deadline.
     pub fn new(body: ResponseBody, in_flight: InFlight, cut: &watch::Receiver<bool>) -> Self {
-        let deadline = matches!(body, ResponseBody::Upstream(_)).then(|| drain::deadline(cut.clone()));
+        let deadline = body.is_upstream().then(|| drain::deadline(cut.clone()));
         Self {
             body,
             _in_flight: in_flight,

@@ -26,7 +26,7 @@ use tracing::Instrument;
 use crate::config::{duration, Settings, StreamFormat};
 use crate::telemetry::{ClientErrorKind, Metrics, Mode, UpstreamErrorKind};
 use crate::translate::{self, Translator};
-use body::{GatewayBody, ResponseBody, StreamInfo};
+use body::{ResponseBody, StreamInfo, StreamSettings};
 use forward::{ForwardError, Upstream, UpstreamBody};
 use headers::{X_ACCEL_BUFFERING, X_REQUEST_ID, X_STREAM_FORMAT};
 use observe::StreamObserver;
@@ -238,10 +238,13 @@ async fn proxy(
         request_start,
         span,
     };
-    let body = GatewayBody::new(body, translator, info, Arc::clone(metrics), shared.keepalive)
-        .with_idle_timeout(shared.idle_timeout)
-        .with_flushes(flushes);
-    Response::from_parts(parts, ResponseBody::Upstream(Box::new(body)))
+    let settings = StreamSettings {
+        keepalive: shared.keepalive,
+        idle_timeout: shared.idle_timeout,
+        flushes,
+    };
+    let body = ResponseBody::upstream(body, translator, info, Arc::clone(metrics), settings);
+    Response::from_parts(parts, body)
 }
 
 /// RFC 9112 §3.2: an HTTP/1.1 request without exactly one `Host` header must be refused with 400 (an earlier

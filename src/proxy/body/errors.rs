@@ -1,0 +1,108 @@
+//! Why an upstream stream failed, as it travels up the stack: classified for `upstream_errors_total{kind}`,
+//! described for the error envelope, and turned into the error that aborts a client response.
+
+use std::borrow::Cow;
+
+use thiserror::Error;
+
+use super::BodyError;
+use crate::telemetry::UpstreamErrorKind;
+
+/// The description of an idle timeout, in the error envelope and as the abort's error.
+pub const IDLE_MESSAGE: &str = "upstream sent nothing within upstream.idle_timeout_secs";
+
+/// An upstream stream's failure.
+#[derive(Debug, Error)]
+pub enum StreamError {
+    /// The upstream body failed (reset, early close, bad framing, timeout).
+    #[error(transparent)]
+    Upstream(#[from] hyper::Error),
+    /// The upstream sent nothing for `upstream.idle_timeout_secs`.
+    #[error("{IDLE_MESSAGE}")]
+    IdleTimeout,
+}
+
+impl StreamError {
+    /// For `upstream_errors_total{kind}`.
+    pub fn kind(&self) -> UpstreamErrorKind {
+        match self {
+            StreamError::Upstream(e) => body_error_kind(e),
+            StreamError::IdleTimeout => UpstreamErrorKind::Timeout,
+        }
+    }
+
+    /// A short, payload-free description for the error envelope.
+    pub fn message(&self) -> Cow<'static, str> {
+        match self {
+            StreamError::Upstream(e) => Cow::Owned(upstream_error_message(e)),
+            StreamError::IdleTimeout => Cow::Borrowed(IDLE_MESSAGE),
+        }
+    }
+
+    /// The error a client response is aborted with: hyper's own, or the idle timeout's description.
+    pub fn into_body_error(self) -> BodyError {
+        match self {
+            StreamError::Upstream(e) => Box::new(e),
+            StreamError::IdleTimeout => IDLE_MESSAGE.into(),
+        }
+    }
+
+    /// Logs the failure in the request's span.
+    pub fn log(&self, span: &tracing::Span) {
+        match self {
+            StreamError::Upstream(e) => {
+                tracing::warn!(parent: span, error = %crate::proxy::error_chain(e), "upstream body failed mid-stream");
+            }
+            StreamError::IdleTimeout => tracing::warn!(parent: span, "upstream idle timeout"),
+        }
+    }
+}
+
+/// How an upstream body failed, for `upstream_errors_total{kind}`: bad framing (hyper reports it as an I/O error
+/// of kind InvalidData or InvalidInput) is a protocol error, a timeout
+/// a timeout, anything else (reset, early close) a reset.
+fn body_error_kind(e: &hyper::Error) -> UpstreamErrorKind {
+    if e.is_timeout() {
+        return UpstreamErrorKind::Timeout;
+    }
+    if e.is_parse() {
+        return UpstreamErrorKind::Protocol;
+    }
+    let mut source = std::error::Error::source(e);
+    while let Some(err) = source {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            if matches!(
+                io.kind(),
+                std::io::ErrorKind::InvalidData | std::io::ErrorKind::InvalidInput
+            ) {
+                return UpstreamErrorKind::Protocol;
+            }
+        }
+        source = err.source();
+    }
+    UpstreamErrorKind::Reset
+}
+
+/// A short, payload-free description of an upstream body failure for the error envelope.
+fn upstream_error_message(e: &hyper::Error) -> String {
+    if e.is_incomplete_message() {
+        "upstream connection closed before the response ended".into()
+    } else if e.is_timeout() {
+        "upstream timed out".into()
+    } else {
+        format!("upstream connection failed: {e}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_idle_timeout_is_a_timeout_described_without_payload() {
+        let e = StreamError::IdleTimeout;
+        assert_eq!(e.kind(), UpstreamErrorKind::Timeout);
+        assert_eq!(e.message(), IDLE_MESSAGE);
+        assert_eq!(e.into_body_error().to_string(), IDLE_MESSAGE);
+    }
+}

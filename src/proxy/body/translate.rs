@@ -1,0 +1,343 @@
+//! Translation: each batch of upstream chunks becomes one frame of envelopes, each chunk translated (and dropped)
+//! before the next is read; the upstream's end or failure becomes the stream's last envelopes.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use http_body::{Body, Frame, SizeHint};
+
+use super::{Drain, Ending, Gather, Layer, Polled, Totals};
+use crate::envelope::EnvelopeKind;
+use crate::proxy::drain::{write_draining_envelope, DrainCut, DRAINING_MESSAGE};
+use crate::proxy::observe::StreamObserver;
+use crate::telemetry::{Metrics, Mode};
+use crate::translate::{Observer, Translator};
+
+/// Output of one translated client frame, past which the rest of the input waits for the next poll. With
+/// identifiers bounded (`envelope::ids`), one `translate::FEED_STEP` of input adds at most ~70× its size, so a
+/// frame stays under ~0.6 MiB, whatever the upstream sends, except where an item held whole (at most
+/// `translate.max_item_bytes`) is flushed (docs/SECURITY.md).
+pub const TRANSLATED_FRAME_LIMIT: usize = 256 << 10;
+
+/// Room for the envelope around a translated chunk's text (type, agent id, flags), so a small event's frame is
+/// written without growing its buffer.
+const ENVELOPE_HEADROOM: usize = 256;
+
+/// The translated stream of the upstream body `B`.
+pub struct Translate<B> {
+    inner: B,
+    translator: Translator<StreamObserver>,
+    metrics: Arc<Metrics>,
+    /// Upstream bytes read but not yet translated: one read's output stops at `TRANSLATED_FRAME_LIMIT`, and the
+    /// rest is translated at the next poll, before the upstream is read again.
+    carry: Option<Bytes>,
+    /// How the stream ended, once its last frame has been made (until `Record` takes it).
+    ending: Option<Ending>,
+    done: bool,
+    bytes_in: u64,
+}
+
+impl<B: Gather> Translate<B> {
+    pub fn new(inner: B, translator: Translator<StreamObserver>, metrics: Arc<Metrics>) -> Self {
+        Self {
+            inner,
+            translator,
+            metrics,
+            carry: None,
+            ending: None,
+            done: false,
+            bytes_in: 0,
+        }
+    }
+
+    /// Translates a batch that starts with `first` into one frame's bytes (possibly none: a partial item is held).
+    fn batch(&mut self, first: Bytes, cx: &mut Context<'_>) -> Vec<u8> {
+        let t = &mut self.translator;
+        // Each chunk is translated and dropped before the next is read, so the upstream connection reads into the
+        // buffer it already has instead of allocating a new one.
+        let mut out = Vec::with_capacity(first.len() + first.len() / 2 + ENVELOPE_HEADROOM);
+        let mut size = first.len();
+        let taken = t.feed_bounded(&first, &mut out, TRANSLATED_FRAME_LIMIT);
+        let mut carry = None;
+        if taken < first.len() {
+            // The frame is full: the rest waits, and nothing more is read (backpressure).
+            carry = Some(first.slice(taken..));
+        } else {
+            drop(first);
+            while let Some(data) = self.inner.poll_more(cx) {
+                size += data.len();
+                match carry.take() {
+                    Some(held) => {
+                        let mut joined = BytesMut::with_capacity(held.len() + data.len());
+                        joined.extend_from_slice(&held);
+                        joined.extend_from_slice(&data);
+                        carry = Some(joined.freeze());
+                    }
+                    None => {
+                        let n = t.feed_bounded(&data, &mut out, TRANSLATED_FRAME_LIMIT);
+                        if n < data.len() {
+                            carry = Some(data.slice(n..));
+                        }
+                    }
+                }
+            }
+        }
+        self.carry = carry;
+        t.observer_mut().flush();
+        let n = size as u64;
+        self.bytes_in += n;
+        self.metrics.mode(Mode::Translate).bytes_in.inc_by(n);
+        out
+    }
+
+    fn end(&mut self, ending: Ending) {
+        self.ending = Some(ending);
+        self.done = true;
+        self.carry = None;
+    }
+
+    /// The stream's last frame (if it has bytes), after which the body has ended.
+    fn last(&mut self, ending: Ending, out: Vec<u8>) -> Polled {
+        self.end(ending);
+        if out.is_empty() {
+            return Poll::Ready(None);
+        }
+        Poll::Ready(Some(Ok(Frame::data(Bytes::from(out)))))
+    }
+}
+
+impl<B: Gather> Body for Translate<B> {
+    type Data = Bytes;
+    type Error = super::StreamError;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Polled {
+        let this = self.get_mut();
+        loop {
+            if this.done {
+                return Poll::Ready(None);
+            }
+            if let Some(carry) = this.carry.take() {
+                let t = &mut this.translator;
+                let mut out = Vec::new();
+                let taken = t.feed_bounded(&carry, &mut out, TRANSLATED_FRAME_LIMIT);
+                if taken < carry.len() {
+                    this.carry = Some(carry.slice(taken..));
+                }
+                t.observer_mut().flush();
+                if out.is_empty() {
+                    continue;
+                }
+                return Poll::Ready(Some(Ok(Frame::data(Bytes::from(out)))));
+            }
+            match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
+                Some(Ok(frame)) => {
+                    // Trailers belong to the original body: dropped from a translated stream.
+                    let Ok(first) = frame.into_data() else {
+                        continue;
+                    };
+                    let arrived = Instant::now();
+                    let out = this.batch(first, cx);
+                    // Held bytes (a partial item): read on rather than send an empty frame.
+                    if out.is_empty() {
+                        continue;
+                    }
+                    this.metrics
+                        .translator
+                        .event_translation
+                        .observe(arrived.elapsed().as_secs_f64());
+                    return Poll::Ready(Some(Ok(Frame::data(Bytes::from(out)))));
+                }
+                Some(Err(e)) => {
+                    // The client gets a well-formed end: error envelope, then a clean end of body.
+                    let mut out = Vec::new();
+                    this.translator.abort(&e.message(), &mut out);
+                    return this.last(Ending::Failed(e), out);
+                }
+                None => {
+                    let mut out = Vec::new();
+                    let started = Instant::now();
+                    let end = this.translator.finish(&mut out);
+                    if !out.is_empty() {
+                        this.metrics
+                            .translator
+                            .event_translation
+                            .observe(started.elapsed().as_secs_f64());
+                    }
+                    return this.last(Ending::finished(end), out);
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::default()
+    }
+}
+
+impl<B: Gather> Drain for Translate<B> {
+    /// The stream's last frame is a `gateway_draining` envelope: what it had not yet translated is dropped, open
+    /// blocks stay unclosed (the envelope says the stream was cut).
+    fn cut_for_drain(&mut self) -> DrainCut {
+        if self.done {
+            return DrainCut::Nothing;
+        }
+        let t = &mut self.translator;
+        let mut out = Vec::new();
+        let n = write_draining_envelope(&mut out, t.agent(), DRAINING_MESSAGE);
+        let obs = t.observer_mut();
+        obs.envelope(EnvelopeKind::Error, n);
+        obs.block_closed(EnvelopeKind::Error, 1);
+        self.end(Ending::Drained);
+        DrainCut::Final(Bytes::from(out))
+    }
+}
+
+impl<B: Gather> Layer for Translate<B> {
+    fn ending(&mut self) -> Ending {
+        self.ending.take().unwrap_or(Ending::Drained)
+    }
+
+    fn totals(&self) -> Totals {
+        Totals::of(self.bytes_in, Some(&self.translator))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::coalesce::Coalesce;
+    use super::super::script::{data, poll, Script, Seen, Step};
+    use super::*;
+    use crate::translate::{translate_all, Options};
+
+    const AGENT: &str = "agent-1";
+
+    fn translate(steps: impl IntoIterator<Item = Step>) -> (Translate<Coalesce<Script>>, Arc<Metrics>) {
+        let metrics = Arc::new(Metrics::register(&prometheus::Registry::new()).expect("metrics"));
+        let t = Translator::with_observer(Options::default(), AGENT, StreamObserver::new(Arc::clone(&metrics)));
+        let body = Translate::new(Coalesce::new(Script::new(steps)), t, Arc::clone(&metrics));
+        (body, metrics)
+    }
+
+    /// A legacy text block of `events` events of `size` bytes each.
+    fn text_stream(events: usize, size: usize) -> Vec<String> {
+        let mut s = vec!["data: <content-block-text>\n\n".to_owned()];
+        s.extend((0..events).map(|i| {
+            format!(
+                "data: {}\n\n",
+                char::from(b'a' + (i % 26) as u8).to_string().repeat(size)
+            )
+        }));
+        s.push("data: </content-block-text>\n\ndata: [DONE]\n\n".to_owned());
+        s
+    }
+
+    fn expected(chunks: &[String]) -> String {
+        let (out, _) = translate_all(Options::default(), AGENT, chunks.concat().as_bytes());
+        String::from_utf8(out).expect("utf-8")
+    }
+
+    #[test]
+    fn ready_chunks_make_one_frame_and_the_end_its_last() {
+        let chunks = text_stream(3, 10);
+        let mut steps: Vec<Step> = chunks.iter().map(|c| data(c)).collect();
+        steps.insert(2, Step::Pending);
+        steps.push(Step::End);
+        let (mut body, metrics) = translate(steps);
+        let mut frames = Vec::new();
+        loop {
+            match poll(&mut body) {
+                Seen::Data(d) => frames.push(d),
+                Seen::Pending => continue,
+                Seen::End => break,
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(frames.len(), 2, "two batches; the end's output joins the second");
+        assert_eq!(frames.concat(), expected(&chunks));
+        assert!(body.is_end_stream());
+        assert!(matches!(body.ending(), Ending::Completed));
+        let size: usize = chunks.iter().map(String::len).sum();
+        assert_eq!(body.totals().bytes_in, size as u64);
+        assert_eq!(metrics.mode(Mode::Translate).bytes_in.get(), size as u64);
+    }
+
+    #[test]
+    fn a_full_frame_leaves_the_rest_of_its_input_unread_until_the_next_poll() {
+        let chunks = text_stream(400, 1000);
+        let (mut body, _) = translate([data(&chunks.concat()), Step::End]);
+        let Seen::Data(first) = poll(&mut body) else {
+            panic!("a frame")
+        };
+        assert!(first.len() >= TRANSLATED_FRAME_LIMIT, "{}", first.len());
+        assert!(first.len() < TRANSLATED_FRAME_LIMIT + 70 * crate::translate::FEED_STEP);
+        assert!(body.carry.is_some());
+        assert_eq!(body.inner_polls(), 1, "nothing more was read");
+        let Seen::Data(rest) = poll(&mut body) else {
+            panic!("the carry's frame")
+        };
+        assert!(body.carry.is_none());
+        assert_eq!(
+            body.inner_polls(),
+            1,
+            "the carry is translated before the upstream is read again"
+        );
+        let mut all = first + &rest;
+        while let Seen::Data(d) = poll(&mut body) {
+            all.push_str(&d);
+        }
+        assert_eq!(all, expected(&chunks));
+    }
+
+    #[test]
+    fn an_upstream_failure_ends_the_stream_with_an_error_envelope() {
+        let (mut body, _) = translate([data("data: <content-block-text>\n\ndata: hi\n\n"), Step::Fail]);
+        assert!(matches!(poll(&mut body), Seen::Data(_)));
+        let Seen::Data(last) = poll(&mut body) else {
+            panic!("the error envelope")
+        };
+        assert!(
+            last.contains("upstream_error") && last.contains("upstream.idle_timeout_secs"),
+            "{last}"
+        );
+        assert!(body.is_end_stream());
+        assert!(matches!(body.ending(), Ending::Failed(_)));
+        assert_eq!(poll(&mut body), Seen::End);
+    }
+
+    #[test]
+    fn trailers_are_dropped_and_a_cut_stream_says_so() {
+        let (mut body, _) = translate([data("data: <content-block-text>\n\n"), Step::Trailers, Step::End]);
+        let mut seen = Vec::new();
+        while !body.is_end_stream() {
+            seen.push(poll(&mut body));
+        }
+        assert!(!seen.contains(&Seen::Trailers), "{seen:?}");
+        assert!(matches!(body.ending(), Ending::Cut));
+    }
+
+    #[test]
+    fn the_drain_cut_is_a_gateway_draining_envelope_then_the_end() {
+        let (mut body, _) = translate([data("data: <content-block-text>\n\ndata: hi\n\n")]);
+        assert!(matches!(poll(&mut body), Seen::Data(_)));
+        let DrainCut::Final(last) = body.cut_for_drain() else {
+            panic!("a final frame")
+        };
+        assert!(String::from_utf8_lossy(&last).contains("gateway_draining"));
+        assert!(matches!(body.cut_for_drain(), DrainCut::Nothing), "once");
+        assert_eq!(poll(&mut body), Seen::End);
+        assert!(matches!(body.ending(), Ending::Drained));
+    }
+
+    impl Translate<Coalesce<Script>> {
+        fn inner_polls(&self) -> usize {
+            self.inner.inner_ref().polls()
+        }
+    }
+}
