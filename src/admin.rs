@@ -10,32 +10,35 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use prometheus::{Encoder, Registry, TextEncoder};
+use prometheus::{Encoder, IntGauge, Registry, TextEncoder};
 use tokio::net::TcpListener;
 
-use crate::telemetry::Metrics;
+use crate::telemetry::gauge;
 
 /// Readiness and drain state, mirrored into the `ready` and `draining` gauges.
 pub struct Health {
     ready: AtomicBool,
-    metrics: Arc<Metrics>,
+    ready_gauge: IntGauge,
+    draining: IntGauge,
 }
 
 impl Health {
-    pub fn new(metrics: Arc<Metrics>) -> Self {
-        Self {
+    /// Not ready yet; creates the `ready` and `draining` gauges and registers them on `r`.
+    pub fn register(r: &Registry) -> prometheus::Result<Self> {
+        Ok(Self {
             ready: AtomicBool::new(false),
-            metrics,
-        }
+            ready_gauge: gauge(r, "ready", "1 while the gateway accepts traffic.")?,
+            draining: gauge(r, "draining", "1 while shutting down and draining streams.")?,
+        })
     }
 
     pub fn set_ready(&self, ready: bool) {
         self.ready.store(ready, Ordering::SeqCst);
-        self.metrics.ready.set(i64::from(ready));
+        self.ready_gauge.set(i64::from(ready));
     }
 
     pub fn set_draining(&self, draining: bool) {
-        self.metrics.draining.set(i64::from(draining));
+        self.draining.set(i64::from(draining));
     }
 
     pub fn is_ready(&self) -> bool {

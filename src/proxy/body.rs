@@ -18,9 +18,11 @@ use tokio::time::Sleep;
 
 use super::conn::Flushes;
 use super::dedicated::UpstreamIncoming;
+use super::forward::UpstreamErrorKind;
+use super::metrics::Metrics;
+use super::negotiate::Mode;
 use super::observe::StreamObserver;
 use crate::sse::encoder::KEEPALIVE;
-use crate::telemetry::{Metrics, Mode, Outcome, UpstreamErrorKind};
 use crate::translate::{StreamEnd, Translator};
 
 /// Error type of response bodies: an upstream failure in a pass-through body aborts the client response.
@@ -62,6 +64,27 @@ impl Body for ResponseBody {
         match self {
             ResponseBody::Full(b) => b.size_hint(),
             ResponseBody::Upstream(b) => b.size_hint(),
+        }
+    }
+}
+
+/// How a stream ended; the `outcome` label. Recorded exactly once per stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Completed,
+    UpstreamError,
+    ClientGone,
+}
+
+impl Outcome {
+    /// In declaration order, so `o as usize` indexes it.
+    pub const ALL: [Outcome; 3] = [Outcome::Completed, Outcome::UpstreamError, Outcome::ClientGone];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Completed => "completed",
+            Outcome::UpstreamError => "upstream_error",
+            Outcome::ClientGone => "client_gone",
         }
     }
 }
@@ -303,11 +326,7 @@ impl GatewayBody {
         let duration = self.started.elapsed();
         m.active_streams.dec();
         m.stream_duration.observe(duration.as_secs_f64());
-        match outcome {
-            Outcome::Completed => m.completed.inc(),
-            Outcome::UpstreamError => m.upstream_error.inc(),
-            Outcome::ClientGone => m.client_gone.inc(),
-        }
+        m.outcomes[outcome as usize].inc();
         let (envelopes, parse_errors) = self
             .translator
             .as_ref()
@@ -462,7 +481,7 @@ impl Body for GatewayBody {
                     return this.emit(bytes);
                 }
                 Poll::Ready(Some(Err(e))) => {
-                    this.metrics.upstream_error(body_error_kind(&e));
+                    this.metrics.upstream.error(body_error_kind(&e));
                     let message = upstream_error_message(&e);
                     tracing::warn!(parent: &this.info.span, error = %super::error_chain(&e), "upstream body failed mid-stream");
                     let translated = match (this.info.mode, this.translator.as_mut()) {
@@ -491,7 +510,7 @@ impl Body for GatewayBody {
                         let started = Instant::now();
                         if t.finish(&mut out) == StreamEnd::Cut && this.info.event_stream {
                             // Legacy streams end with [DONE] or the failure JSON; anything else was cut short.
-                            this.metrics.upstream_error(UpstreamErrorKind::Truncated);
+                            this.metrics.upstream.error(UpstreamErrorKind::Truncated);
                             outcome = Outcome::UpstreamError;
                         }
                         if this.info.mode == Mode::Translate && !out.is_empty() {
@@ -508,7 +527,7 @@ impl Body for GatewayBody {
                 }
                 Poll::Pending => {
                     if this.idle_expired(cx) {
-                        this.metrics.upstream_error(UpstreamErrorKind::Timeout);
+                        this.metrics.upstream.error(UpstreamErrorKind::Timeout);
                         tracing::warn!(parent: &this.info.span, "upstream idle timeout");
                         let message = "upstream sent nothing within upstream.idle_timeout_secs";
                         return match (this.info.mode, this.translator.as_mut()) {

@@ -18,10 +18,10 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 use super::conn::{self, Activity, ClientIo, Flushes, Tracked};
+use super::metrics::Metrics;
 use super::{handle, Shared};
 use crate::admin::{self, Health};
 use crate::config::{duration, Settings};
-use crate::telemetry::Metrics;
 
 /// Pause after a failed accept (EMFILE and the like) so the loop does not spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
@@ -55,7 +55,8 @@ impl Gateway {
     /// first when it is not).
     pub async fn bind(settings: Settings, registry: Registry) -> Result<Self, ServeError> {
         let metrics = Arc::new(Metrics::register(&registry)?);
-        let shared = Arc::new(Shared::new(&settings, Arc::clone(&metrics)).map_err(ServeError::Upstream)?);
+        let health = Arc::new(Health::register(&registry)?);
+        let shared = Arc::new(Shared::new(&settings, metrics).map_err(ServeError::Upstream)?);
         let addr = settings.listen_addr();
         let listener = TcpListener::bind(addr)
             .await
@@ -64,7 +65,6 @@ impl Gateway {
         let admin_listener = TcpListener::bind(addr)
             .await
             .map_err(|source| ServeError::Bind { addr, source })?;
-        let health = Arc::new(Health::new(metrics));
         Ok(Self {
             listener,
             admin_listener,
