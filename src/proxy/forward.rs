@@ -1,7 +1,6 @@
 //! The client to the one configured upstream (a pool, and dedicated connections for event streams), and the
 //! rewrite of a client request into an upstream one.
 
-pub use crate::config::dot_segment;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,7 +19,7 @@ use tower_service::Service;
 
 use super::dedicated::{self, UpstreamIncoming};
 use super::request_body::ClientBody;
-use crate::config::{duration, Settings, UpstreamConnection, UpstreamTarget};
+use crate::config::{dot_segment, duration, Settings, UpstreamConnection, UpstreamTarget};
 use crate::telemetry::{counter, counters, histogram, latency_buckets};
 
 /// The client's body as the upstream request takes it: streamed as is, or a small body already read (sent
@@ -90,7 +89,6 @@ impl UpstreamErrorKind {
 }
 
 /// The upstream's families, recorded by the request handler and the response body.
-#[derive(Clone)]
 pub struct UpstreamMetrics {
     /// By `UpstreamConnection`.
     pub requests: [IntCounter; UpstreamConnection::ALL.len()],

@@ -17,7 +17,6 @@ use super::request_body::ClientErrorKind;
 use crate::telemetry::{counter, counters, histogram, latency_buckets, name, register};
 
 /// Per-mode handles resolved once, so the hot path never looks labels up.
-#[derive(Clone)]
 pub struct ModeMetrics {
     pub active_streams: IntGauge,
     pub stream_duration: Histogram,
@@ -28,7 +27,6 @@ pub struct ModeMetrics {
 }
 
 /// Every family the proxy records.
-#[derive(Clone)]
 pub struct Metrics {
     pub requests: IntCounterVec,
     pub modes: [ModeMetrics; Mode::ALL.len()],

@@ -11,7 +11,6 @@ use crate::telemetry::{counter, counters, histogram, latency_buckets, name, regi
 use crate::translate::{Observer, ParseErrorKind};
 
 /// Translator-level families, resolved per envelope kind.
-#[derive(Clone)]
 pub struct TranslatorMetrics {
     pub envelopes: [IntCounter; EnvelopeKind::ALL.len()],
     pub oversize: [IntCounter; EnvelopeKind::ALL.len()],
