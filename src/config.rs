@@ -500,34 +500,32 @@ impl Settings {
 
     /// Checks every value a type cannot express.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let listen = parse_addr("server.listen", &self.server.listen)?;
-        let admin = parse_addr("server.admin_listen", &self.server.admin_listen)?;
+        let (s, u) = (&self.server, &self.upstream);
+        let listen = parse_addr("server.listen", &s.listen)?;
+        let admin = parse_addr("server.admin_listen", &s.admin_listen)?;
         if overlaps(listen, admin) {
             return Err(invalid(
                 "server.admin_listen",
                 format!("{admin} is the public listener server.listen ({listen}); the admin port must be its own"),
             ));
         }
-        secs(
-            "server.header_read_timeout_secs",
-            self.server.header_read_timeout_secs,
-            false,
-        )?;
-        secs(
-            "server.body_read_timeout_secs",
-            self.server.body_read_timeout_secs,
-            false,
-        )?;
-        secs("server.idle_timeout_secs", self.server.idle_timeout_secs, false)?;
-        secs("server.drain_timeout_secs", self.server.drain_timeout_secs, true)?;
-        if !(MIN_HEADER_BYTES..=MAX_HEADER_BYTES).contains(&self.server.max_header_bytes) {
+        // (key, seconds, whether 0 is allowed)
+        for (key, v, zero_ok) in [
+            ("server.header_read_timeout_secs", s.header_read_timeout_secs, false),
+            ("server.body_read_timeout_secs", s.body_read_timeout_secs, false),
+            ("server.idle_timeout_secs", s.idle_timeout_secs, false),
+            ("server.drain_timeout_secs", s.drain_timeout_secs, true),
+        ] {
+            secs(key, v, zero_ok)?;
+        }
+        if !(MIN_HEADER_BYTES..=MAX_HEADER_BYTES).contains(&s.max_header_bytes) {
             return Err(invalid(
                 "server.max_header_bytes",
                 format!("must be between {MIN_HEADER_BYTES} and {MAX_HEADER_BYTES}"),
             ));
         }
-        if !self.upstream.url.is_empty() {
-            let target = UpstreamTarget::parse(&self.upstream.url).map_err(|p| invalid("upstream.url", p))?;
+        if !u.url.is_empty() {
+            let target = UpstreamTarget::parse(&u.url).map_err(|p| invalid("upstream.url", p))?;
             // Every request would come back to us, and each of those too, until the fds run out.
             for (key, addr) in [("server.listen", listen), ("server.admin_listen", admin)] {
                 if target.points_at(addr) {
@@ -538,23 +536,15 @@ impl Settings {
                 }
             }
         }
-        secs(
-            "upstream.connect_timeout_secs",
-            self.upstream.connect_timeout_secs,
-            false,
-        )?;
-        secs(
-            "upstream.response_timeout_secs",
-            self.upstream.response_timeout_secs,
-            false,
-        )?;
-        secs(
-            "upstream.pool_idle_timeout_secs",
-            self.upstream.pool_idle_timeout_secs,
-            true,
-        )?;
-        secs("upstream.idle_timeout_secs", self.upstream.idle_timeout_secs, true)?;
-        if !(1..=MAX_UPSTREAM_CONNECTIONS).contains(&self.upstream.max_connections) {
+        for (key, v, zero_ok) in [
+            ("upstream.connect_timeout_secs", u.connect_timeout_secs, false),
+            ("upstream.response_timeout_secs", u.response_timeout_secs, false),
+            ("upstream.pool_idle_timeout_secs", u.pool_idle_timeout_secs, true),
+            ("upstream.idle_timeout_secs", u.idle_timeout_secs, true),
+        ] {
+            secs(key, v, zero_ok)?;
+        }
+        if !(1..=MAX_UPSTREAM_CONNECTIONS).contains(&u.max_connections) {
             return Err(invalid(
                 "upstream.max_connections",
                 format!("must be between 1 and {MAX_UPSTREAM_CONNECTIONS}"),
