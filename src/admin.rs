@@ -9,16 +9,17 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use prometheus::{Encoder, Registry, TextEncoder};
+use prometheus::{Encoder, IntGauge, Registry, TextEncoder};
 use tokio::net::TcpListener;
 
-use crate::telemetry::Metrics;
+use crate::telemetry::gauge;
 
 /// Readiness and drain state, mirrored into the `ready` and `draining` gauges. Ready means: serving, the public
 /// listener able to accept (not out of file descriptors), and not draining.
 pub struct Health {
     state: Mutex<HealthState>,
-    metrics: Arc<Metrics>,
+    ready: IntGauge,
+    draining: IntGauge,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -34,11 +35,13 @@ impl HealthState {
 }
 
 impl Health {
-    pub fn new(metrics: Arc<Metrics>) -> Self {
-        Self {
+    /// Not ready yet; creates the `ready` and `draining` gauges and registers them on `r`.
+    pub fn register(r: &Registry) -> prometheus::Result<Self> {
+        Ok(Self {
             state: Mutex::new(HealthState::default()),
-            metrics,
-        }
+            ready: gauge(r, "ready", "1 while the gateway accepts traffic.")?,
+            draining: gauge(r, "draining", "1 while shutting down and draining streams.")?,
+        })
     }
 
     /// Whether the public listener can take connections: set when serving starts and after each accepted
@@ -50,7 +53,7 @@ impl Health {
     /// Draining after SIGTERM: not ready from then on, whatever accept does.
     pub fn set_draining(&self, draining: bool) {
         self.update(|s| s.draining = draining);
-        self.metrics.draining.set(i64::from(draining));
+        self.draining.set(i64::from(draining));
     }
 
     pub fn is_ready(&self) -> bool {
@@ -64,7 +67,7 @@ impl Health {
         let was = s.ready();
         change(&mut s);
         let now = s.ready();
-        self.metrics.ready.set(i64::from(now));
+        self.ready.set(i64::from(now));
         was != now
     }
 
@@ -137,15 +140,14 @@ mod tests {
 
     #[test]
     fn readiness_needs_accepting_and_not_draining() {
-        let m = Arc::new(Metrics::register(&Registry::new()).unwrap());
-        let h = Health::new(Arc::clone(&m));
+        let h = Health::register(&Registry::new()).unwrap();
         assert!(!h.is_ready(), "ready before serving");
         assert!(h.set_accepting(true));
         assert!(h.is_ready());
-        assert_eq!(m.ready.get(), 1);
+        assert_eq!(h.ready.get(), 1);
         assert!(h.set_accepting(false), "out of descriptors");
         assert!(!h.is_ready());
-        assert_eq!(m.ready.get(), 0);
+        assert_eq!(h.ready.get(), 0);
         assert!(h.set_accepting(true));
         h.set_draining(true);
         assert!(!h.is_ready());
@@ -154,6 +156,6 @@ mod tests {
             "an accept while draining does not make it ready"
         );
         assert!(!h.is_ready());
-        assert_eq!((m.ready.get(), m.draining.get()), (0, 1));
+        assert_eq!((h.ready.get(), h.draining.get()), (0, 1));
     }
 }

@@ -4,7 +4,11 @@ use std::io::{self, Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::builder::{PossibleValuesParser, TypedValueParser};
+use clap::{Args, Parser, Subcommand};
+use serde::de::value::{Error as SerdeError, StrDeserializer};
+use serde::de::{DeserializeOwned, Error as _, Visitor};
+use serde::Deserializer;
 
 use crate::config::{redact_userinfo, ConfigError, Overrides, Settings};
 use crate::proxy::server::{banner, Gateway};
@@ -60,26 +64,53 @@ pub struct ServeArgs {
     demo: bool,
 }
 
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum DialectArg {
-    Xml,
-    Raw,
-    Auto,
-}
-
 #[derive(Debug, Args)]
 struct TranslateArgs {
     /// Recorded legacy stream; stdin when absent or "-".
     file: Option<PathBuf>,
     /// Upstream dialect.
-    #[arg(long, value_enum, default_value = "auto")]
-    dialect: DialectArg,
+    #[arg(long, default_value = "auto", value_parser = serde_enum::<Dialect>())]
+    dialect: Dialect,
     /// Agent id used until the stream's meta_init names one [default: a fresh UUID].
     #[arg(long, value_name = "ID")]
     agent_id: Option<String>,
     /// Max bytes of one envelope's JSON object.
     #[arg(long, value_name = "BYTES", default_value_t = translate::DEFAULT_BUDGET)]
     budget: usize,
+}
+
+/// A value parser for a core enum (the core does not depend on clap): its serde names are the possible values.
+fn serde_enum<T: DeserializeOwned + Clone + Send + Sync + 'static>() -> impl TypedValueParser<Value = T> {
+    PossibleValuesParser::new(variant_names::<T>())
+        .try_map(|name| T::deserialize(StrDeserializer::<SerdeError>::new(&name)))
+}
+
+/// The names serde gives `T`'s variants, in declaration order: caught from the `deserialize_enum` call of its
+/// derived `Deserialize`.
+fn variant_names<T: DeserializeOwned>() -> &'static [&'static str] {
+    struct Catch<'a>(&'a mut &'static [&'static str]);
+    impl<'de> Deserializer<'de> for Catch<'_> {
+        type Error = SerdeError;
+        fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, SerdeError> {
+            Err(SerdeError::custom("not an enum"))
+        }
+        fn deserialize_enum<V: Visitor<'de>>(
+            self,
+            _: &'static str,
+            variants: &'static [&'static str],
+            _: V,
+        ) -> Result<V::Value, SerdeError> {
+            *self.0 = variants;
+            Err(SerdeError::custom("caught"))
+        }
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf option unit
+            unit_struct newtype_struct seq tuple tuple_struct map struct identifier ignored_any
+        }
+    }
+    let mut names: &'static [&'static str] = &[];
+    let _ = T::deserialize(Catch(&mut names));
+    names
 }
 
 /// Entry point of the binary.
@@ -200,11 +231,7 @@ fn run_translate(args: &TranslateArgs) -> ExitCode {
     }
     let opts = translate::Options {
         budget: args.budget,
-        dialect: match args.dialect {
-            DialectArg::Xml => Dialect::Xml,
-            DialectArg::Raw => Dialect::Raw,
-            DialectArg::Auto => Dialect::Auto,
-        },
+        dialect: args.dialect,
         ..translate::Options::default()
     };
     let agent = args

@@ -3,17 +3,19 @@
 //! Layers, lowest first: built-in defaults < `config/default.toml` (if present in the working directory)
 //! < `--config FILE` < environment `SSE_GATEWAY__SECTION__KEY` < command-line flags.
 
+use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use http::uri::{Authority, Scheme};
 use http::Uri;
-use serde::{Deserialize, Serialize};
+use serde::de::{self, DeserializeSeed, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::{Map, Value};
 use thiserror::Error;
 
-use crate::sse::{Framing, LineEnds};
-use crate::translate::{self, DataJoin, Dialect, UnknownTags};
+use crate::translate;
 
 /// The committed defaults file, read from the working directory when it exists.
 pub const DEFAULT_FILE: &str = "config/default.toml";
@@ -48,6 +50,7 @@ pub const MIN_KEEPALIVE_SECS: f64 = 1.0;
 pub struct Settings {
     pub server: Server,
     pub upstream: Upstream,
+    #[serde(deserialize_with = "translate_by_key")]
     pub translate: Translate,
     pub log: Log,
 }
@@ -177,7 +180,9 @@ pub enum StreamFormat {
     Legacy,
 }
 
-/// Negotiation and the translator's options.
+/// The `[translate]` table: negotiation and the daemon's own keys, beside the translator's `Options`, whose keys
+/// (budget, dialect, line_ends, framing, data_join, rewrite_format, include_traceback, unknown_tags, max_item_bytes,
+/// max_text_event_bytes, json_sniff_bytes), doc lines and defaults are its own.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Translate {
@@ -185,28 +190,9 @@ pub struct Translate {
     pub default_format: StreamFormat,
     /// Translate and count, but send the original bytes (default false).
     pub shadow: bool,
-    /// Max bytes of one envelope's JSON object (default 2048; 256 to `MAX_BUDGET`, 1 MiB).
-    pub budget: usize,
-    /// Upstream dialect: "auto", "xml" or "raw" (default "auto").
-    pub dialect: Dialect,
-    /// Upstream line ends: "legacy" or "strict" (default "legacy").
-    pub line_ends: LineEnds,
-    /// Upstream framing: "current" or "unescaped_newlines" (default "current").
-    pub framing: Framing,
-    /// Join of several `data:` lines of one event: "concat" or "newline" (default "concat").
-    pub data_join: DataJoin,
-    /// Rewrite `meta_init.format` to "json" (default true).
-    pub rewrite_format: bool,
-    /// Keep the backend's traceback in failure envelopes (default false).
-    pub include_traceback: bool,
-    /// Content of unknown tags: "text" or "drop" (default "text").
-    pub unknown_tags: UnknownTags,
-    /// Bound on one buffered legacy item in bytes (default 16777216; at most 1 GiB).
-    pub max_item_bytes: usize,
-    /// Bound on one text event held until it completes, in bytes (default 65536; at most 16 MiB).
-    pub max_text_event_bytes: usize,
-    /// Client tool results up to this size are checked for JSON whole; larger ones by whether that much of them starts a JSON value (default 8192; at most 16 MiB).
-    pub json_sniff_bytes: usize,
+    /// The translator's keys, in this same table.
+    #[serde(flatten)]
+    pub options: translate::Options,
     /// Seconds of silence before a `: keepalive` comment on a translated stream; 0 disables, else at least 1
     /// (default 15).
     pub keepalive_interval_secs: f64,
@@ -216,7 +202,7 @@ pub struct Translate {
     /// 16 MiB).
     pub agent_body_max_bytes: usize,
     /// A translated stream that ends without `[DONE]` (or the backend's failure JSON) gets an
-    /// `upstream_error` envelope and counts as an upstream error (default true).
+    /// `upstream_error` envelope and counts as an upstream error (default true, unlike the translator's own).
     pub require_done: bool,
 }
 
@@ -225,22 +211,86 @@ impl Default for Translate {
         Self {
             default_format: StreamFormat::Json,
             shadow: false,
-            budget: translate::DEFAULT_BUDGET,
-            dialect: Dialect::Auto,
-            line_ends: LineEnds::Legacy,
-            framing: Framing::Current,
-            data_join: DataJoin::Concat,
-            rewrite_format: true,
-            include_traceback: false,
-            unknown_tags: UnknownTags::Text,
-            max_item_bytes: translate::DEFAULT_MAX_ITEM_BYTES,
-            max_text_event_bytes: translate::DEFAULT_MAX_TEXT_EVENT_BYTES,
-            json_sniff_bytes: translate::DEFAULT_JSON_SNIFF_BYTES,
+            options: translate::Options::default(),
             keepalive_interval_secs: 15.0,
             agent_header: "x-agent-id".into(),
             agent_body_max_bytes: 64 << 10,
             require_done: true,
         }
+    }
+}
+
+/// Deserializes `[translate]` key by key, so that its errors read as any other table's: serde checks flattened
+/// values only after the whole table, where serde_path_to_error no longer knows the key (`translate: invalid type`
+/// for `translate.budget: invalid type`), and lists no keys for an unknown one.
+fn translate_by_key<'de, D: Deserializer<'de>>(d: D) -> Result<Translate, D::Error> {
+    d.deserialize_map(TranslateByKey)
+}
+
+struct TranslateByKey;
+
+/// The keys of a table, in declaration order: those of its default, serialized.
+fn keys_of(default: impl Serialize) -> Vec<String> {
+    match serde_json::to_value(default) {
+        Ok(Value::Object(fields)) => fields.into_iter().map(|(k, _)| k).collect(),
+        _ => Vec::new(),
+    }
+}
+
+impl<'de> Visitor<'de> for TranslateByKey {
+    type Value = Translate;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("struct Translate")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Translate, A::Error> {
+        let (keys, options) = (keys_of(Translate::default()), keys_of(translate::Options::default()));
+        let mut table = Map::new();
+        while let Some(key) = map.next_key_seed(KnownKey(&keys))? {
+            let value = map.next_value_seed(CheckedValue(&key, options.contains(&key)))?;
+            table.insert(key, value);
+        }
+        Translate::deserialize(Value::Object(table)).map_err(de::Error::custom)
+    }
+}
+
+/// A key of the table, or serde's error for an unknown field.
+struct KnownKey<'a>(&'a [String]);
+
+impl<'de> DeserializeSeed<'de> for KnownKey<'_> {
+    type Value = String;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<String, D::Error> {
+        let key = String::deserialize(d)?;
+        if self.0.contains(&key) {
+            return Ok(key);
+        }
+        let expected: Vec<String> = self.0.iter().map(|k| format!("`{k}`")).collect();
+        Err(de::Error::custom(format_args!(
+            "unknown field `{key}`, expected one of {}",
+            expected.join(", ")
+        )))
+    }
+}
+
+/// The value of one key, checked while the key is on serde_path_to_error's path: deserialized alone into the struct
+/// that declares it (`Options` directly for its keys, as the flattened copy would buffer it and word errors apart).
+struct CheckedValue<'a>(&'a str, bool);
+
+impl<'de> DeserializeSeed<'de> for CheckedValue<'_> {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        let value = Value::deserialize(d)?;
+        let alone = Value::Object(Map::from_iter([(self.0.to_owned(), value.clone())]));
+        let checked = if self.1 {
+            translate::Options::deserialize(alone).map(drop)
+        } else {
+            Translate::deserialize(alone).map(drop)
+        };
+        checked.map_err(de::Error::custom)?;
+        Ok(value)
     }
 }
 
@@ -451,34 +501,32 @@ impl Settings {
 
     /// Checks every value a type cannot express.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let listen = parse_addr("server.listen", &self.server.listen)?;
-        let admin = parse_addr("server.admin_listen", &self.server.admin_listen)?;
+        let (s, u) = (&self.server, &self.upstream);
+        let listen = parse_addr("server.listen", &s.listen)?;
+        let admin = parse_addr("server.admin_listen", &s.admin_listen)?;
         if overlaps(listen, admin) {
             return Err(invalid(
                 "server.admin_listen",
                 format!("{admin} is the public listener server.listen ({listen}); the admin port must be its own"),
             ));
         }
-        secs(
-            "server.header_read_timeout_secs",
-            self.server.header_read_timeout_secs,
-            false,
-        )?;
-        secs(
-            "server.body_read_timeout_secs",
-            self.server.body_read_timeout_secs,
-            false,
-        )?;
-        secs("server.idle_timeout_secs", self.server.idle_timeout_secs, false)?;
-        secs("server.drain_timeout_secs", self.server.drain_timeout_secs, true)?;
-        if !(MIN_HEADER_BYTES..=MAX_HEADER_BYTES).contains(&self.server.max_header_bytes) {
+        // (key, seconds, whether 0 is allowed)
+        for (key, v, zero_ok) in [
+            ("server.header_read_timeout_secs", s.header_read_timeout_secs, false),
+            ("server.body_read_timeout_secs", s.body_read_timeout_secs, false),
+            ("server.idle_timeout_secs", s.idle_timeout_secs, false),
+            ("server.drain_timeout_secs", s.drain_timeout_secs, true),
+        ] {
+            secs(key, v, zero_ok)?;
+        }
+        if !(MIN_HEADER_BYTES..=MAX_HEADER_BYTES).contains(&s.max_header_bytes) {
             return Err(invalid(
                 "server.max_header_bytes",
                 format!("must be between {MIN_HEADER_BYTES} and {MAX_HEADER_BYTES}"),
             ));
         }
-        if !self.upstream.url.is_empty() {
-            let target = UpstreamTarget::parse(&self.upstream.url).map_err(|p| invalid("upstream.url", p))?;
+        if !u.url.is_empty() {
+            let target = UpstreamTarget::parse(&u.url).map_err(|p| invalid("upstream.url", p))?;
             // Every request would come back to us, and each of those too, until the fds run out.
             for (key, addr) in [("server.listen", listen), ("server.admin_listen", admin)] {
                 if target.points_at(addr) {
@@ -489,43 +537,36 @@ impl Settings {
                 }
             }
         }
-        secs(
-            "upstream.connect_timeout_secs",
-            self.upstream.connect_timeout_secs,
-            false,
-        )?;
-        secs(
-            "upstream.response_timeout_secs",
-            self.upstream.response_timeout_secs,
-            false,
-        )?;
-        secs(
-            "upstream.pool_idle_timeout_secs",
-            self.upstream.pool_idle_timeout_secs,
-            true,
-        )?;
-        secs("upstream.idle_timeout_secs", self.upstream.idle_timeout_secs, true)?;
-        if !(1..=MAX_UPSTREAM_CONNECTIONS).contains(&self.upstream.max_connections) {
+        for (key, v, zero_ok) in [
+            ("upstream.connect_timeout_secs", u.connect_timeout_secs, false),
+            ("upstream.response_timeout_secs", u.response_timeout_secs, false),
+            ("upstream.pool_idle_timeout_secs", u.pool_idle_timeout_secs, true),
+            ("upstream.idle_timeout_secs", u.idle_timeout_secs, true),
+        ] {
+            secs(key, v, zero_ok)?;
+        }
+        if !(1..=MAX_UPSTREAM_CONNECTIONS).contains(&u.max_connections) {
             return Err(invalid(
                 "upstream.max_connections",
                 format!("must be between 1 and {MAX_UPSTREAM_CONNECTIONS}"),
             ));
         }
         let t = &self.translate;
-        if !(translate::MIN_BUDGET..=MAX_BUDGET).contains(&t.budget) {
+        let o = &t.options;
+        if !(translate::MIN_BUDGET..=MAX_BUDGET).contains(&o.budget) {
             return Err(invalid(
                 "translate.budget",
-                format!("{} is not between {} and {MAX_BUDGET}", t.budget, translate::MIN_BUDGET),
+                format!("{} is not between {} and {MAX_BUDGET}", o.budget, translate::MIN_BUDGET),
             ));
         }
         for (key, v, max) in [
-            ("translate.max_item_bytes", t.max_item_bytes, MAX_ITEM_BYTES_CEILING),
+            ("translate.max_item_bytes", o.max_item_bytes, MAX_ITEM_BYTES_CEILING),
             (
                 "translate.max_text_event_bytes",
-                t.max_text_event_bytes,
+                o.max_text_event_bytes,
                 MAX_HELD_BYTES_CEILING,
             ),
-            ("translate.json_sniff_bytes", t.json_sniff_bytes, MAX_HELD_BYTES_CEILING),
+            ("translate.json_sniff_bytes", o.json_sniff_bytes, MAX_HELD_BYTES_CEILING),
         ] {
             if !(1..=max).contains(&v) {
                 return Err(invalid(key, format!("{v} is not between 1 and {max}")));
@@ -572,20 +613,9 @@ impl Settings {
 
     /// The translator options these settings describe.
     pub fn translate_options(&self) -> translate::Options {
-        let t = &self.translate;
         translate::Options {
-            budget: t.budget,
-            dialect: t.dialect,
-            line_ends: t.line_ends,
-            framing: t.framing,
-            data_join: t.data_join,
-            rewrite_format: t.rewrite_format,
-            include_traceback: t.include_traceback,
-            unknown_tags: t.unknown_tags,
-            max_item_bytes: t.max_item_bytes,
-            max_text_event_bytes: t.max_text_event_bytes,
-            json_sniff_bytes: t.json_sniff_bytes,
-            require_done: t.require_done,
+            require_done: self.translate.require_done,
+            ..self.translate.options.clone()
         }
     }
 
@@ -678,8 +708,20 @@ mod tests {
     #[test]
     fn defaults_validate() {
         let s = load(&[], Overrides::default()).unwrap();
-        assert_eq!(s.translate.budget, 2048);
+        assert_eq!(s.translate.options.budget, 2048);
         assert_eq!(s.server.listen, "0.0.0.0:8080");
+    }
+
+    #[test]
+    fn the_daemon_runs_the_translators_defaults_but_requires_done() {
+        let o = Settings::default().translate_options();
+        assert_eq!(
+            o,
+            translate::Options {
+                require_done: true,
+                ..translate::Options::default()
+            }
+        );
     }
 
     #[test]
@@ -693,7 +735,7 @@ mod tests {
             Overrides::default(),
         )
         .unwrap();
-        assert_eq!(s.translate.budget, 4096);
+        assert_eq!(s.translate.options.budget, 4096);
         assert!(s.translate.shadow);
         assert_eq!(UpstreamTarget::parse(&s.upstream.url).unwrap().prefix, "/x");
     }

@@ -64,8 +64,10 @@ pub const DEFAULT_MAX_TEXT_EVENT_BYTES: usize = 64 << 10;
 /// Default prefix of a client tool result inspected to tell JSON from text.
 pub const DEFAULT_JSON_SNIFF_BYTES: usize = 8 << 10;
 
-/// Translator settings. Each field's default is in its doc line.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Translator settings. Each field's default is in its doc line, and `Default` is the one place it is set; the
+/// daemon's `[translate]` table holds these fields under the same names.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct Options {
     /// Max bytes of one envelope's JSON object (default 2048).
     pub budget: usize,
@@ -93,7 +95,9 @@ pub struct Options {
     /// JSON value (default 8 KiB).
     pub json_sniff_bytes: usize,
     /// An input that ends without `[DONE]` or a backend failure gets an
-    /// `upstream_error` envelope (default false; the daemon sets it).
+    /// `upstream_error` envelope (default false; not a key: the daemon sets
+    /// it from its own `translate.require_done`, whose default is true).
+    #[serde(skip)]
     pub require_done: bool,
 }
 

@@ -1,7 +1,6 @@
 //! The client to the one configured upstream (a pool, and dedicated connections for event streams), and the
 //! rewrite of a client request into an upstream one.
 
-pub use crate::config::dot_segment;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,13 +12,15 @@ use http_body_util::combinators::BoxBody;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+use prometheus::{Histogram, IntCounter, Registry};
 use thiserror::Error;
 use tokio::sync::Semaphore;
 use tower_service::Service;
 
 use super::dedicated::{self, UpstreamIncoming};
 use super::request_body::ClientBody;
-use crate::config::{duration, Settings, UpstreamConnection, UpstreamTarget};
+use crate::config::{dot_segment, duration, Settings, UpstreamConnection, UpstreamTarget};
+use crate::telemetry::{counter, counters, histogram, latency_buckets};
 
 /// The client's body as the upstream request takes it: streamed as is, or a small body already read (sent
 /// wrapped in a `ClientBody`).
@@ -45,6 +46,97 @@ pub enum ForwardError {
     /// `upstream.max_connections` requests are in flight already (answered 503).
     #[error("{0} upstream connections in use (upstream.max_connections)")]
     Busy(usize),
+}
+
+/// The `kind` label of `upstream_errors_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamErrorKind {
+    /// TCP connect failed or timed out.
+    Connect,
+    /// No response head within `upstream.response_timeout_secs`.
+    Timeout,
+    /// The response body failed mid-stream.
+    Reset,
+    /// Any other HTTP-level failure before the response head.
+    Protocol,
+    /// The upstream answered with a 5xx status.
+    Status,
+    /// An event stream ended without `[DONE]` or the backend's failure JSON.
+    Truncated,
+}
+
+impl UpstreamErrorKind {
+    /// In declaration order, so `k as usize` indexes it.
+    pub const ALL: [UpstreamErrorKind; 6] = [
+        UpstreamErrorKind::Connect,
+        UpstreamErrorKind::Timeout,
+        UpstreamErrorKind::Reset,
+        UpstreamErrorKind::Protocol,
+        UpstreamErrorKind::Status,
+        UpstreamErrorKind::Truncated,
+    ];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            UpstreamErrorKind::Connect => "connect",
+            UpstreamErrorKind::Timeout => "timeout",
+            UpstreamErrorKind::Reset => "reset",
+            UpstreamErrorKind::Protocol => "protocol",
+            UpstreamErrorKind::Status => "status",
+            UpstreamErrorKind::Truncated => "truncated",
+        }
+    }
+}
+
+/// The upstream's families, recorded by the request handler and the response body.
+pub struct UpstreamMetrics {
+    /// By `UpstreamConnection`.
+    pub requests: [IntCounter; UpstreamConnection::ALL.len()],
+    /// By `UpstreamErrorKind`.
+    pub errors: [IntCounter; UpstreamErrorKind::ALL.len()],
+    pub ttfb: Histogram,
+    pub rejected: IntCounter,
+}
+
+impl UpstreamMetrics {
+    /// Creates the upstream's families and registers them on `r`.
+    pub fn register(r: &Registry) -> prometheus::Result<Self> {
+        Ok(Self {
+            requests: counters(
+                r,
+                "upstream_requests_total",
+                "Requests sent upstream, by the connection they went on.",
+                "connection",
+                UpstreamConnection::ALL.map(UpstreamConnection::as_str),
+            )?,
+            errors: counters(
+                r,
+                "upstream_errors_total",
+                "Upstream failures, by kind.",
+                "kind",
+                UpstreamErrorKind::ALL.map(UpstreamErrorKind::as_str),
+            )?,
+            ttfb: histogram(
+                r,
+                "upstream_ttfb_seconds",
+                "Request sent upstream to response head received.",
+                latency_buckets(),
+            )?,
+            rejected: counter(
+                r,
+                "upstream_rejected_total",
+                "Requests answered 503 because upstream.max_connections requests were in flight.",
+            )?,
+        })
+    }
+
+    pub fn request(&self, c: UpstreamConnection) {
+        self.requests[c as usize].inc();
+    }
+
+    pub fn error(&self, k: UpstreamErrorKind) {
+        self.errors[k as usize].inc();
+    }
 }
 
 /// The upstream: where every request goes, never a host taken from the request.

@@ -7,6 +7,7 @@ pub mod dedicated;
 pub mod drain;
 pub mod forward;
 pub mod headers;
+pub mod metrics;
 pub mod negotiate;
 pub mod observe;
 pub mod request_body;
@@ -24,13 +25,14 @@ use hyper::body::Incoming;
 use tracing::Instrument;
 
 use crate::config::{duration, Settings, StreamFormat};
-use crate::telemetry::{ClientErrorKind, Metrics, Mode, UpstreamErrorKind};
 use crate::translate::{self, Translator};
 use body::{ResponseBody, StreamInfo, StreamSettings};
-use forward::{ForwardError, Upstream, UpstreamBody};
+use forward::{ForwardError, Upstream, UpstreamBody, UpstreamErrorKind};
 use headers::{X_ACCEL_BUFFERING, X_REQUEST_ID, X_STREAM_FORMAT};
+use metrics::Metrics;
+use negotiate::Mode;
 use observe::StreamObserver;
-use request_body::ClientBody;
+use request_body::{ClientBody, ClientErrorKind};
 
 /// Longest `X-Request-Id` taken from a client; longer ones are replaced.
 const MAX_REQUEST_ID: usize = 128;
@@ -182,22 +184,22 @@ async fn proxy(
     let connection = shared
         .upstream
         .connection_for(negotiate::accepts_event_stream(&parts.headers));
-    metrics.upstream_request(connection);
+    metrics.upstream.request(connection);
     let sent = Instant::now();
     let body = ClientBody::new(body, shared.body_read_timeout);
     let upstream_resp = match shared.upstream.send(Request::from_parts(parts, body), connection).await {
         Ok(r) => r,
         Err(e) => return forward_failed(metrics, e),
     };
-    metrics.upstream_ttfb.observe(sent.elapsed().as_secs_f64());
+    metrics.upstream.ttfb.observe(sent.elapsed().as_secs_f64());
     let (mut parts, body) = upstream_resp.into_parts();
     if parts.status.is_server_error() {
-        metrics.upstream_error(UpstreamErrorKind::Status);
+        metrics.upstream.error(UpstreamErrorKind::Status);
     }
     if parts.status == StatusCode::SWITCHING_PROTOCOLS {
         // The Upgrade header is never forwarded, so a 101 is unsolicited; passed on, it would switch an
         // HTTP/1.1 client's connection to nothing and is not even legal in HTTP/2.
-        metrics.upstream_error(UpstreamErrorKind::Protocol);
+        metrics.upstream.error(UpstreamErrorKind::Protocol);
         tracing::warn!("upstream answered 101 Switching Protocols unasked: 502");
         return gateway_error(
             metrics,
@@ -219,7 +221,7 @@ async fn proxy(
         Mode::Translate | Mode::Shadow => Some(Translator::with_observer(
             shared.options.clone(),
             &agent,
-            StreamObserver::new(Arc::clone(metrics)),
+            StreamObserver::new(Arc::clone(&metrics.translator)),
         )),
     };
     if mode == Mode::Translate {
@@ -329,12 +331,12 @@ fn forward_failed(metrics: &Metrics, e: ForwardError) -> Response<ResponseBody> 
         ),
         ForwardError::BadTarget => (StatusCode::BAD_REQUEST, None, "bad_request_target"),
         ForwardError::Busy(_) => {
-            metrics.upstream_rejected.inc();
+            metrics.upstream.rejected.inc();
             (StatusCode::SERVICE_UNAVAILABLE, None, "upstream_busy")
         }
     };
     if let Some(k) = kind {
-        metrics.upstream_error(k);
+        metrics.upstream.error(k);
     }
     tracing::warn!(error = %error_chain(&e), status = status.as_u16(), "no upstream response");
     gateway_error(metrics, status, code, &e.to_string())

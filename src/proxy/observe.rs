@@ -1,21 +1,102 @@
-//! The translator's `Observer` for the daemon: counts per stream locally and flushes to Prometheus per frame.
+//! The translator's metric families, and its `Observer` for the daemon: counts per stream locally and flushes to
+//! Prometheus per frame.
 
 use std::sync::Arc;
 
 use prometheus::local::LocalHistogram;
+use prometheus::{exponential_buckets, Histogram, HistogramOpts, HistogramVec, IntCounter, Registry};
 
 use crate::envelope::EnvelopeKind;
-use crate::telemetry::Metrics;
+use crate::telemetry::{counter, counters, histogram, latency_buckets, name, register};
 use crate::translate::{Observer, ParseErrorKind};
+
+/// Translator-level families, resolved per envelope kind.
+pub struct TranslatorMetrics {
+    pub envelopes: [IntCounter; EnvelopeKind::ALL.len()],
+    pub oversize: [IntCounter; EnvelopeKind::ALL.len()],
+    pub block_chunks: [Histogram; EnvelopeKind::ALL.len()],
+    pub envelope_bytes: Histogram,
+    pub items: IntCounter,
+    pub fragmented_items: IntCounter,
+    pub item_upstream_events: Histogram,
+    pub parse_errors: [IntCounter; ParseErrorKind::ALL.len()],
+    pub unknown_tags: IntCounter,
+    pub scope_conflicts: IntCounter,
+    /// Recorded by the response body, around each `feed`.
+    pub event_translation: Histogram,
+}
+
+impl TranslatorMetrics {
+    /// Creates the translator's families and registers them on `r`.
+    pub fn register(r: &Registry) -> prometheus::Result<Self> {
+        let types = EnvelopeKind::ALL.map(EnvelopeKind::as_str);
+        let block_chunks = register(
+            r,
+            HistogramVec::new(
+                HistogramOpts::new(name("block_chunks"), "Envelopes per closed block.")
+                    .buckets(exponential_buckets(1.0, 2.0, 14)?),
+                &["type"],
+            )?,
+        )?;
+        Ok(Self {
+            envelopes: counters(r, "envelopes_total", "Envelopes written, by type.", "type", types)?,
+            oversize: counters(
+                r,
+                "oversize_envelopes_total",
+                "Envelopes sent over the byte budget (citations, oversized fixed fields).",
+                "type",
+                types,
+            )?,
+            block_chunks: types.map(|t| block_chunks.with_label_values(&[t])),
+            envelope_bytes: histogram(
+                r,
+                "envelope_bytes",
+                "Size of each envelope's JSON object.",
+                exponential_buckets(32.0, 2.0, 12)?,
+            )?,
+            items: counter(r, "items_total", "Legacy items translated.")?,
+            fragmented_items: counter(
+                r,
+                "fragmented_items_total",
+                "Legacy items that spanned more than one upstream event or data: line.",
+            )?,
+            item_upstream_events: histogram(
+                r,
+                "item_upstream_events",
+                "Upstream SSE events one legacy item spanned.",
+                exponential_buckets(1.0, 2.0, 12)?,
+            )?,
+            parse_errors: counters(
+                r,
+                "parse_errors_total",
+                "Bad upstream input answered by an error envelope.",
+                "kind",
+                ParseErrorKind::ALL.map(ParseErrorKind::as_str),
+            )?,
+            unknown_tags: counter(r, "unknown_tags_total", "Unknown legacy tags seen.")?,
+            scope_conflicts: counter(
+                r,
+                "scope_conflicts_total",
+                "Blocks opened while another was open, or sibling subagents interleaved.",
+            )?,
+            event_translation: histogram(
+                r,
+                "event_translation_seconds",
+                "Upstream body frame arrival to its translated output being yielded.",
+                latency_buckets(),
+            )?,
+        })
+    }
+}
 
 /// Per-stream accumulator. Envelope and item counts are summed locally and added to the shared counters once
 /// per upstream frame (`flush`), so a frame that yields fifty envelopes touches each atomic once.
 pub struct StreamObserver {
-    metrics: Arc<Metrics>,
+    metrics: Arc<TranslatorMetrics>,
     envelope_bytes: LocalHistogram,
     item_events: LocalHistogram,
     /// Envelopes since the last flush, by kind.
-    pending: [u32; 13],
+    pending: [u32; EnvelopeKind::ALL.len()],
     pending_items: u64,
     pending_fragmented: u64,
     /// Totals over the stream, for the end-of-stream log line.
@@ -25,12 +106,12 @@ pub struct StreamObserver {
 }
 
 impl StreamObserver {
-    pub fn new(metrics: Arc<Metrics>) -> Self {
+    pub fn new(metrics: Arc<TranslatorMetrics>) -> Self {
         Self {
-            envelope_bytes: metrics.translator.envelope_bytes.local(),
-            item_events: metrics.translator.item_upstream_events.local(),
+            envelope_bytes: metrics.envelope_bytes.local(),
+            item_events: metrics.item_upstream_events.local(),
             metrics,
-            pending: [0; 13],
+            pending: [0; EnvelopeKind::ALL.len()],
             pending_items: 0,
             pending_fragmented: 0,
             envelopes: 0,
@@ -41,7 +122,7 @@ impl StreamObserver {
 
     /// Adds what was counted since the last flush to the shared metrics.
     pub fn flush(&mut self) {
-        let t = &self.metrics.translator;
+        let t = &self.metrics;
         for (i, n) in self.pending.iter_mut().enumerate() {
             if *n > 0 {
                 t.envelopes[i].inc_by(u64::from(*n));
@@ -73,11 +154,11 @@ impl Observer for StreamObserver {
     }
 
     fn oversize(&mut self, kind: EnvelopeKind) {
-        self.metrics.translator.oversize[kind as usize].inc();
+        self.metrics.oversize[kind as usize].inc();
     }
 
     fn block_closed(&mut self, kind: EnvelopeKind, chunks: u32) {
-        self.metrics.translator.block_chunks[kind as usize].observe(f64::from(chunks));
+        self.metrics.block_chunks[kind as usize].observe(f64::from(chunks));
     }
 
     fn item(&mut self, events: u32, lines: u32) {
@@ -90,7 +171,7 @@ impl Observer for StreamObserver {
 
     fn parse_error(&mut self, kind: ParseErrorKind) {
         self.parse_errors += 1;
-        self.metrics.translator.parse_errors[kind as usize].inc();
+        self.metrics.parse_errors[kind as usize].inc();
     }
 
     fn unknown_tag(&mut self) {
@@ -99,10 +180,10 @@ impl Observer for StreamObserver {
             tracing::warn!("unknown legacy tag in stream (counted; further ones not logged)");
         }
         self.unknown_tags += 1;
-        self.metrics.translator.unknown_tags.inc();
+        self.metrics.unknown_tags.inc();
     }
 
     fn scope_conflict(&mut self) {
-        self.metrics.translator.scope_conflicts.inc();
+        self.metrics.scope_conflicts.inc();
     }
 }

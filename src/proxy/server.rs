@@ -12,16 +12,17 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use prometheus::Registry;
+use prometheus::{IntCounter, Registry};
 use thiserror::Error;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 use super::conn::{self, Activity, ClientIo, Flushes, Tracked};
+use super::metrics::Metrics;
 use super::{handle, Shared};
 use crate::admin::{self, Health};
 use crate::config::{duration, Settings};
-use crate::telemetry::{AcceptErrorKind, Metrics};
+use crate::telemetry::counters;
 
 /// Pause after a failed accept (EMFILE and the like) so the loop does not spin: the connection that could not
 /// be accepted stays in the backlog, so the listener stays readable and the next accept would fail at once.
@@ -31,6 +32,73 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 /// the `gateway_draining` envelope) and close, before the process exits anyway. Bounded: a client that does
 /// not read must not hold the exit.
 const DRAIN_CUT_GRACE: Duration = Duration::from_secs(2);
+
+/// The `kind` label of `accept_errors_total`: why the public listener failed to accept a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AcceptErrorKind {
+    /// EMFILE: the process is at its open-file limit (`ulimit -n`, `LimitNOFILE`).
+    Emfile,
+    /// ENFILE: the system-wide open-file table is full.
+    Enfile,
+    /// Anything else (a connection reset before it was accepted, out of memory, ...).
+    Other,
+}
+
+impl AcceptErrorKind {
+    /// In declaration order, so `k as usize` indexes it.
+    pub const ALL: [AcceptErrorKind; 3] = [AcceptErrorKind::Emfile, AcceptErrorKind::Enfile, AcceptErrorKind::Other];
+
+    /// Classifies a failed `accept`.
+    pub fn of(e: &std::io::Error) -> Self {
+        // libc's EMFILE and ENFILE, which have the same values on Linux, the BSDs and macOS (std has no
+        // `ErrorKind` for them, and libc is not a direct dependency for two constants).
+        const EMFILE: i32 = 24;
+        const ENFILE: i32 = 23;
+        match e.raw_os_error() {
+            Some(EMFILE) if cfg!(unix) => AcceptErrorKind::Emfile,
+            Some(ENFILE) if cfg!(unix) => AcceptErrorKind::Enfile,
+            _ => AcceptErrorKind::Other,
+        }
+    }
+
+    /// Out of file descriptors: no connection can be accepted until one is closed.
+    pub const fn is_fd_exhaustion(self) -> bool {
+        matches!(self, AcceptErrorKind::Emfile | AcceptErrorKind::Enfile)
+    }
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            AcceptErrorKind::Emfile => "emfile",
+            AcceptErrorKind::Enfile => "enfile",
+            AcceptErrorKind::Other => "other",
+        }
+    }
+}
+
+/// `accept_errors_total`, recorded by the accept loop.
+pub struct AcceptErrors {
+    /// By `AcceptErrorKind`.
+    by_kind: [IntCounter; AcceptErrorKind::ALL.len()],
+}
+
+impl AcceptErrors {
+    /// Creates the accept-error family and registers it on `r`.
+    pub fn register(r: &Registry) -> prometheus::Result<Self> {
+        Ok(Self {
+            by_kind: counters(
+                r,
+                "accept_errors_total",
+                "Failed accepts on the public listener, by kind (emfile, enfile: out of file descriptors).",
+                "kind",
+                AcceptErrorKind::ALL.map(AcceptErrorKind::as_str),
+            )?,
+        })
+    }
+
+    pub fn record(&self, k: AcceptErrorKind) {
+        self.by_kind[k as usize].inc();
+    }
+}
 
 #[derive(Debug, Error)]
 pub enum ServeError {
@@ -52,6 +120,7 @@ pub struct Gateway {
     admin_listener: TcpListener,
     shared: Arc<Shared>,
     health: Arc<Health>,
+    accept_errors: AcceptErrors,
     registry: Registry,
     settings: Settings,
 }
@@ -61,7 +130,9 @@ impl Gateway {
     /// first when it is not).
     pub async fn bind(settings: Settings, registry: Registry) -> Result<Self, ServeError> {
         let metrics = Arc::new(Metrics::register(&registry)?);
-        let shared = Arc::new(Shared::new(&settings, Arc::clone(&metrics)).map_err(ServeError::Upstream)?);
+        let health = Arc::new(Health::register(&registry)?);
+        let accept_errors = AcceptErrors::register(&registry)?;
+        let shared = Arc::new(Shared::new(&settings, metrics).map_err(ServeError::Upstream)?);
         let addr = settings.listen_addr();
         let listener = TcpListener::bind(addr)
             .await
@@ -70,12 +141,12 @@ impl Gateway {
         let admin_listener = TcpListener::bind(addr)
             .await
             .map_err(|source| ServeError::Bind { addr, source })?;
-        let health = Arc::new(Health::new(metrics));
         Ok(Self {
             listener,
             admin_listener,
             shared,
             health,
+            accept_errors,
             registry,
             settings,
         })
@@ -101,6 +172,7 @@ impl Gateway {
             admin_listener,
             shared,
             health,
+            accept_errors,
             registry,
             settings,
         } = self;
@@ -128,7 +200,7 @@ impl Gateway {
                         a
                     }
                     Err(e) => {
-                        accept_failed(&e, &health, &shared.metrics);
+                        accept_failed(&e, &health, &accept_errors);
                         tokio::time::sleep(ACCEPT_BACKOFF).await;
                         continue;
                     }
@@ -173,9 +245,9 @@ impl Gateway {
 /// A failed accept on the public listener: counted; out of file descriptors, readiness is off until the next
 /// accepted connection (a load balancer should stop sending connections this instance cannot take). Logged
 /// when readiness changes, not per attempt: the loop retries every `ACCEPT_BACKOFF` while it lasts.
-fn accept_failed(e: &std::io::Error, health: &Health, metrics: &Metrics) {
+fn accept_failed(e: &std::io::Error, health: &Health, errors: &AcceptErrors) {
     let kind = AcceptErrorKind::of(e);
-    metrics.accept_error(kind);
+    errors.record(kind);
     if !kind.is_fd_exhaustion() {
         tracing::warn!(error = %e, "accept failed");
     } else if health.set_accepting(false) {
@@ -293,4 +365,22 @@ fn connection_builder(settings: &Settings) -> auto::Builder<TokioExecutor> {
 /// Addresses a running gateway listens on (printed at start).
 pub fn banner(public: SocketAddr, admin: SocketAddr) -> String {
     format!("sse-gateway: proxy listening on http://{public}\nsse-gateway: admin listening on http://{admin}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accept_errors_out_of_descriptors_are_told_apart() {
+        let of = |code| AcceptErrorKind::of(&std::io::Error::from_raw_os_error(code));
+        if cfg!(unix) {
+            assert_eq!(of(24), AcceptErrorKind::Emfile);
+            assert_eq!(of(23), AcceptErrorKind::Enfile);
+            assert!(of(24).is_fd_exhaustion() && of(23).is_fd_exhaustion());
+        }
+        let reset = AcceptErrorKind::of(&std::io::ErrorKind::ConnectionAborted.into());
+        assert_eq!(reset, AcceptErrorKind::Other);
+        assert!(!reset.is_fd_exhaustion());
+    }
 }

@@ -157,11 +157,6 @@ impl Decoder {
         self.retry
     }
 
-    /// The last event ID buffer (persists across events).
-    pub fn last_event_id(&self) -> &[u8] {
-        &self.last_event_id
-    }
-
     /// Decodes `input`, reporting to `sink`.
     pub fn feed(&mut self, mut input: &[u8], sink: &mut impl FnMut(SseEvent<'_>)) {
         // "The UTF-8 decode algorithm strips one leading UTF-8 Byte Order

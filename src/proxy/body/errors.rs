@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use thiserror::Error;
 
 use super::BodyError;
-use crate::telemetry::UpstreamErrorKind;
+use crate::proxy::forward::UpstreamErrorKind;
 
 /// The description of an idle timeout, in the error envelope and as the abort's error.
 pub const IDLE_MESSAGE: &str = "upstream sent nothing within upstream.idle_timeout_secs";

@@ -44,15 +44,16 @@ use http_body_util::Full;
 use super::conn::Flushes;
 use super::dedicated::UpstreamIncoming;
 use super::drain::DrainCut;
+use super::metrics::Metrics;
+use super::negotiate::Mode;
 use super::observe::StreamObserver;
-use crate::telemetry::{Metrics, Mode};
 use crate::translate::{StreamEnd, Translator};
 
 pub use abort::Abort;
 pub use coalesce::{Coalesce, Gather};
 pub use errors::StreamError;
 pub use original::Original;
-pub use record::Record;
+pub use record::{Outcome, Record};
 pub use timers::{Idle, Keepalive};
 pub use translate::Translate;
 

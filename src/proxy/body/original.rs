@@ -11,8 +11,9 @@ use http_body::{Body, Frame, SizeHint};
 
 use super::{Drain, Ending, Gather, Layer, Polled, StreamError, Totals};
 use crate::proxy::drain::DrainCut;
+use crate::proxy::metrics::Metrics;
+use crate::proxy::negotiate::Mode;
 use crate::proxy::observe::StreamObserver;
-use crate::telemetry::{Metrics, Mode};
 use crate::translate::Translator;
 
 /// First chunks up to this size are copied out of the upstream connection's read buffer (see `frame`).
@@ -189,7 +190,11 @@ mod tests {
     fn original(shadow: bool, steps: impl IntoIterator<Item = Step>) -> (Original<Coalesce<Script>>, Arc<Metrics>) {
         let metrics = Arc::new(Metrics::register(&prometheus::Registry::new()).expect("metrics"));
         let t = shadow.then(|| {
-            Translator::with_observer(Options::default(), "agent-1", StreamObserver::new(Arc::clone(&metrics)))
+            Translator::with_observer(
+                Options::default(),
+                "agent-1",
+                StreamObserver::new(Arc::clone(&metrics.translator)),
+            )
         });
         (
             Original::new(Coalesce::new(Script::new(steps)), t, Arc::clone(&metrics)),

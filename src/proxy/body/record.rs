@@ -11,7 +11,37 @@ use http_body::{Body, SizeHint};
 
 use super::{Drain, Ending, Layer, Polled, StreamError, StreamInfo};
 use crate::proxy::drain::DrainCut;
-use crate::telemetry::{Metrics, Outcome, UpstreamErrorKind};
+use crate::proxy::forward::UpstreamErrorKind;
+use crate::proxy::metrics::Metrics;
+
+/// How a stream ended; the `outcome` label. Recorded exactly once per stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Completed,
+    UpstreamError,
+    ClientGone,
+    /// Still open at the drain deadline (`server.drain_timeout_secs` after SIGTERM) and ended by the gateway.
+    Drained,
+}
+
+impl Outcome {
+    /// In declaration order, so `o as usize` indexes it.
+    pub const ALL: [Outcome; 4] = [
+        Outcome::Completed,
+        Outcome::UpstreamError,
+        Outcome::ClientGone,
+        Outcome::Drained,
+    ];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Completed => "completed",
+            Outcome::UpstreamError => "upstream_error",
+            Outcome::ClientGone => "client_gone",
+            Outcome::Drained => "drained",
+        }
+    }
+}
 
 /// Records the stream carried by `L`; drops `L` (and so releases the upstream) as soon as the stream ends.
 pub struct Record<L: Layer> {
@@ -56,7 +86,7 @@ impl<L: Layer> Record<L> {
         match ending {
             Ending::Cut if self.info.event_stream => {
                 // Legacy streams end with [DONE] or the failure JSON; anything else was cut short.
-                self.metrics.upstream_error(UpstreamErrorKind::Truncated);
+                self.metrics.upstream.error(UpstreamErrorKind::Truncated);
                 Outcome::UpstreamError
             }
             Ending::Completed | Ending::Cut => Outcome::Completed,
@@ -69,7 +99,7 @@ impl<L: Layer> Record<L> {
     }
 
     fn failed(&self, e: &StreamError) {
-        self.metrics.upstream_error(e.kind());
+        self.metrics.upstream.error(e.kind());
         e.log(&self.info.span);
     }
 
@@ -91,12 +121,7 @@ impl<L: Layer> Record<L> {
         let duration = self.started.elapsed();
         m.active_streams.dec();
         m.stream_duration.observe(duration.as_secs_f64());
-        match outcome {
-            Outcome::Completed => m.completed.inc(),
-            Outcome::UpstreamError => m.upstream_error.inc(),
-            Outcome::ClientGone => m.client_gone.inc(),
-            Outcome::Drained => m.drained.inc(),
-        }
+        m.outcomes[outcome as usize].inc();
         let _g = self.info.span.enter();
         tracing::info!(
             mode = self.info.mode.as_str(),
@@ -188,8 +213,8 @@ mod tests {
     use super::super::script::{data, poll, Script, Seen, Step};
     use super::super::{Original, Translate};
     use super::*;
+    use crate::proxy::negotiate::Mode;
     use crate::proxy::observe::StreamObserver;
-    use crate::telemetry::Mode;
     use crate::translate::{Options, Translator};
 
     type Translated = Record<Translate<Coalesce<Script>>>;
@@ -208,13 +233,21 @@ mod tests {
     }
 
     fn translated(m: &Arc<Metrics>, steps: impl IntoIterator<Item = Step>) -> Translated {
-        let t = Translator::with_observer(Options::default(), "agent-1", StreamObserver::new(Arc::clone(m)));
+        let t = Translator::with_observer(
+            Options::default(),
+            "agent-1",
+            StreamObserver::new(Arc::clone(&m.translator)),
+        );
         let inner = Translate::new(Coalesce::new(Script::new(steps)), t, Arc::clone(m));
         Record::new(inner, info(Mode::Translate, true), Arc::clone(m))
     }
 
-    fn errors(m: &Metrics, kind: &str) -> u64 {
-        m.upstream_errors.with_label_values(&[kind]).get()
+    fn errors(m: &Metrics, kind: UpstreamErrorKind) -> u64 {
+        m.upstream.errors[kind as usize].get()
+    }
+
+    fn streams(m: &Metrics, mode: Mode, outcome: Outcome) -> u64 {
+        m.mode(mode).outcomes[outcome as usize].get()
     }
 
     #[test]
@@ -229,11 +262,15 @@ mod tests {
         assert_eq!(poll(&mut body), Seen::End);
         assert!(body.is_end_stream());
         assert_eq!(mode.active_streams.get(), 0);
-        assert_eq!(mode.completed.get(), 1);
+        assert_eq!(mode.outcomes[Outcome::Completed as usize].get(), 1);
         assert_eq!(mode.bytes_out.get(), out.len() as u64);
         assert_eq!(m.downstream_ttfb.get_sample_count(), 1);
         drop(body);
-        assert_eq!(mode.client_gone.get(), 0, "the end was recorded already");
+        assert_eq!(
+            mode.outcomes[Outcome::ClientGone as usize].get(),
+            0,
+            "the end was recorded already"
+        );
         assert_eq!(m.client_disconnects.get(), 0);
     }
 
@@ -242,7 +279,7 @@ mod tests {
         let m = metrics();
         let body = translated(&m, [data("data: <content-block-text>\n\n")]);
         drop(body);
-        assert_eq!(m.mode(Mode::Translate).client_gone.get(), 1);
+        assert_eq!(streams(&m, Mode::Translate, Outcome::ClientGone), 1);
         assert_eq!(m.client_disconnects.get(), 1);
         assert_eq!(m.mode(Mode::Translate).active_streams.get(), 0);
     }
@@ -259,8 +296,8 @@ mod tests {
             body.is_end_stream(),
             "hyper may drop the body now: the outcome is already recorded"
         );
-        assert_eq!(m.mode(Mode::Translate).upstream_error.get(), 1);
-        assert_eq!(errors(&m, "timeout"), 1);
+        assert_eq!(streams(&m, Mode::Translate, Outcome::UpstreamError), 1);
+        assert_eq!(errors(&m, UpstreamErrorKind::Timeout), 1);
         assert_eq!(m.mode(Mode::Translate).bytes_out.get(), last.len() as u64);
         drop(body);
         assert_eq!(m.client_disconnects.get(), 0);
@@ -271,8 +308,8 @@ mod tests {
         let m = metrics();
         let mut body = translated(&m, [data("data: <content-block-text>\n\n"), Step::End]);
         while poll(&mut body) != Seen::End {}
-        assert_eq!(errors(&m, "truncated"), 1);
-        assert_eq!(m.mode(Mode::Translate).upstream_error.get(), 1);
+        assert_eq!(errors(&m, UpstreamErrorKind::Truncated), 1);
+        assert_eq!(streams(&m, Mode::Translate, Outcome::UpstreamError), 1);
     }
 
     #[test]
@@ -287,8 +324,8 @@ mod tests {
         assert_eq!(poll(&mut body), Seen::data("a"));
         assert_eq!(poll(&mut body), Seen::Err);
         assert!(body.is_end_stream());
-        assert_eq!(m.mode(Mode::Passthrough).upstream_error.get(), 1);
-        assert_eq!(errors(&m, "timeout"), 1);
+        assert_eq!(streams(&m, Mode::Passthrough, Outcome::UpstreamError), 1);
+        assert_eq!(errors(&m, UpstreamErrorKind::Timeout), 1);
         assert_eq!(m.mode(Mode::Passthrough).bytes_in.get(), 1);
     }
 
@@ -300,7 +337,7 @@ mod tests {
             panic!("a final frame")
         };
         assert_eq!(m.mode(Mode::Translate).bytes_out.get(), last.len() as u64);
-        assert_eq!(m.mode(Mode::Translate).drained.get(), 1);
+        assert_eq!(streams(&m, Mode::Translate, Outcome::Drained), 1);
         assert!(matches!(body.cut_for_drain(), DrainCut::Nothing));
         assert_eq!(poll(&mut body), Seen::End);
         drop(body);
@@ -315,7 +352,7 @@ mod tests {
         assert_eq!(poll(&mut body), Seen::data("{}"));
         drop(body);
         assert_eq!(m.client_disconnects.get(), 1);
-        assert_eq!(m.mode(Mode::Passthrough).client_gone.get(), 0);
+        assert_eq!(streams(&m, Mode::Passthrough, Outcome::ClientGone), 0);
         assert_eq!(m.mode(Mode::Passthrough).active_streams.get(), 0);
     }
 }

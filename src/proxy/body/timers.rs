@@ -16,8 +16,8 @@ use tokio::time::{Instant, Sleep};
 
 use super::{Drain, Ending, Gather, Layer, Polled, StreamError, Totals};
 use crate::proxy::drain::DrainCut;
+use crate::proxy::metrics::Metrics;
 use crate::sse::encoder::KEEPALIVE;
-use crate::telemetry::Metrics;
 
 /// A timer whose deadline is `interval` after the last `touch`.
 struct Lazy {

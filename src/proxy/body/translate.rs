@@ -12,8 +12,9 @@ use http_body::{Body, Frame, SizeHint};
 use super::{Drain, Ending, Gather, Layer, Polled, Totals};
 use crate::envelope::EnvelopeKind;
 use crate::proxy::drain::{write_draining_envelope, DrainCut, DRAINING_MESSAGE};
+use crate::proxy::metrics::Metrics;
+use crate::proxy::negotiate::Mode;
 use crate::proxy::observe::StreamObserver;
-use crate::telemetry::{Metrics, Mode};
 use crate::translate::{Observer, Translator};
 
 /// Output of one translated client frame, past which the rest of the input waits for the next poll. With
@@ -220,7 +221,11 @@ mod tests {
 
     fn translate(steps: impl IntoIterator<Item = Step>) -> (Translate<Coalesce<Script>>, Arc<Metrics>) {
         let metrics = Arc::new(Metrics::register(&prometheus::Registry::new()).expect("metrics"));
-        let t = Translator::with_observer(Options::default(), AGENT, StreamObserver::new(Arc::clone(&metrics)));
+        let t = Translator::with_observer(
+            Options::default(),
+            AGENT,
+            StreamObserver::new(Arc::clone(&metrics.translator)),
+        );
         let body = Translate::new(Coalesce::new(Script::new(steps)), t, Arc::clone(&metrics));
         (body, metrics)
     }
