@@ -189,6 +189,68 @@ async fn a_malformed_chunked_body_gets_400_and_is_not_an_upstream_error() {
     gw.stop().await;
 }
 
+/// An upstream that answers an event stream at once, before the request body has ended, and keeps reading it.
+async fn answers_before_the_body_ends() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                let _ = s.read(&mut buf).await;
+                let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+                let event = b"data: <content-block-text>\n\n";
+                let chunk = format!("{:x}\r\n", event.len());
+                let _ = s.write_all(head.as_bytes()).await;
+                let _ = s.write_all(chunk.as_bytes()).await;
+                let _ = s.write_all(event).await;
+                let _ = s.write_all(b"\r\n").await;
+                while matches!(s.read(&mut buf).await, Ok(n) if n > 0) {}
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_body_that_breaks_after_the_response_began_is_the_clients_fault() {
+    let up = answers_before_the_body_ends().await;
+    let gw = gateway(&format!("http://{up}"), 10.0).await;
+    for (path, extra) in [("/upload", ""), ("/stream", "Accept: text/event-stream\r\n")] {
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\n{extra}Content-Type: application/octet-stream\r\n\
+             Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n"
+        );
+        let mut s = raw(gw.addr, head.as_bytes()).await;
+        // The response has begun before the body breaks.
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !String::from_utf8_lossy(&seen).contains("200") {
+            let n = tokio::time::timeout(PROMPTLY, s.read(&mut buf))
+                .await
+                .expect("the response began")
+                .expect("read");
+            assert!(n > 0, "{path}: closed before the response began");
+            seen.extend_from_slice(&buf[..n]);
+        }
+        s.write_all(b"ZZ-not-a-size\r\n").await.expect("write");
+        let _ = tokio::time::timeout(PROMPTLY, read_to_eof(&mut s)).await;
+    }
+    let deadline = tokio::time::Instant::now() + PROMPTLY;
+    let mut m = gw.metrics().await;
+    while client_errors(&m, "bad_body") < 2.0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        m = gw.metrics().await;
+    }
+    assert_eq!(
+        client_errors(&m, "bad_body"),
+        2.0,
+        "both broken exchanges are the client's"
+    );
+    assert_eq!(upstream_errors(&m), 0.0, "and none is the upstream's");
+    gw.stop().await;
+}
+
 // ------------------------------------------------------------------------------------------------------------
 // 3: idle client connections are closed; open streams are not.
 // ------------------------------------------------------------------------------------------------------------

@@ -187,6 +187,7 @@ async fn proxy(
     metrics.upstream.request(connection);
     let sent = Instant::now();
     let body = ClientBody::new(body, shared.body_read_timeout);
+    let client_fault = body.fault();
     let upstream_resp = match shared.upstream.send(Request::from_parts(parts, body), connection).await {
         Ok(r) => r,
         Err(e) => return forward_failed(metrics, e),
@@ -239,6 +240,7 @@ async fn proxy(
         event_stream,
         request_start,
         span,
+        client_fault,
     };
     let settings = StreamSettings {
         keepalive: shared.keepalive,

@@ -7,6 +7,8 @@
 use std::error::Error as StdError;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -112,6 +114,35 @@ pub fn client_fault(e: &(dyn StdError + 'static)) -> Option<ClientErrorKind> {
     None
 }
 
+/// Whether the client's request body has failed, shared with the response body: once the upstream has answered,
+/// hyper hands the response body only a generic error when the request body breaks, so the response side asks
+/// here whose fault the broken exchange was.
+#[derive(Debug, Clone)]
+pub struct ClientFault(Arc<AtomicU8>);
+
+impl Default for ClientFault {
+    fn default() -> Self {
+        Self(Arc::new(AtomicU8::new(Self::NONE)))
+    }
+}
+
+impl ClientFault {
+    /// No fault yet.
+    const NONE: u8 = u8::MAX;
+
+    /// Records the client's fault.
+    pub fn mark(&self, kind: ClientErrorKind) {
+        self.0.store(kind as u8, Ordering::Relaxed);
+    }
+
+    /// The client's fault, if its request body failed.
+    pub fn get(&self) -> Option<ClientErrorKind> {
+        ClientErrorKind::ALL
+            .get(usize::from(self.0.load(Ordering::Relaxed)))
+            .copied()
+    }
+}
+
 /// The request body sent upstream: the client's body with a stall timeout, its errors marked.
 pub struct ClientBody {
     inner: UpstreamBody,
@@ -120,6 +151,7 @@ pub struct ClientBody {
     /// (a slow upstream that stops polling the body must not count against the client).
     stall: Option<Pin<Box<Sleep>>>,
     armed: bool,
+    fault: ClientFault,
 }
 
 impl ClientBody {
@@ -129,7 +161,19 @@ impl ClientBody {
             timeout,
             stall: None,
             armed: false,
+            fault: ClientFault::default(),
         }
+    }
+
+    /// The mark this body sets when it fails, for the response side.
+    pub fn fault(&self) -> ClientFault {
+        self.fault.clone()
+    }
+
+    /// Marks the fault for the response side and returns the error.
+    fn failed(&self, e: ClientBodyError) -> ClientBodyError {
+        self.fault.mark(e.kind());
+        e
     }
 
     /// Whether the client has been silent past the timeout since this wait began.
@@ -157,9 +201,12 @@ impl Body for ClientBody {
                 this.armed = false;
                 Poll::Ready(Some(Ok(frame)))
             }
-            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(ClientBodyError::Failed(e)))),
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(this.failed(ClientBodyError::Failed(e))))),
             Poll::Ready(None) => Poll::Ready(None),
-            Poll::Pending if this.stalled(cx) => Poll::Ready(Some(Err(ClientBodyError::Timeout(this.timeout)))),
+            Poll::Pending if this.stalled(cx) => {
+                let timeout = ClientBodyError::Timeout(this.timeout);
+                Poll::Ready(Some(Err(this.failed(timeout))))
+            }
             Poll::Pending => Poll::Pending,
         }
     }

@@ -47,6 +47,7 @@ use super::drain::DrainCut;
 use super::metrics::Metrics;
 use super::negotiate::Mode;
 use super::observe::StreamObserver;
+use super::request_body::ClientFault;
 use crate::translate::{StreamEnd, Translator};
 
 pub use abort::Abort;
@@ -85,6 +86,8 @@ pub struct StreamInfo {
     pub request_start: Instant,
     /// The request's span, for the end-of-stream log line.
     pub span: tracing::Span,
+    /// Set when the client's request body fails: a broken exchange is then the client's, not the upstream's.
+    pub client_fault: ClientFault,
 }
 
 /// How an upstream stream is carried besides its mode.

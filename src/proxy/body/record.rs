@@ -90,17 +90,25 @@ impl<L: Layer> Record<L> {
                 Outcome::UpstreamError
             }
             Ending::Completed | Ending::Cut => Outcome::Completed,
-            Ending::Failed(e) => {
-                self.failed(&e);
-                Outcome::UpstreamError
-            }
+            Ending::Failed(e) => self.failed(&e),
             Ending::Drained => Outcome::Drained,
         }
     }
 
-    fn failed(&self, e: &StreamError) {
-        self.metrics.upstream.error(e.kind());
+    /// Counts a failed exchange against whoever broke it: the client, if its request body failed (the upstream
+    /// then only saw its request cut), else the upstream.
+    fn failed(&self, e: &StreamError) -> Outcome {
         e.log(&self.info.span);
+        match self.info.client_fault.get() {
+            Some(kind) => {
+                self.metrics.client_error(kind);
+                Outcome::ClientGone
+            }
+            None => {
+                self.metrics.upstream.error(e.kind());
+                Outcome::UpstreamError
+            }
+        }
     }
 
     /// Records how the stream ended, once; later calls are ignored.
@@ -159,8 +167,8 @@ impl<L: Layer> Body for Record<L> {
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(Some(Err(e))) => {
-                this.failed(&e);
-                this.end(Outcome::UpstreamError);
+                let outcome = this.failed(&e);
+                this.end(outcome);
                 Poll::Ready(Some(Err(e)))
             }
             Poll::Ready(None) => {
@@ -215,6 +223,7 @@ mod tests {
     use super::*;
     use crate::proxy::negotiate::Mode;
     use crate::proxy::observe::StreamObserver;
+    use crate::proxy::request_body::ClientErrorKind;
     use crate::translate::{Options, Translator};
 
     type Translated = Record<Translate<Coalesce<Script>>>;
@@ -229,6 +238,7 @@ mod tests {
             event_stream,
             request_start: Instant::now(),
             span: tracing::Span::none(),
+            client_fault: Default::default(),
         }
     }
 
@@ -327,6 +337,27 @@ mod tests {
         assert_eq!(streams(&m, Mode::Passthrough, Outcome::UpstreamError), 1);
         assert_eq!(errors(&m, UpstreamErrorKind::Timeout), 1);
         assert_eq!(m.mode(Mode::Passthrough).bytes_in.get(), 1);
+    }
+
+    #[test]
+    fn a_failure_after_the_clients_request_body_failed_is_the_clients() {
+        let m = metrics();
+        let inner = Original::new(
+            Coalesce::new(Script::new([data("a"), Step::Fail])),
+            None,
+            Arc::clone(&m),
+        );
+        let info = info(Mode::Passthrough, true);
+        let fault = info.client_fault.clone();
+        let mut body = Record::new(inner, info, Arc::clone(&m));
+        assert_eq!(poll(&mut body), Seen::data("a"));
+        // The request body broke while the response streamed (hyper then fails the response generically).
+        fault.mark(ClientErrorKind::BadBody);
+        assert_eq!(poll(&mut body), Seen::Err);
+        assert_eq!(m.client_errors[ClientErrorKind::BadBody as usize].get(), 1);
+        assert_eq!(errors(&m, UpstreamErrorKind::Timeout), 0, "no upstream error counted");
+        assert_eq!(streams(&m, Mode::Passthrough, Outcome::UpstreamError), 0);
+        assert_eq!(streams(&m, Mode::Passthrough, Outcome::ClientGone), 1);
     }
 
     #[test]
