@@ -43,6 +43,6 @@ pub mod prelude {
     pub use super::sse::{
         blocks, delta, envelope_values, envelopes, error_type, is_final, kind, parse_stream, sse_data, Out,
     };
-    pub use super::upstream::{find, sse_head, Closed, ConnLog, Emulator, Recorded, Step, UpConn, Upstream};
+    pub use super::upstream::{find, sse_head, Closed, ConnLog, Emulator, Ending, Recorded, Step, UpConn, Upstream};
     pub use super::PATIENCE;
 }

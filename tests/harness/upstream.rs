@@ -185,6 +185,15 @@ pub struct UpConn {
 #[derive(Debug)]
 pub struct Closed;
 
+/// How [`UpConn::script`] ends a connection whose script ran to its end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// [`UpConn::reset`].
+    Reset,
+    /// [`UpConn::close`].
+    Close,
+}
+
 impl UpConn {
     fn mark_closed(&self) {
         let mut l = self.logs.lock().expect("lock");
@@ -312,6 +321,17 @@ impl UpConn {
         if let Some(s) = self.stream.take() {
             let _ = s.set_zero_linger();
             drop(s);
+        }
+    }
+
+    /// Runs `script` (its writes stop at the first [`Closed`]); if it ran to its end, ends the connection as
+    /// `ending` says, else leaves it to the gateway that went away.
+    pub async fn script(mut self, ending: Ending, script: impl AsyncFnOnce(&mut UpConn) -> Result<(), Closed>) {
+        if script(&mut self).await.is_ok() {
+            match ending {
+                Ending::Reset => self.reset(),
+                Ending::Close => self.close().await,
+            }
         }
     }
 
