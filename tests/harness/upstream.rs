@@ -441,6 +441,11 @@ pub enum Step {
 }
 
 impl Step {
+    /// A `WriteAll` of `bytes`.
+    pub fn write_all(bytes: &[u8]) -> Self {
+        Step::WriteAll(bytes.to_vec())
+    }
+
     /// A `Head` from string pairs.
     pub fn head(status: u16, headers: &[(&str, &str)], chunked: bool) -> Self {
         Step::Head {
@@ -484,6 +489,21 @@ impl Emulator {
             closed,
             flooded,
         }
+    }
+
+    /// Answers every request with an SSE head, an open text block with one delta, then waits for the gateway to
+    /// close the connection (reported on `closed`).
+    pub async fn open_until_closed() -> Emulator {
+        Emulator::sse(vec![
+            Step::write_all(b"data: <content-block-text>\n\ndata: hi\n\n"),
+            Step::AwaitClose,
+        ])
+        .await
+    }
+
+    /// Answers every request with an SSE head ([`sse_head`]), then `steps`.
+    pub async fn sse(steps: Vec<Step>) -> Emulator {
+        Emulator::start(move |_| [vec![sse_head()], steps.clone()].concat()).await
     }
 }
 
