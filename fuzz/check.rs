@@ -20,6 +20,15 @@ use sse_gateway::translate::{DataJoin, Dialect, Options, Translator, UnknownTags
 const HEADER: usize = 4;
 const MAX_SPLITS: usize = 16;
 
+/// `set` when `flags` has the bit `mask`, else `unset`.
+fn bit<T>(flags: u8, mask: u8, set: T, unset: T) -> T {
+    if flags & mask != 0 {
+        set
+    } else {
+        unset
+    }
+}
+
 /// Options from the first three bytes; `true` if the stream ends with `abort` rather than `finish`.
 fn options(h: &[u8]) -> (Options, bool) {
     let (flags, budget, limits) = (h[0], h[1], h[2]);
@@ -35,26 +44,10 @@ fn options(h: &[u8]) -> (Options, bool) {
             2 => Dialect::Raw,
             _ => Dialect::Auto,
         },
-        line_ends: if flags & 4 != 0 {
-            LineEnds::Strict
-        } else {
-            LineEnds::Legacy
-        },
-        framing: if flags & 8 != 0 {
-            Framing::UnescapedNewlines
-        } else {
-            Framing::Current
-        },
-        data_join: if flags & 16 != 0 {
-            DataJoin::Newline
-        } else {
-            DataJoin::Concat
-        },
-        unknown_tags: if flags & 32 != 0 {
-            UnknownTags::Drop
-        } else {
-            UnknownTags::Text
-        },
+        line_ends: bit(flags, 4, LineEnds::Strict, LineEnds::Legacy),
+        framing: bit(flags, 8, Framing::UnescapedNewlines, Framing::Current),
+        data_join: bit(flags, 16, DataJoin::Newline, DataJoin::Concat),
+        unknown_tags: bit(flags, 32, UnknownTags::Drop, UnknownTags::Text),
         rewrite_format: flags & 64 == 0,
         include_traceback: flags & 128 != 0,
         max_item_bytes: pick(limits, [256, 4096, 1 << 16], d.max_item_bytes),

@@ -5,6 +5,8 @@
 
 mod harness;
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -62,6 +64,30 @@ async fn with_control(gw: &Process, paths: &[&str]) -> Vec<Vec<u8>> {
     bodies
 }
 
+/// What a fault does on a connection once its text block is open.
+type Fault = for<'a> fn(&'a mut UpConn) -> Pin<Box<dyn Future<Output = Result<(), Closed>> + Send + 'a>>;
+
+/// An upstream beside the control stream whose other connections open a text block of `agent` with `deltas(n)`,
+/// then run `fault`, then end as `ending` says.
+async fn after_open_text(ending: Ending, agent: &'static str, n: usize, fault: Fault) -> Upstream {
+    beside_control(move |conn| {
+        conn.script(ending, async move |conn| {
+            send_text_block_open(conn, true, agent, &deltas(n)).await?;
+            fault(conn).await
+        })
+    })
+    .await
+}
+
+/// The gateway against `up`; fetches the faulted stream at `path` beside the control stream, and returns the
+/// gateway and the faulted stream's envelopes, which must end in an `upstream_error` (`what` names the fault).
+async fn fetch_faulted(up: &Upstream, path: &str, what: &str) -> (Process, Vec<serde_json::Value>) {
+    let gw = start_gateway(up);
+    let bodies = with_control(&gw, &[path]).await;
+    let envs = assert_ends_in_upstream_error(&bodies[0], what);
+    (gw, envs)
+}
+
 /// After a faulted stream: no stream left open, and the fault counted as an upstream error.
 async fn assert_counted(gw: &Process, upstream_errors: f64) {
     assert_eq!(
@@ -91,8 +117,9 @@ fn deltas(n: usize) -> Vec<String> {
         .collect()
 }
 
-async fn send_text_block_open(conn: &mut UpConn, agent: &str, ds: &[String]) -> Result<(), Closed> {
-    conn.sse_head(true).await?;
+/// Head (`chunked` or close-delimited body), meta_init of `agent`, and a text block left open after deltas `ds`.
+async fn send_text_block_open(conn: &mut UpConn, chunked: bool, agent: &str, ds: &[String]) -> Result<(), Closed> {
+    conn.sse_head(chunked).await?;
     conn.send(&meta_init(agent)).await?;
     conn.send(b"data: <content-block-text>\n\n").await?;
     for d in ds {
@@ -103,39 +130,24 @@ async fn send_text_block_open(conn: &mut UpConn, agent: &str, ds: &[String]) -> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_reset_mid_item_closes_blocks_and_ends_with_upstream_error() {
-    let up = Upstream::start(|mut conn| async move {
-        match conn.path.as_str() {
-            "/control" => control_script(conn).await,
-            // A tool call tag cut inside its attributes, after a complete text block.
-            "/tag" => {
-                let ok = async {
-                    send_text_block_open(&mut conn, "agent-tag", &deltas(3)).await?;
-                    conn.send(b"data: </content-block-text>\n\n").await?;
-                    conn.send(b"data: <content-block-tool_call id=\"call_9\" name=\"lookup\" argum")
-                        .await?;
-                    conn.pause(SETTLE).await
-                }
-                .await;
-                if ok.is_ok() {
-                    conn.reset();
-                }
+    let up = beside_control(|conn| {
+        conn.script(Ending::Reset, async |conn| {
+            if conn.path == "/tag" {
+                // A tool call tag cut inside its attributes, after a complete text block.
+                send_text_block_open(conn, true, "agent-tag", &deltas(3)).await?;
+                conn.send(b"data: </content-block-text>\n\n").await?;
+                conn.send(b"data: <content-block-tool_call id=\"call_9\" name=\"lookup\" argum")
+                    .await?;
+            } else {
+                // A thinking block left open; the cut falls inside its closing tag.
+                conn.sse_head(true).await?;
+                conn.send(&meta_init("agent-close")).await?;
+                conn.send(b"data: <content-block-thinking>\n\n").await?;
+                conn.send(b"data: pondering\n\n").await?;
+                conn.send(b"data: </content-block-thin").await?;
             }
-            // A thinking block left open; the cut falls inside its closing tag.
-            _ => {
-                let ok = async {
-                    conn.sse_head(true).await?;
-                    conn.send(&meta_init("agent-close")).await?;
-                    conn.send(b"data: <content-block-thinking>\n\n").await?;
-                    conn.send(b"data: pondering\n\n").await?;
-                    conn.send(b"data: </content-block-thin").await?;
-                    conn.pause(SETTLE).await
-                }
-                .await;
-                if ok.is_ok() {
-                    conn.reset();
-                }
-            }
-        }
+            conn.pause(SETTLE).await
+        })
     })
     .await;
     let gw = start_gateway(&up);
@@ -156,29 +168,17 @@ async fn upstream_reset_mid_item_closes_blocks_and_ends_with_upstream_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_reset_mid_cdata_ends_with_upstream_error() {
-    let up = Upstream::start(|mut conn| async move {
-        if conn.path == "/control" {
-            return control_script(conn).await;
-        }
-        let ok = async {
-            send_text_block_open(&mut conn, "agent-cdata", &deltas(2)).await?;
-            conn.send(b"data: </content-block-text>\n\n").await?;
-            conn.send(b"data: <content-block-tool_call id=\"call_1\" name=\"lookup\" arguments=\"{}\"></content-block-tool_call>\n\n").await?;
-            // A tool result whose CDATA never ends: cut inside the content, then inside a `]]` that could be its end.
-            conn.send(b"data: <content-block-tool_result id=\"call_1\" name=\"lookup\"><![CDATA[first part of the result, ")
-                .await?;
-            conn.send(b"more of it ]]").await?;
-            conn.pause(SETTLE).await
-        }
-        .await;
-        if ok.is_ok() {
-            conn.reset();
-        }
-    })
+    let up = after_open_text(Ending::Reset, "agent-cdata", 2, |conn| Box::pin(async move {
+        conn.send(b"data: </content-block-text>\n\n").await?;
+        conn.send(b"data: <content-block-tool_call id=\"call_1\" name=\"lookup\" arguments=\"{}\"></content-block-tool_call>\n\n").await?;
+        // A tool result whose CDATA never ends: cut inside the content, then inside a `]]` that could be its end.
+        conn.send(b"data: <content-block-tool_result id=\"call_1\" name=\"lookup\"><![CDATA[first part of the result, ")
+            .await?;
+        conn.send(b"more of it ]]").await?;
+        conn.pause(SETTLE).await
+    }))
     .await;
-    let gw = start_gateway(&up);
-    let bodies = with_control(&gw, &["/cdata"]).await;
-    let envs = assert_ends_in_upstream_error(&bodies[0], "reset inside CDATA");
+    let (gw, envs) = fetch_faulted(&up, "/cdata", "reset inside CDATA").await;
     assert_eq!(text_of(&envs), deltas(2).concat());
     // Whatever part of the result went out is a prefix of what was sent (the daemon closes the cut result with a
     // final chunk, as it closes open blocks; the error envelope after it says the stream was cut).
@@ -192,28 +192,18 @@ async fn upstream_reset_mid_cdata_ends_with_upstream_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_reset_mid_utf8_character_ends_with_upstream_error() {
-    let up = Upstream::start(|mut conn| async move {
-        if conn.path == "/control" {
-            return control_script(conn).await;
-        }
-        let ok = async {
-            send_text_block_open(&mut conn, "agent-utf8", &deltas(4)).await?;
+    let up = after_open_text(Ending::Reset, "agent-utf8", 4, |conn| {
+        Box::pin(async move {
             // "日本語": the event is cut after the first byte of 語 (E8 AA 9E).
             let mut ev = "data: 日本".as_bytes().to_vec();
             ev.push(0xE8);
             conn.send(&ev).await?;
             conn.pause(SETTLE).await
-        }
-        .await;
-        if ok.is_ok() {
-            conn.reset();
-        }
+        })
     })
     .await;
-    let gw = start_gateway(&up);
-    let bodies = with_control(&gw, &["/utf8"]).await;
     // parse_stream (inside) checks the whole output is UTF-8.
-    let envs = assert_ends_in_upstream_error(&bodies[0], "reset inside a UTF-8 character");
+    let (gw, envs) = fetch_faulted(&up, "/utf8", "reset inside a UTF-8 character").await;
     let text = text_of(&envs);
     let sent = deltas(4).concat();
     assert!(
@@ -229,19 +219,9 @@ async fn upstream_stalled_after_headers_gets_keepalives_then_ends_with_error() {
     // What the daemon implements: `: keepalive` comments after each keepalive interval of silence, and no idle
     // timeout on the upstream body (no such setting exists): a stalled upstream keeps the stream open, visibly.
     const STALL: Duration = Duration::from_millis(3_600);
-    let up = Upstream::start(|mut conn| async move {
-        if conn.path == "/control" {
-            return control_script(conn).await;
-        }
-        let ok = async {
-            send_text_block_open(&mut conn, "agent-stall", &deltas(1)).await?;
-            conn.stall(STALL).await
-        }
-        .await;
-        // The stall "forever" is bounded: after it the upstream dies, and the stream must end with an error.
-        if ok.is_ok() {
-            conn.reset();
-        }
+    // The stall "forever" is bounded: after it the upstream dies, and the stream must end with an error.
+    let up = after_open_text(Ending::Reset, "agent-stall", 1, |conn| {
+        Box::pin(async move { conn.stall(STALL).await })
     })
     .await;
     let gw = start_gateway(&up);
@@ -290,6 +270,38 @@ async fn upstream_stalled_after_headers_gets_keepalives_then_ends_with_error() {
     assert_counted(&gw, 1.0).await;
 }
 
+/// The `/warm` stream, fetched before a baseline is taken.
+async fn warm_script(conn: UpConn) {
+    serve_events(conn, &normal_stream("warm", &deltas(2)), Duration::ZERO).await
+}
+
+/// Sends `total` bytes of `byte`, generated on the fly from one 256 KiB buffer (the upstream never holds them all);
+/// adds what it sent to `sent`.
+async fn send_filler(conn: &mut UpConn, byte: u8, total: u64, sent: &AtomicU64) -> Result<(), Closed> {
+    let block = vec![byte; 256 << 10];
+    let mut left = total;
+    while left > 0 {
+        let n = left.min(block.len() as u64) as usize;
+        conn.send(&block[..n]).await?;
+        left -= n as u64;
+        sent.fetch_add(n as u64, Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+/// Fetches `/warm`, takes the gateway's RSS as the baseline, then runs the faulted streams at `paths` beside the
+/// control stream while sampling it; returns the faulted bodies and the RSS growth (MiB) at the peak.
+async fn with_control_sampled(gw: &Process, paths: &[&str], what: &str) -> (Vec<Vec<u8>>, f64) {
+    let _ = fetch(gw, "/warm").await;
+    let baseline = gw.rss_kib();
+    let sampler = RssSampler::start(gw.pid(), Duration::from_millis(25));
+    let bodies = with_control(gw, paths).await;
+    let peak = sampler.stop();
+    let growth_mib = peak.saturating_sub(baseline) as f64 / 1024.0;
+    println!("{what}: RSS baseline {baseline} KiB, peak {peak} KiB, growth {growth_mib:.1} MiB");
+    (bodies, growth_mib)
+}
+
 /// Size of the never-closing attribute: 1 GiB (the debug binary translates it in about 10 s on 2 cores);
 /// `SSE_GW_FLOOD_MIB` overrides it.
 fn flood_size() -> u64 {
@@ -304,53 +316,33 @@ async fn upstream_never_closing_1gib_attribute_keeps_memory_bounded_and_yields_o
     let total = flood_size();
     let sent = Arc::new(AtomicU64::new(0));
     let sent2 = Arc::clone(&sent);
-    let up = Upstream::start(move |mut conn| {
+    let up = beside_control(move |conn| {
         let sent = Arc::clone(&sent2);
         async move {
-            match conn.path.as_str() {
-                "/control" => return control_script(conn).await,
-                "/warm" => {
-                    return serve_events(conn, &normal_stream("warm", &deltas(2)), Duration::ZERO).await;
-                }
-                _ => {}
+            if conn.path == "/warm" {
+                return warm_script(conn).await;
             }
-            let ok = async {
+            conn.script(Ending::Reset, async |conn| {
                 conn.sse_head(true).await?;
                 conn.send(&meta_init("agent-flood")).await?;
                 conn.send(b"data: <meta_init data=\"").await?;
-                // Generated on the fly from one 256 KiB buffer: the upstream never holds the gigabyte.
-                let block = vec![b'x'; 256 << 10];
-                let mut left = total;
-                while left > 0 {
-                    let n = left.min(block.len() as u64) as usize;
-                    conn.send(&block[..n]).await?;
-                    left -= n as u64;
-                    sent.fetch_add(n as u64, Ordering::Relaxed);
-                }
+                send_filler(conn, b'x', total, &sent).await?;
                 // The event ends with the tag still open; the stream goes on and then the upstream dies.
                 conn.send(b"\n\n").await?;
                 conn.send(b"data: <content-block-text>after the flood</content-block-text>\n\n")
                     .await?;
                 conn.pause(SETTLE).await
-            }
-            .await;
-            if ok.is_ok() {
-                conn.reset();
-            }
+            })
+            .await
         }
     })
     .await;
     let gw = Process::against(&up.url(), &[]);
-    let _ = fetch(&gw, "/warm").await;
-    let baseline = gw.rss_kib();
-    let sampler = RssSampler::start(gw.pid(), Duration::from_millis(25));
     let started = Instant::now();
-    let bodies = with_control(&gw, &["/flood"]).await;
+    let (bodies, growth_mib) = with_control_sampled(&gw, &["/flood"], "flood").await;
     let elapsed = started.elapsed();
-    let peak = sampler.stop();
-    let growth_mib = peak.saturating_sub(baseline) as f64 / 1024.0;
     println!(
-        "flood: {} MiB in {:.1} s ({:.0} MiB/s); RSS baseline {baseline} KiB, peak {peak} KiB, growth {growth_mib:.1} MiB",
+        "flood: {} MiB in {:.1} s ({:.0} MiB/s)",
         total >> 20,
         elapsed.as_secs_f64(),
         total as f64 / 1048576.0 / elapsed.as_secs_f64()
@@ -392,29 +384,16 @@ async fn upstream_never_closing_1gib_attribute_keeps_memory_bounded_and_yields_o
 async fn upstream_clean_close_without_done_ends_with_error() {
     // The body ends properly (last chunk, or FIN of a close-delimited body) but the legacy stream was not finished:
     // no `[DONE]`, a text block still open. The client must learn the stream was cut, not see a normal end.
-    let up = Upstream::start(|mut conn| async move {
-        let chunked = match conn.path.as_str() {
-            "/control" => return control_script(conn).await,
-            "/chunked" => true,
-            _ => false,
-        };
-        let ok = async {
-            conn.sse_head(chunked).await?;
-            conn.send(&meta_init("agent-nodone")).await?;
-            conn.send(b"data: <content-block-text>\n\n").await?;
-            for d in deltas(3) {
-                conn.send(format!("data: {}\n\n", fmt_escape(&d)).as_bytes()).await?;
-            }
+    let up = beside_control(|conn| {
+        let chunked = conn.path == "/chunked";
+        conn.script(Ending::Close, async move |conn| {
+            send_text_block_open(conn, chunked, "agent-nodone", &deltas(3)).await?;
             conn.pause(SETTLE).await?;
             if chunked {
                 conn.end_chunks().await?;
             }
-            Ok::<_, Closed>(())
-        }
-        .await;
-        if ok.is_ok() {
-            conn.close().await;
-        }
+            Ok(())
+        })
     })
     .await;
     let gw = start_gateway(&up);
@@ -442,23 +421,11 @@ async fn upstream_clean_close_without_done_ends_with_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_fin_inside_chunked_body_ends_with_upstream_error() {
     // The connection closes cleanly (FIN) but the chunked body was not finished: the HTTP body is truncated.
-    let up = Upstream::start(|mut conn| async move {
-        if conn.path == "/control" {
-            return control_script(conn).await;
-        }
-        let ok = async {
-            send_text_block_open(&mut conn, "agent-fin", &deltas(3)).await?;
-            conn.pause(SETTLE).await
-        }
-        .await;
-        if ok.is_ok() {
-            conn.close().await;
-        }
+    let up = after_open_text(Ending::Close, "agent-fin", 3, |conn| {
+        Box::pin(async move { conn.pause(SETTLE).await })
     })
     .await;
-    let gw = start_gateway(&up);
-    let bodies = with_control(&gw, &["/fin"]).await;
-    let envs = assert_ends_in_upstream_error(&bodies[0], "FIN inside a chunked body");
+    let (gw, envs) = fetch_faulted(&up, "/fin", "FIN inside a chunked body").await;
     assert_eq!(text_of(&envs), deltas(3).concat());
     assert_counted(&gw, 1.0).await;
 }
@@ -468,14 +435,12 @@ async fn upstream_never_ending_text_event_and_cdata_keep_memory_bounded() {
     // The other two never-closing shapes, 20 MiB each (above the 16 MiB item bound): a text delta event that never ends (one endless `data:`
     // line inside an open text block) and a tool result whose CDATA never ends.
     const TOTAL: u64 = 20 << 20;
-    let up = Upstream::start(|mut conn| async move {
-        let cdata = match conn.path.as_str() {
-            "/control" => return control_script(conn).await,
-            "/warm" => return serve_events(conn, &normal_stream("warm", &deltas(2)), Duration::ZERO).await,
-            "/cdata" => true,
-            _ => false,
-        };
-        let ok = async {
+    let up = beside_control(|conn| async move {
+        if conn.path == "/warm" {
+            return warm_script(conn).await;
+        }
+        let cdata = conn.path == "/cdata";
+        conn.script(Ending::Reset, async move |conn| {
             conn.sse_head(true).await?;
             conn.send(&meta_init("agent-endless")).await?;
             if cdata {
@@ -484,31 +449,15 @@ async fn upstream_never_ending_text_event_and_cdata_keep_memory_bounded() {
             } else {
                 conn.send(b"data: <content-block-text>\n\ndata: ").await?;
             }
-            let block = vec![b'z'; 256 << 10];
-            let mut left = TOTAL;
-            while left > 0 {
-                let n = left.min(block.len() as u64) as usize;
-                conn.send(&block[..n]).await?;
-                left -= n as u64;
-            }
+            send_filler(conn, b'z', TOTAL, &AtomicU64::new(0)).await?;
             conn.pause(SETTLE).await
-        }
-        .await;
-        if ok.is_ok() {
-            conn.reset();
-        }
+        })
+        .await
     })
     .await;
     let gw = start_gateway(&up);
-    let _ = fetch(&gw, "/warm").await;
-    let baseline = gw.rss_kib();
-    let sampler = RssSampler::start(gw.pid(), Duration::from_millis(25));
-    let bodies = with_control(&gw, &["/text", "/cdata"]).await;
-    let peak = sampler.stop();
-    let growth_mib = peak.saturating_sub(baseline) as f64 / 1024.0;
-    println!(
-        "never-ending text event and CDATA: RSS baseline {baseline} KiB, peak {peak} KiB, growth {growth_mib:.1} MiB"
-    );
+    let what = "never-ending text event and CDATA";
+    let (bodies, growth_mib) = with_control_sampled(&gw, &["/text", "/cdata"], what).await;
     assert!(growth_mib < 64.0, "gateway RSS grew {growth_mib:.1} MiB");
     for (body, what) in bodies.iter().zip(["endless text event", "endless CDATA"]) {
         let envs = assert_ends_in_upstream_error(body, what);
@@ -528,24 +477,14 @@ async fn upstream_never_ending_text_event_and_cdata_keep_memory_bounded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_garbage_chunk_framing_mid_body_ends_with_upstream_error() {
     // Not a reset but a protocol error: an invalid chunk-size line in the middle of the body.
-    let up = Upstream::start(|mut conn| async move {
-        if conn.path == "/control" {
-            return control_script(conn).await;
-        }
-        let ok = async {
-            send_text_block_open(&mut conn, "agent-garbage", &deltas(2)).await?;
+    let up = after_open_text(Ending::Close, "agent-garbage", 2, |conn| {
+        Box::pin(async move {
             conn.raw(b"zz-not-a-chunk-size\r\nnonsense\r\n").await?;
             conn.pause(SETTLE).await
-        }
-        .await;
-        if ok.is_ok() {
-            conn.close().await;
-        }
+        })
     })
     .await;
-    let gw = start_gateway(&up);
-    let bodies = with_control(&gw, &["/garbage"]).await;
-    let envs = assert_ends_in_upstream_error(&bodies[0], "garbage chunk framing");
+    let (gw, envs) = fetch_faulted(&up, "/garbage", "garbage chunk framing").await;
     assert_eq!(text_of(&envs), deltas(2).concat());
     assert_counted(&gw, 1.0).await;
     let m = gw.metrics().await;

@@ -128,14 +128,7 @@ fn jsonl(expected: &[Expect], budget: usize) -> Vec<String> {
 // ---------------------------------------------------------------- fixtures
 
 fn meta(format: Format) -> Item {
-    Item::MetaInit(MetaInit {
-        agent: "agent-1".into(),
-        parent: None,
-        format,
-        user_query: "What's <new> & \"next\"?".into(),
-        model: "claude-x".into(),
-        history: None,
-    })
+    Item::MetaInit(MetaInit::new("agent-1", None, format, "What's <new> & \"next\"?", None))
 }
 
 fn s(v: &[&str]) -> Vec<String> {
@@ -151,79 +144,42 @@ fn text(deltas: &[&str], citations: Vec<Citation>) -> Item {
     }
 }
 
-fn call(server: bool, id: &str, name: &str, args: Args) -> Item {
-    Item::ToolCall {
-        server,
-        id: id.into(),
-        name: name.into(),
-        args,
-    }
-}
-
-fn client(id: &str, name: &str, content: ClientContent) -> Item {
-    Item::ToolResult {
-        id: id.into(),
-        name: name.into(),
-        content,
-    }
-}
-
 fn three_citations() -> Vec<Citation> {
+    let ships = "It ships <today>\nwith a \\ backslash.";
     vec![
-        Citation {
-            citation_type: "char_location".into(),
-            attrs: vec![
-                ("document_index".into(), Attr::Num(0)),
-                ("document_title".into(), Attr::Str("Guide & \"FAQ\"".into())),
-                ("start_char_index".into(), Attr::Num(5)),
-                ("end_char_index".into(), Attr::Num(42)),
-            ],
-            cited: "It ships <today>\nwith a \\ backslash.".into(),
-        },
-        Citation {
-            citation_type: "page_location".into(),
-            attrs: vec![
-                ("document_index".into(), Attr::Num(1)),
-                ("document_title".into(), Attr::Str(String::new())),
-                ("start_page_number".into(), Attr::Num(3)),
-                ("end_page_number".into(), Attr::Num(4)),
-            ],
-            cited: "Page text ]]> with a CDATA end.".into(),
-        },
-        Citation {
-            citation_type: "web_search_result_location".into(),
-            attrs: vec![
-                ("url".into(), Attr::Str("https://example.com/?a=1&b=2".into())),
-                ("title".into(), Attr::Str("Example's page".into())),
-                ("encrypted_index".into(), Attr::Str("EqgfCioIARgB".into())),
-            ],
-            cited: "From the web.".into(),
-        },
+        Citation::char_location(Attr::Num(0), "Guide & \"FAQ\"", Attr::Num(5), Attr::Num(42), ships),
+        Citation::page_location(
+            Attr::Num(1),
+            "",
+            Attr::Num(3),
+            Attr::Num(4),
+            "Page text ]]> with a CDATA end.",
+        ),
+        Citation::web_location(
+            "https://example.com/?a=1&b=2",
+            "Example's page",
+            "EqgfCioIARgB",
+            "From the web.",
+        ),
     ]
 }
 
 fn multimodal() -> ClientContent {
-    ClientContent::Multimodal {
-        text: "Two shots:\r\nsee below".into(),
-        images: vec![
-            Image {
-                src: "https://img.example.com/a.png?w=1&h=2".into(),
-                media_type: "image/png".into(),
-            },
-            Image {
-                src: "data:image/jpeg;base64,/9j/4AAQ".into(),
-                media_type: "image/jpeg".into(),
-            },
+    ClientContent::multimodal(
+        "Two shots:\r\nsee below",
+        vec![
+            Image::new("https://img.example.com/a.png?w=1&h=2", "image/png"),
+            Image::new("data:image/jpeg;base64,/9j/4AAQ", "image/jpeg"),
         ],
-    }
+    )
 }
 
 fn failure() -> Item {
-    Item::Failure {
-        error: "APIStatusError".into(),
-        message: "Overloaded".into(),
-        traceback: "Traceback (most recent call last):\n  File \"run.py\", line 7".into(),
-    }
+    Item::failure(
+        "APIStatusError",
+        "Overloaded",
+        "Traceback (most recent call last):\n  File \"run.py\", line 7",
+    )
 }
 
 fn meta_final() -> Item {
@@ -247,10 +203,7 @@ fn fixtures() -> Vec<(String, Vec<Item>)> {
         add(
             "thinking",
             vec![
-                Item::Thinking {
-                    deltas: s(&["Let me think", " about \"this\"\\n\nfirst."]),
-                    close: true,
-                },
+                Item::thinking(["Let me think", " about \"this\"\\n\nfirst."], true),
                 Item::Done,
             ],
         );
@@ -268,7 +221,7 @@ fn fixtures() -> Vec<(String, Vec<Item>)> {
         add(
             "tool_call",
             vec![
-                call(
+                Item::call(
                     false,
                     "toolu_01",
                     "search",
@@ -279,12 +232,12 @@ fn fixtures() -> Vec<(String, Vec<Item>)> {
         );
         add(
             "tool_call_empty_input",
-            vec![call(false, "toolu_02", "now", Args::Empty), Item::Done],
+            vec![Item::call(false, "toolu_02", "now", Args::Empty), Item::Done],
         );
         add(
             "server_tool_call",
             vec![
-                call(
+                Item::call(
                     true,
                     "srvtoolu_01",
                     "web_search",
@@ -296,8 +249,8 @@ fn fixtures() -> Vec<(String, Vec<Item>)> {
         add(
             "tool_result",
             vec![
-                call(false, "toolu_03", "read", Args::Json(json!({"path": "a.txt"}))),
-                client(
+                Item::call(false, "toolu_03", "read", Args::Json(json!({"path": "a.txt"}))),
+                Item::result(
                     "toolu_03",
                     "read",
                     ClientContent::Text("line 1\r\nline 2\rline 3 ]]> end".into()),
@@ -308,8 +261,8 @@ fn fixtures() -> Vec<(String, Vec<Item>)> {
         add(
             "tool_result_structured",
             vec![
-                call(false, "toolu_04", "query", Args::Json(json!({"sql": "select 1"}))),
-                client(
+                Item::call(false, "toolu_04", "query", Args::Json(json!({"sql": "select 1"}))),
+                Item::result(
                     "toolu_04",
                     "query",
                     ClientContent::Structured(json!({"rows": [{"a": "x\ny"}], "path": "C:\\new"})),
@@ -320,8 +273,8 @@ fn fixtures() -> Vec<(String, Vec<Item>)> {
         add(
             "tool_result_multimodal",
             vec![
-                call(false, "toolu_05", "screenshot", Args::Empty),
-                client("toolu_05", "screenshot", multimodal()),
+                Item::call(false, "toolu_05", "screenshot", Args::Empty),
+                Item::result("toolu_05", "screenshot", multimodal()),
                 Item::Done,
             ],
         );
@@ -333,33 +286,23 @@ fn fixtures() -> Vec<(String, Vec<Item>)> {
         add(
             "server_tool_result",
             vec![
-                Item::ServerToolResult {
-                    tag: "server_tool_result".into(),
-                    id: "srvtoolu_02".into(),
-                    name: Some("web_search".into()),
-                    content: server_content,
-                },
+                Item::server_result("server_tool_result", "srvtoolu_02", Some("web_search"), server_content),
                 Item::Done,
             ],
         );
-        add(
-            "dynamic_tool_result",
-            vec![
-                Item::ServerToolResult {
-                    tag: "web_fetch_tool_result".into(),
-                    id: "srvtoolu_03".into(),
-                    name: None,
-                    content: ServerContent::Text("<html>fetched \\ page</html>".into()),
-                },
-                Item::ServerToolResult {
-                    tag: "code_execution_tool_result".into(),
-                    id: "srvtoolu_04".into(),
-                    name: Some("python".into()),
-                    content: ServerContent::Text("stdout: 2\n".into()),
-                },
-                Item::Done,
-            ],
+        let fetched = Item::server_text(
+            "web_fetch_tool_result",
+            "srvtoolu_03",
+            None,
+            "<html>fetched \\ page</html>",
         );
+        let run = Item::server_text(
+            "code_execution_tool_result",
+            "srvtoolu_04",
+            Some("python"),
+            "stdout: 2\n",
+        );
+        add("dynamic_tool_result", vec![fetched, run, Item::Done]);
         add(
             "awaiting_frontend_tools",
             vec![
@@ -389,15 +332,7 @@ fn fixtures() -> Vec<(String, Vec<Item>)> {
         add("failure", vec![failure()]);
         add(
             "failure_in_open_text",
-            vec![
-                Item::Text {
-                    deltas: s(&["The answer is"]),
-                    close: false,
-                    one_event: false,
-                    citations: vec![],
-                },
-                failure(),
-            ],
+            vec![Item::text(["The answer is"], false, vec![]), failure()],
         );
         add(
             "done_in_text",
@@ -406,22 +341,15 @@ fn fixtures() -> Vec<(String, Vec<Item>)> {
         add(
             "subagent",
             vec![
-                call(
+                Item::call(
                     false,
                     "toolu_spawn",
                     "spawn_subagent",
                     Args::Json(json!({"task": "look"})),
                 ),
-                Item::MetaInit(MetaInit {
-                    agent: "agent-2".into(),
-                    parent: Some("agent-1".into()),
-                    format: f,
-                    user_query: "look".into(),
-                    model: "claude-x".into(),
-                    history: None,
-                }),
+                Item::MetaInit(MetaInit::new("agent-2", Some("agent-1"), f, "look", None)),
                 text(&["child here"], vec![]),
-                client("toolu_spawn", "spawn_subagent", ClientContent::Text("looked".into())),
+                Item::result("toolu_spawn", "spawn_subagent", ClientContent::Text("looked".into())),
                 text(&["parent here"], vec![]),
                 Item::Done,
             ],
@@ -434,15 +362,7 @@ fn fixtures() -> Vec<(String, Vec<Item>)> {
         } else {
             add(
                 "text_one_event",
-                vec![
-                    Item::Text {
-                        deltas: s(&["Hi </content-block-text> there"]),
-                        close: true,
-                        one_event: true,
-                        citations: vec![],
-                    },
-                    Item::Done,
-                ],
+                vec![Item::one_event_text(["Hi </content-block-text> there"]), Item::Done],
             );
         }
     }
@@ -462,8 +382,8 @@ fn fixtures() -> Vec<(String, Vec<Item>)> {
             format!("budget256_{d}_tool_result_chunked"),
             vec![
                 meta(f),
-                call(false, "toolu_07", "cat", Args::Empty),
-                client("toolu_07", "cat", ClientContent::Text(format!("out {long}"))),
+                Item::call(false, "toolu_07", "cat", Args::Empty),
+                Item::result("toolu_07", "cat", ClientContent::Text(format!("out {long}"))),
                 Item::Done,
             ],
         ));
@@ -472,12 +392,7 @@ fn fixtures() -> Vec<(String, Vec<Item>)> {
         "budget256_xml_server_tool_result_chunked".into(),
         vec![
             meta(Format::Xml),
-            Item::ServerToolResult {
-                tag: "server_tool_result".into(),
-                id: "srvtoolu_05".into(),
-                name: Some("web_search".into()),
-                content: ServerContent::Text(long.clone()),
-            },
+            Item::server_text("server_tool_result", "srvtoolu_05", Some("web_search"), long.clone()),
             Item::ContentError(long),
             Item::Done,
         ],

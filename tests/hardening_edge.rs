@@ -55,7 +55,7 @@ async fn gateway(up: &str, body_timeout: f64) -> TestGateway {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_json_body_that_stalls_after_one_byte_gets_408_without_contacting_the_upstream() {
-    let up = Emulator::start(|_| vec![sse_head(), Step::EndChunks]).await;
+    let up = Emulator::sse(vec![Step::EndChunks]).await;
     let gw = gateway(&up.url(), 1.0).await;
     let mut s = raw(
         gw.addr,
@@ -99,7 +99,7 @@ fn stalling_body(first: &'static [u8]) -> (Stalling, tokio::sync::mpsc::Sender<B
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_json_body_that_stalls_on_http2_gets_408() {
-    let up = Emulator::start(|_| vec![sse_head(), Step::EndChunks]).await;
+    let up = Emulator::sse(vec![Step::EndChunks]).await;
     let gw = gateway(&up.url(), 1.0).await;
     let (body, _keep_open) = stalling_body(b"{");
     let stream = TcpStream::connect(gw.addr).await.expect("connect");
@@ -373,36 +373,14 @@ async fn streams_open_longer_than_the_idle_timeout_are_not_cut_on_http1_or_http2
 // ------------------------------------------------------------------------------------------------------------
 
 async fn pipelined_client_leaves(first_request_headers: &str) {
-    let mut up = Emulator::start(|_| {
-        vec![
-            sse_head(),
-            Step::WriteAll(b"data: <content-block-text>\n\ndata: hi\n\n".to_vec()),
-            Step::AwaitClose,
-        ]
-    })
-    .await;
+    let mut up = Emulator::open_until_closed().await;
     let gw = TestGateway::start(&up.url(), |_| {}).await;
     let two = format!(
         "GET /agent/run HTTP/1.1\r\nHost: x\r\n{first_request_headers}\r\nGET /second HTTP/1.1\r\nHost: x\r\n\r\n"
     );
-    let mut s = raw(gw.addr, two.as_bytes()).await;
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    while find(&got, b"\r\n\r\n").is_none() {
-        let n = tokio::time::timeout(PATIENCE, s.read(&mut buf))
-            .await
-            .expect("a response head")
-            .expect("read");
-        assert!(n > 0, "gateway closed early");
-        got.extend_from_slice(&buf[..n]);
-    }
-    assert_eq!(status_of(&got), Some(200), "{}", String::from_utf8_lossy(&got));
-    drop(s);
-    let closed = tokio::time::timeout(PROMPTLY, up.closed.recv()).await;
-    assert!(
-        closed.is_ok(),
-        "upstream connection still open {PROMPTLY:?} after the pipelining client left"
-    );
+    let head_ok = |c: &Client| assert_eq!(c.status, 200, "{}", c.head);
+    let who = "the pipelining client";
+    assert_leaving_closes_upstream(&mut up, gw.addr, two.as_bytes(), head_ok, PROMPTLY, who).await;
     assert_eq!(up.recorded().len(), 1, "the second request must not go upstream");
     gw.stop().await;
 }

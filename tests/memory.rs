@@ -187,6 +187,23 @@ fn text_piece(escape_newline: &str) -> Vec<u8> {
     v
 }
 
+/// The stream so far: meta_init, then `open`, the start of an item.
+fn opened(open: &[u8]) -> Vec<u8> {
+    let mut prefix = meta_init();
+    prefix.extend_from_slice(open);
+    prefix
+}
+
+/// At least 90% of the bytes fed are out (`when`: by when).
+fn assert_mostly_out(r: &Report, when: &str) {
+    assert!(
+        r.body_out >= r.body_in * 9 / 10,
+        "only {} of {} bytes out{when}",
+        r.body_out,
+        r.body_in
+    );
+}
+
 fn assert_bounded(name: &str, r: &Report, limit: usize) {
     eprintln!(
         "{name}: fed {} MiB in {PIECE}-byte pieces; peak live heap above baseline {} bytes ({:.1} KiB), \
@@ -208,20 +225,14 @@ fn assert_bounded(name: &str, r: &Report, limit: usize) {
 /// 100 MB in release (`cargo test --release --test memory`), 20 MB in debug; see `big_mb`.
 #[test]
 fn a_large_client_tool_result_fed_in_4_kib_pieces_keeps_per_stream_state_under_64_kib() {
-    let mut prefix = meta_init();
-    prefix.extend_from_slice(b"data: <content-block-tool_result id=\"toolu_big\" name=\"read_file\"><![CDATA[");
+    let prefix = opened(b"data: <content-block-tool_result id=\"toolu_big\" name=\"read_file\"><![CDATA[");
     let body = text_piece("\\n");
     let repeat = (big_mb() << 20) / PIECE;
     let close = b"]]></content-block-tool_result>\n\ndata: [DONE]\n\n";
     let r = run(Options::default(), &prefix, &body, repeat, Some(close));
     assert_bounded("client tool_result", &r, LIMIT);
     // Emitted in chunks as it arrives, not collected: nearly all of it is out before the item ends.
-    assert!(
-        r.body_out >= r.body_in * 9 / 10,
-        "only {} of {} bytes out before the close",
-        r.body_out,
-        r.body_in
-    );
+    assert_mostly_out(&r, " before the close");
     let tail = String::from_utf8_lossy(&r.tail);
     assert!(
         tail.contains("\"type\":\"tool_result\"") && tail.contains("\"final\":true"),
@@ -232,8 +243,7 @@ fn a_large_client_tool_result_fed_in_4_kib_pieces_keeps_per_stream_state_under_6
 /// A text block that is opened and then streams small deltas forever.
 #[test]
 fn a_never_closing_text_block_keeps_per_stream_state_under_64_kib() {
-    let mut prefix = meta_init();
-    prefix.extend_from_slice(&event("<content-block-text>"));
+    let prefix = opened(&event("<content-block-text>"));
     // Whole events of 5–40 byte deltas, the last one padded so that the piece is exactly PIECE bytes.
     let mut body = Vec::new();
     let deltas = [
@@ -267,8 +277,7 @@ fn a_never_closing_text_block_keeps_per_stream_state_under_64_kib() {
 /// `Vec` doubles its capacity) plus the 64 KiB of any other stream state.
 #[test]
 fn a_never_ending_text_event_is_bounded_by_max_text_event_bytes() {
-    let mut prefix = meta_init();
-    prefix.extend_from_slice(&event("<content-block-text>"));
+    let mut prefix = opened(&event("<content-block-text>"));
     prefix.extend_from_slice(b"data: ");
     let body = text_piece(" ");
     let repeat = (other_mb() << 20) / PIECE;
@@ -290,22 +299,15 @@ fn a_never_ending_text_event_is_bounded_by_max_text_event_bytes() {
 /// followed by the closing tag ends it), so the core cannot stop at the first one.
 #[test]
 fn a_never_closing_cdata_keeps_per_stream_state_under_64_kib() {
-    let mut prefix = meta_init();
-    prefix.extend_from_slice(b"data: <content-block-server_tool_result id=\"srv_1\" name=\"web_fetch\"><![CDATA[");
+    let prefix = opened(b"data: <content-block-server_tool_result id=\"srv_1\" name=\"web_fetch\"><![CDATA[");
     let body = text_piece("]]>\\n");
     let repeat = (other_mb() << 20) / PIECE;
     let r = run(Options::default(), &prefix, &body, repeat, None);
     assert_bounded("never-closing server_tool_result CDATA", &r, LIMIT);
-    assert!(
-        r.body_out >= r.body_in * 9 / 10,
-        "only {} of {} bytes out",
-        r.body_out,
-        r.body_in
-    );
+    assert_mostly_out(&r, "");
 
     // The same for a client tool result.
-    let mut prefix = meta_init();
-    prefix.extend_from_slice(b"data: <content-block-tool_result id=\"toolu_1\" name=\"read_file\"><![CDATA[");
+    let prefix = opened(b"data: <content-block-tool_result id=\"toolu_1\" name=\"read_file\"><![CDATA[");
     let body = text_piece("\\n");
     let r = run(Options::default(), &prefix, &body, repeat, None);
     assert_bounded("never-closing client tool_result CDATA", &r, LIMIT);

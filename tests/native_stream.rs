@@ -16,34 +16,19 @@ use harness::core::envelopes::{check, parse, Envelope, Out, FALLBACK};
 use harness::prelude::{send, sse_head, Emulator, Step, TestGateway};
 
 fn meta(format: Format, history: Option<Value>) -> Item {
-    Item::MetaInit(MetaInit {
-        agent: "agent-1".into(),
-        parent: None,
-        format,
-        user_query: "q".into(),
-        model: "claude-x".into(),
-        history,
-    })
+    Item::MetaInit(MetaInit::new("agent-1", None, format, "q", history))
 }
 
 /// A run that produces all 13 envelope types.
 fn every_type(format: Format) -> Vec<Item> {
-    let cite = |t: &str, attrs: Vec<(&str, Attr)>| Citation {
-        citation_type: t.into(),
-        attrs: attrs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect(),
-        cited: "cited".into(),
-    };
+    let cite = |t: &str, attrs: Vec<(&str, Attr)>| Citation::new(t, attrs, "cited");
     vec![
         meta(format, None),
-        Item::Thinking {
-            deltas: vec!["hmm".into()],
-            close: true,
-        },
-        Item::Text {
-            deltas: vec!["Hello".into()],
-            close: true,
-            one_event: false,
-            citations: vec![
+        Item::thinking(["hmm"], true),
+        Item::text(
+            ["Hello"],
+            true,
+            vec![
                 cite(
                     "char_location",
                     vec![
@@ -74,36 +59,20 @@ fn every_type(format: Format) -> Vec<Item> {
                     ],
                 ),
             ],
-        },
-        Item::ToolCall {
-            server: false,
-            id: "toolu_01".into(),
-            name: "shot".into(),
-            args: Args::Json(json!({"a": 1})),
-        },
-        Item::ToolCall {
-            server: true,
-            id: "srvtoolu_01".into(),
-            name: "web_search".into(),
-            args: Args::Json(json!({"q": "x"})),
-        },
-        Item::ToolResult {
-            id: "toolu_01".into(),
-            name: "shot".into(),
-            content: ClientContent::Multimodal {
-                text: "taken".into(),
-                images: vec![Image {
-                    src: "data:image/png;base64,iVBOR".into(),
-                    media_type: "image/png".into(),
-                }],
-            },
-        },
-        Item::ServerToolResult {
-            tag: "web_search_tool_result".into(),
-            id: "srvtoolu_01".into(),
-            name: None,
-            content: ServerContent::Json(json!([{"url": "https://e.com"}])),
-        },
+        ),
+        Item::call(false, "toolu_01", "shot", Args::Json(json!({"a": 1}))),
+        Item::call(true, "srvtoolu_01", "web_search", Args::Json(json!({"q": "x"}))),
+        Item::result(
+            "toolu_01",
+            "shot",
+            ClientContent::multimodal("taken", vec![Image::new("data:image/png;base64,iVBOR", "image/png")]),
+        ),
+        Item::server_result(
+            "web_search_tool_result",
+            "srvtoolu_01",
+            None,
+            ServerContent::Json(json!([{"url": "https://e.com"}])),
+        ),
         Item::AwaitingFrontendTools(json!([{"tool_use_id": "toolu_02", "name": "ask", "input": {}}])),
         Item::MetaFiles(json!({"files": [{"file_id": "f1", "filename": "a.txt"}]})),
         Item::ContentError(r#"{"type": "overloaded_error", "message": "busy"}"#.into()),

@@ -35,23 +35,7 @@ async fn sigterm_drains_an_open_stream_then_exits_0() {
     })
     .await;
     let mut gw = Process::start(&["--upstream", &up.url()], &[]);
-    let req = http::Request::post(format!("http://{}/agent/run", gw.addr))
-        .header("x-agent-id", "drain")
-        .body(http_body_util::Full::new(Bytes::from_static(b"{}")))
-        .unwrap();
-    let resp = tokio::time::timeout(PATIENCE, client().request(req))
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    let mut body = resp.into_body();
-    let mut got = Vec::new();
-    let first = tokio::time::timeout(PATIENCE, body.frame())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    got.extend_from_slice(&first.into_data().unwrap());
+    let (mut body, mut got) = open_run(gw.addr, &[("x-agent-id", "drain")]).await;
 
     gw.signal("TERM");
     // Readiness turns false at once (the admin port stays up while draining) ...
@@ -436,46 +420,45 @@ async fn readyz_turns_503_while_accept_runs_out_of_file_descriptors_and_200_afte
     assert_eq!(metric(&metrics, "sse_gateway_ready", &[]), 1.0);
 }
 
+/// Posts a run to the gateway at `addr` with `headers` (HTTP/1.1); the answer must be a 200. Returns its body and the
+/// bytes of its first frame.
+async fn open_run(addr: std::net::SocketAddr, headers: &[(&str, &str)]) -> (hyper::body::Incoming, Vec<u8>) {
+    let mut req = http::Request::post(format!("http://{addr}/agent/run"));
+    for &(k, v) in headers {
+        req = req.header(k, v);
+    }
+    let req = req.body(http_body_util::Full::new(Bytes::from_static(b"{}"))).unwrap();
+    let resp = tokio::time::timeout(PATIENCE, client().request(req))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    let first = tokio::time::timeout(PATIENCE, body.frame())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    (body, first.into_data().unwrap().to_vec())
+}
+
 /// Issue 13: a translated stream still open at the drain deadline ends with an `error` envelope
 /// (`gateway_draining`, so the client knows to reconnect) and a complete chunked body, not a cut connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_translated_stream_cut_at_the_drain_deadline_ends_with_a_gateway_draining_envelope() {
-    let up = Emulator::start(|_| {
-        vec![
-            sse_head(),
-            Step::WriteAll(b"data: <content-block-text>still going</content-block-text>\n\n".to_vec()),
-            // Never ends: only the drain deadline stops it.
-            Step::Hang,
-        ]
-    })
+    let up = Emulator::sse(vec![
+        Step::write_all(b"data: <content-block-text>still going</content-block-text>\n\n"),
+        // Never ends: only the drain deadline stops it.
+        Step::Hang,
+    ])
     .await;
     let mut gw = Process::start(
         &["--upstream", &up.url()],
         &[("SSE_GATEWAY__SERVER__DRAIN_TIMEOUT_SECS", "1")],
     );
-    let open = |format: &'static str| {
-        let req = http::Request::post(format!("http://{}/agent/run", gw.addr))
-            .header("x-agent-id", "cut-agent")
-            .header("x-stream-format", format)
-            .body(http_body_util::Full::new(Bytes::from_static(b"{}")))
-            .unwrap();
-        async move {
-            let resp = tokio::time::timeout(PATIENCE, client().request(req))
-                .await
-                .unwrap()
-                .unwrap();
-            assert_eq!(resp.status(), 200);
-            let mut body = resp.into_body();
-            let first = tokio::time::timeout(PATIENCE, body.frame())
-                .await
-                .unwrap()
-                .unwrap()
-                .unwrap();
-            (body, first.into_data().unwrap().to_vec())
-        }
-    };
-    let (mut translated, mut got) = open("json").await;
-    let (mut legacy, _) = open("legacy").await;
+    let agent = ("x-agent-id", "cut-agent");
+    let (mut translated, mut got) = open_run(gw.addr, &[agent, ("x-stream-format", "json")]).await;
+    let (mut legacy, _) = open_run(gw.addr, &[agent, ("x-stream-format", "legacy")]).await;
 
     gw.signal("TERM");
     let mut clean_end = true;

@@ -9,7 +9,7 @@ use proptest::sample::select;
 use serde_json::json;
 use sse_gateway::translate::Options;
 
-use harness::core::emitter::{emit, Args, ClientContent, EmitOpts, Emitted, Format, Item, MetaInit, ServerContent};
+use harness::core::emitter::{emit, Args, ClientContent, EmitOpts, Emitted, Format, Item, MetaInit};
 use harness::core::envelopes::{check, check_budget, check_native_split, group, parse, run, GotItem, FALLBACK};
 use harness::core::gen;
 use harness::rng::Rng;
@@ -63,36 +63,24 @@ fn stream(raw: bool, deltas: Vec<String>, other: String, json_text: String) -> V
     let thinking: Vec<String> = deltas.into_iter().take(2).map(|d| fix(d, "thinking")).collect();
     let mut items = vec![
         top(format),
-        Item::Thinking {
-            deltas: thinking,
-            close: true,
-        },
-        Item::Text {
-            deltas: text,
-            close: true,
-            one_event: false,
-            citations: vec![],
-        },
-        Item::ToolCall {
-            server: false,
-            id: "toolu_p".into(),
-            name: "tool".into(),
-            args: Args::Json(json!({"s": json_text, "o": other})),
-        },
-        Item::ToolResult {
-            id: "toolu_p".into(),
-            name: "tool".into(),
-            content: ClientContent::Text(format!("r{other}")),
-        },
+        Item::thinking(thinking, true),
+        Item::text(text, true, vec![]),
+        Item::call(
+            false,
+            "toolu_p",
+            "tool",
+            Args::Json(json!({"s": json_text, "o": other})),
+        ),
+        Item::result("toolu_p", "tool", ClientContent::Text(format!("r{other}"))),
     ];
     let closing = "</content-block-server_tool_result>";
     let safe = |s: &str, closing: &str| s.replace(&format!("]]>{closing}"), "]] >");
-    items.push(Item::ServerToolResult {
-        tag: "server_tool_result".into(),
-        id: "s".into(),
-        name: Some("web".into()),
-        content: ServerContent::Text(safe(&other, closing)),
-    });
+    items.push(Item::server_text(
+        "server_tool_result",
+        "s",
+        Some("web"),
+        safe(&other, closing),
+    ));
     if !raw {
         items.push(Item::ContentError(safe(&other, "</content-block-error>")));
     }

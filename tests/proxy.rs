@@ -454,19 +454,24 @@ async fn failure_unreachable_upstream_is_502_json() {
         l.local_addr().unwrap().port()
     };
     let gw = TestGateway::start(&format!("http://127.0.0.1:{port}"), |_| {}).await;
-    // Pooled, then dedicated.
+    assert_json_failures(gw, (502, "upstream_unreachable"), Some("application/json"), "connect").await;
+}
+
+/// A run on a pooled, then on a dedicated connection is answered `status` with a JSON body naming `error` (and the
+/// content type `content_type`, when given); both count as upstream errors of `kind`.
+async fn assert_json_failures(gw: TestGateway, (status, error): (u16, &str), content_type: Option<&str>, kind: &str) {
     for headers in [&[][..], &[ACCEPT_SSE][..]] {
         let (parts, body) = send("POST", &gw.url("/agent/run"), headers, "{}").await;
-        assert_eq!(parts.status, 502, "{headers:?}");
-        assert_eq!(parts.headers["content-type"], "application/json");
+        assert_eq!(parts.status, status, "{headers:?}");
+        if let Some(content_type) = content_type {
+            assert_eq!(parts.headers["content-type"], content_type);
+        }
         let v: serde_json::Value = serde_json::from_slice(&body).expect("JSON body");
-        assert_eq!(v["error"], "upstream_unreachable", "{headers:?}");
+        assert_eq!(v["error"], error, "{headers:?}");
     }
     let m = gw.metrics().await;
-    assert_eq!(
-        metric(&m, "sse_gateway_upstream_errors_total", &["kind=\"connect\""]),
-        2.0
-    );
+    let errors = metric(&m, "sse_gateway_upstream_errors_total", &[&format!("kind=\"{kind}\"")]);
+    assert_eq!(errors, 2.0);
     assert_connections(&gw, 1, 1).await;
     gw.stop().await;
 }
@@ -475,164 +480,105 @@ async fn failure_unreachable_upstream_is_502_json() {
 async fn failure_slow_upstream_head_is_504_json() {
     let up = Emulator::start(|_| vec![Step::Hang]).await;
     let gw = TestGateway::start(&up.url(), |s| s.upstream.response_timeout_secs = 0.3).await;
-    // Pooled, then dedicated.
-    for headers in [&[][..], &[ACCEPT_SSE][..]] {
-        let (parts, body) = send("POST", &gw.url("/agent/run"), headers, "{}").await;
-        assert_eq!(parts.status, 504, "{headers:?}");
-        let v: serde_json::Value = serde_json::from_slice(&body).expect("JSON body");
-        assert_eq!(v["error"], "upstream_timeout", "{headers:?}");
-    }
-    let m = gw.metrics().await;
-    assert_eq!(
-        metric(&m, "sse_gateway_upstream_errors_total", &["kind=\"timeout\""]),
-        2.0
-    );
-    assert_connections(&gw, 1, 1).await;
-    gw.stop().await;
+    assert_json_failures(gw, (504, "upstream_timeout"), None, "timeout").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failure_mid_stream_reset_ends_with_an_upstream_error_envelope() {
-    let up = Emulator::start(|_| {
-        vec![
-            sse_head(),
-            Step::Write(b"data: <content-block-text>\n\ndata: partial answer\n\ndata: more".to_vec()),
-            Step::Pause(Duration::from_millis(50)),
-            Step::Reset,
-        ]
-    })
+    let up = Emulator::sse(vec![
+        Step::Write(b"data: <content-block-text>\n\ndata: partial answer\n\ndata: more".to_vec()),
+        Step::Pause(Duration::from_millis(50)),
+        Step::Reset,
+    ])
     .await;
     let gw = TestGateway::start(&up.url(), |_| {}).await;
-    let (parts, body) = send("POST", &gw.url("/agent/run"), &[("x-agent-id", "a1")], "{}").await;
-    assert_eq!(parts.status, 200);
-    let envs = envelopes(&body);
+    let envs = run_envelopes(&gw, &[("x-agent-id", "a1")]).await;
     let last = envs.last().expect("some envelopes");
     assert_eq!(last["type"], "error", "{envs:?}");
     assert_eq!(last["final"], true);
-    let delta: serde_json::Value = serde_json::from_str(last["delta"].as_str().unwrap()).unwrap();
-    assert_eq!(delta["type"], "upstream_error");
+    assert_upstream_error(last);
     // The open text block was closed before the error.
     assert!(
         envs.iter().any(|e| e["type"] == "text" && e["final"] == true),
         "text block not closed: {envs:?}"
     );
-    let m = gw.metrics().await;
-    assert_eq!(
-        metric(
-            &m,
-            "sse_gateway_streams_total",
-            &["mode=\"translate\"", "outcome=\"upstream_error\""]
-        ),
-        1.0
-    );
-    assert_eq!(
-        metric(&m, "sse_gateway_upstream_errors_total", &["kind=\"reset\""]),
-        1.0
-    );
+    assert_cut_counted(&gw.metrics().await, "reset", true);
     gw.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn failure_upstream_closing_without_done_ends_with_an_upstream_error_envelope() {
-    let up = Emulator::start(|_| {
-        vec![
-            sse_head(),
-            Step::Write(b"data: <content-block-text>\n\ndata: cut here\n\n".to_vec()),
-            // A clean end of the body, but no [DONE].
-            Step::EndChunks,
-        ]
-    })
-    .await;
-    let gw = TestGateway::start(&up.url(), |_| {}).await;
-    let (parts, body) = send("POST", &gw.url("/agent/run"), &[], "{}").await;
+/// The envelopes of a run through `gw` with `headers`, which must be answered 200.
+async fn run_envelopes(gw: &TestGateway, headers: &[(&str, &str)]) -> Vec<serde_json::Value> {
+    let (parts, body) = send("POST", &gw.url("/agent/run"), headers, "{}").await;
     assert_eq!(parts.status, 200);
-    let envs = envelopes(&body);
+    envelopes(&body)
+}
+
+/// `env`'s delta is the JSON of an `upstream_error`.
+fn assert_upstream_error(env: &serde_json::Value) {
+    let delta: serde_json::Value = serde_json::from_str(env["delta"].as_str().unwrap()).unwrap();
+    assert_eq!(delta["type"], "upstream_error");
+}
+
+/// `envs` are a text delta, the text block's close and a final error envelope, an `upstream_error`.
+fn assert_text_closed_by_upstream_error(envs: &[serde_json::Value]) {
     let kinds: Vec<_> = envs
         .iter()
         .map(|e| (e["type"].as_str().unwrap(), e["final"] == true))
         .collect();
     assert_eq!(kinds, [("text", false), ("text", true), ("error", true)], "{envs:?}");
-    let delta: serde_json::Value = serde_json::from_str(envs[2]["delta"].as_str().unwrap()).unwrap();
-    assert_eq!(delta["type"], "upstream_error");
-    let m = gw.metrics().await;
-    assert_eq!(
-        metric(&m, "sse_gateway_upstream_errors_total", &["kind=\"truncated\""]),
-        1.0
-    );
-    assert_eq!(
-        metric(
-            &m,
-            "sse_gateway_streams_total",
-            &["mode=\"translate\"", "outcome=\"upstream_error\""]
-        ),
-        1.0
-    );
+    assert_upstream_error(&envs[2]);
+}
+
+/// In `/metrics` after a stream the upstream cut: one upstream error of `kind` and, when `stream_counted` is given,
+/// one translated stream whose outcome is `upstream_error`.
+fn assert_cut_counted(m: &str, kind: &str, stream_counted: bool) {
+    let kind = format!("kind=\"{kind}\"");
+    assert_eq!(metric(m, "sse_gateway_upstream_errors_total", &[&kind]), 1.0);
+    if stream_counted {
+        let outcome = ["mode=\"translate\"", "outcome=\"upstream_error\""];
+        assert_eq!(metric(m, "sse_gateway_streams_total", &outcome), 1.0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failure_upstream_closing_without_done_ends_with_an_upstream_error_envelope() {
+    let up = Emulator::sse(vec![
+        Step::Write(b"data: <content-block-text>\n\ndata: cut here\n\n".to_vec()),
+        // A clean end of the body, but no [DONE].
+        Step::EndChunks,
+    ])
+    .await;
+    let gw = TestGateway::start(&up.url(), |_| {}).await;
+    assert_text_closed_by_upstream_error(&run_envelopes(&gw, &[]).await);
+    assert_cut_counted(&gw.metrics().await, "truncated", true);
     gw.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failure_upstream_silent_past_the_idle_timeout_ends_with_an_upstream_error_envelope() {
-    let up = Emulator::start(|_| {
-        vec![
-            sse_head(),
-            Step::WriteAll(b"data: <content-block-text>\n\ndata: thinking about it\n\n".to_vec()),
-            Step::Pause(Duration::from_secs(5)),
-            Step::EndChunks,
-        ]
-    })
+    let up = Emulator::sse(vec![
+        Step::write_all(b"data: <content-block-text>\n\ndata: thinking about it\n\n"),
+        Step::Pause(Duration::from_secs(5)),
+        Step::EndChunks,
+    ])
     .await;
     let gw = TestGateway::start(&up.url(), |s| s.upstream.idle_timeout_secs = 0.5).await;
     let started = std::time::Instant::now();
-    let (parts, body) = send("POST", &gw.url("/agent/run"), &[], "{}").await;
-    assert_eq!(parts.status, 200);
+    let envs = run_envelopes(&gw, &[]).await;
     // Ended by the timeout, not by the upstream's end 5 s later.
     assert!(started.elapsed() < Duration::from_secs(4), "{:?}", started.elapsed());
-    let envs = envelopes(&body);
-    let kinds: Vec<_> = envs
-        .iter()
-        .map(|e| (e["type"].as_str().unwrap(), e["final"] == true))
-        .collect();
-    assert_eq!(kinds, [("text", false), ("text", true), ("error", true)], "{envs:?}");
-    let delta: serde_json::Value = serde_json::from_str(envs[2]["delta"].as_str().unwrap()).unwrap();
-    assert_eq!(delta["type"], "upstream_error");
-    let m = gw.metrics().await;
-    assert_eq!(
-        metric(&m, "sse_gateway_upstream_errors_total", &["kind=\"timeout\""]),
-        1.0
-    );
+    assert_text_closed_by_upstream_error(&envs);
+    assert_cut_counted(&gw.metrics().await, "timeout", false);
     gw.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failure_client_hang_up_closes_the_upstream_within_a_second() {
-    let mut up = Emulator::start(|_| {
-        vec![
-            sse_head(),
-            Step::WriteAll(b"data: <content-block-text>\n\ndata: hi\n\n".to_vec()),
-            Step::AwaitClose,
-        ]
-    })
-    .await;
+    let mut up = Emulator::open_until_closed().await;
     let gw = TestGateway::start(&up.url(), |_| {}).await;
-    let mut s = raw(
-        gw.addr,
-        b"POST /agent/run HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}",
-    )
-    .await;
-    let mut buf = vec![0u8; 4096];
-    let mut got = Vec::new();
-    while find(&got, b"\r\n\r\n").is_none() {
-        let n = tokio::time::timeout(PATIENCE, s.read(&mut buf)).await.unwrap().unwrap();
-        assert!(n > 0, "gateway closed early");
-        got.extend_from_slice(&buf[..n]);
-    }
-    assert!(got.starts_with(b"HTTP/1.1 200"));
-    drop(s);
-    let closed = tokio::time::timeout(Duration::from_secs(1), up.closed.recv()).await;
-    assert!(
-        closed.is_ok(),
-        "upstream connection still open 1 s after the client left"
-    );
+    let request = b"POST /agent/run HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}";
+    let head_ok = |c: &Client| assert!(c.head.starts_with("HTTP/1.1 200"), "{}", c.head);
+    assert_leaving_closes_upstream(&mut up, gw.addr, request, head_ok, Duration::from_secs(1), "the client").await;
     // The outcome is recorded once the body adapter is dropped.
     let mut m = String::new();
     for _ in 0..100 {
@@ -726,16 +672,13 @@ async fn failure_redirects_are_passed_back_not_followed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_translated_streams_get_keepalive_comments() {
-    let up = Emulator::start(|_| {
-        vec![
-            sse_head(),
-            Step::WriteAll(b"data: <content-block-text>\n\n".to_vec()),
-            // 2.5 × the shortest interval validation allows (1 s).
-            Step::Pause(Duration::from_millis(2500)),
-            Step::WriteAll(b"data: </content-block-text>\n\ndata: [DONE]\n\n".to_vec()),
-            Step::EndChunks,
-        ]
-    })
+    let up = Emulator::sse(vec![
+        Step::write_all(b"data: <content-block-text>\n\n"),
+        // 2.5 × the shortest interval validation allows (1 s).
+        Step::Pause(Duration::from_millis(2500)),
+        Step::write_all(b"data: </content-block-text>\n\ndata: [DONE]\n\n"),
+        Step::EndChunks,
+    ])
     .await;
     let gw = TestGateway::start(&up.url(), |s| s.translate.keepalive_interval_secs = 1.0).await;
     let (_, body) = send("POST", &gw.url("/agent/run"), &[], "{}").await;

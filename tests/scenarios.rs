@@ -9,7 +9,7 @@ use sse_gateway::envelope::EnvelopeKind;
 use sse_gateway::translate::Options;
 
 use harness::core::emitter::{
-    emit, Args, Attr, Citation, ClientContent, EmitOpts, Emitted, Format, Image, Item, MetaInit, ServerContent,
+    emit, Args, Attr, Citation, ClientContent, EmitOpts, Emitted, Format, Image, Item, MetaInit,
 };
 use harness::core::envelopes::{check, run, run_bytewise, Out, FALLBACK};
 use harness::core::gen;
@@ -91,9 +91,13 @@ fn xml_opts() -> EmitOpts {
 }
 
 fn fragmenting() -> EmitOpts {
+    fragmenting_by(0.5, 5)
+}
+
+fn fragmenting_by(fragment: f64, max_pieces: usize) -> EmitOpts {
     EmitOpts {
-        fragment: 0.5,
-        max_pieces: 5,
+        fragment,
+        max_pieces,
         ..EmitOpts::default()
     }
 }
@@ -106,23 +110,11 @@ fn budget(b: usize) -> Options {
 }
 
 fn top(format: Format) -> Item {
-    Item::MetaInit(MetaInit {
-        agent: "agent-top".into(),
-        parent: None,
-        format,
-        user_query: "q".into(),
-        model: "claude-x".into(),
-        history: None,
-    })
+    Item::MetaInit(MetaInit::new("agent-top", None, format, "q", None))
 }
 
 fn text(deltas: &[&str]) -> Item {
-    Item::Text {
-        deltas: deltas.iter().map(|s| s.to_string()).collect(),
-        close: true,
-        one_event: false,
-        citations: vec![],
-    }
+    Item::text(deltas.iter().copied(), true, vec![])
 }
 
 fn done_final() -> [Item; 2] {
@@ -148,28 +140,29 @@ fn random(seed: u64, raw: bool) {
     run_scenario(&name, &items, &eo, &opts, seed);
 }
 
+/// One test a name, in order: the first runs seed `$seed`, each next one the seed after.
 macro_rules! random_scenarios {
-    ($($name:ident: $seed:expr, $raw:expr;)*) => {$(
+    ($raw:expr, $seed:expr;) => {};
+    ($raw:expr, $seed:expr; $name:ident $($rest:ident)*) => {
         #[test]
         fn $name() {
             random($seed, $raw);
         }
-    )*};
+        random_scenarios!($raw, $seed + 1; $($rest)*);
+    };
 }
 
-random_scenarios! {
-    random_xml_00: 100, false; random_xml_01: 101, false; random_xml_02: 102, false; random_xml_03: 103, false;
-    random_xml_04: 104, false; random_xml_05: 105, false; random_xml_06: 106, false; random_xml_07: 107, false;
-    random_xml_08: 108, false; random_xml_09: 109, false; random_xml_10: 110, false; random_xml_11: 111, false;
-    random_xml_12: 112, false; random_xml_13: 113, false; random_xml_14: 114, false; random_xml_15: 115, false;
-    random_xml_16: 116, false; random_xml_17: 117, false; random_xml_18: 118, false; random_xml_19: 119, false;
-    random_xml_20: 120, false; random_xml_21: 121, false; random_xml_22: 122, false; random_xml_23: 123, false;
-    random_xml_24: 124, false; random_xml_25: 125, false; random_xml_26: 126, false; random_xml_27: 127, false;
-    random_raw_00: 200, true; random_raw_01: 201, true; random_raw_02: 202, true; random_raw_03: 203, true;
-    random_raw_04: 204, true; random_raw_05: 205, true; random_raw_06: 206, true; random_raw_07: 207, true;
-    random_raw_08: 208, true; random_raw_09: 209, true; random_raw_10: 210, true; random_raw_11: 211, true;
-    random_raw_12: 212, true; random_raw_13: 213, true; random_raw_14: 214, true; random_raw_15: 215, true;
-    random_raw_16: 216, true; random_raw_17: 217, true; random_raw_18: 218, true; random_raw_19: 219, true;
+random_scenarios! { false, 100;
+    random_xml_00 random_xml_01 random_xml_02 random_xml_03 random_xml_04 random_xml_05 random_xml_06
+    random_xml_07 random_xml_08 random_xml_09 random_xml_10 random_xml_11 random_xml_12 random_xml_13
+    random_xml_14 random_xml_15 random_xml_16 random_xml_17 random_xml_18 random_xml_19 random_xml_20
+    random_xml_21 random_xml_22 random_xml_23 random_xml_24 random_xml_25 random_xml_26 random_xml_27
+}
+
+random_scenarios! { true, 200;
+    random_raw_00 random_raw_01 random_raw_02 random_raw_03 random_raw_04 random_raw_05 random_raw_06
+    random_raw_07 random_raw_08 random_raw_09 random_raw_10 random_raw_11 random_raw_12 random_raw_13
+    random_raw_14 random_raw_15 random_raw_16 random_raw_17 random_raw_18 random_raw_19
 }
 
 // ---------------------------------------------------------- named scenarios
@@ -186,49 +179,42 @@ fn history_200kb(seed: u64) -> Value {
     Value::Array(msgs)
 }
 
+/// A run whose `meta_init` carries a 200 KB history (from `seed`), every item fragmented.
+fn meta_init_200kb(name: &str, agent: &str, format: Format, query: &str, eo: EmitOpts, opts: &Options, seed: u64) {
+    let meta = MetaInit::new(agent, None, format, query, Some(history_200kb(seed)));
+    let items = [Item::MetaInit(meta), text(&["ok"]), Item::Done];
+    run_scenario(name, &items, &eo, opts, seed);
+}
+
 #[test]
 fn meta_init_with_200kb_history_xml_fragmented() {
-    let items = vec![
-        Item::MetaInit(MetaInit {
-            agent: "agent-big".into(),
-            parent: None,
-            format: Format::Xml,
-            user_query: "summarise <all> & \"everything\"".into(),
-            model: "claude-x".into(),
-            history: Some(history_200kb(1)),
-        }),
-        text(&["ok"]),
-        Item::Done,
-    ];
-    let eo = EmitOpts {
-        fragment: 1.0,
-        max_pieces: 40,
-        ..EmitOpts::default()
-    };
-    run_scenario("meta_init_200kb_xml", &items, &eo, &Options::default(), 1);
+    let (eo, opts) = (fragmenting_by(1.0, 40), Options::default());
+    meta_init_200kb(
+        "meta_init_200kb_xml",
+        "agent-big",
+        Format::Xml,
+        "summarise <all> & \"everything\"",
+        eo,
+        &opts,
+        1,
+    );
 }
 
 #[test]
 fn meta_init_with_200kb_history_raw_non_ascii_json() {
-    let items = vec![
-        Item::MetaInit(MetaInit {
-            agent: "agent-big-raw".into(),
-            parent: None,
-            format: Format::Raw,
-            user_query: "漢字 😀".into(),
-            model: "claude-x".into(),
-            history: Some(history_200kb(2)),
-        }),
-        text(&["ok"]),
-        Item::Done,
-    ];
     let eo = EmitOpts {
-        fragment: 1.0,
-        max_pieces: 10,
         ascii_json: false,
-        ..EmitOpts::default()
+        ..fragmenting_by(1.0, 10)
     };
-    run_scenario("meta_init_200kb_raw", &items, &eo, &budget(256), 2);
+    meta_init_200kb(
+        "meta_init_200kb_raw",
+        "agent-big-raw",
+        Format::Raw,
+        "漢字 😀",
+        eo,
+        &budget(256),
+        2,
+    );
 }
 
 #[test]
@@ -241,17 +227,8 @@ fn tool_result_of_50kb_text_with_crlf_backslash_n_and_cdata_ends() {
     }
     let items = vec![
         top(Format::Xml),
-        Item::ToolCall {
-            server: false,
-            id: "toolu_big".into(),
-            name: "cat".into(),
-            args: Args::Json(json!({"path": "big.txt"})),
-        },
-        Item::ToolResult {
-            id: "toolu_big".into(),
-            name: "cat".into(),
-            content: ClientContent::Text(s),
-        },
+        Item::call(false, "toolu_big", "cat", Args::Json(json!({"path": "big.txt"}))),
+        Item::result("toolu_big", "cat", ClientContent::Text(s)),
         Item::Done,
     ];
     run_scenario("tool_result_50kb_text", &items, &fragmenting(), &Options::default(), 3);
@@ -265,51 +242,32 @@ fn tool_result_of_50kb_structured_json_keeps_its_escapes() {
         .collect();
     let items = vec![
         top(Format::Xml),
-        Item::ToolCall {
-            server: false,
-            id: "toolu_rows".into(),
-            name: "query".into(),
-            args: Args::Empty,
-        },
-        Item::ToolResult {
-            id: "toolu_rows".into(),
-            name: "query".into(),
-            content: ClientContent::Structured(json!({"rows": rows})),
-        },
+        Item::call(false, "toolu_rows", "query", Args::Empty),
+        Item::result("toolu_rows", "query", ClientContent::Structured(json!({"rows": rows}))),
         Item::Done,
     ];
     run_scenario("tool_result_50kb_json", &items, &fragmenting(), &Options::default(), 4);
 }
 
+/// A run of one client tool call with no input, its result `text` and `images`.
+fn multimodal_result(id: &str, name: &str, text: &str, images: Vec<Image>) -> Vec<Item> {
+    let content = ClientContent::multimodal(text, images);
+    vec![
+        top(Format::Xml),
+        Item::call(false, id, name, Args::Empty),
+        Item::result(id, name, content),
+        Item::Done,
+    ]
+}
+
 #[test]
 fn multimodal_tool_results_text_then_images_then_final_marker() {
-    let items = vec![
-        top(Format::Xml),
-        Item::ToolCall {
-            server: false,
-            id: "toolu_shot".into(),
-            name: "screenshot".into(),
-            args: Args::Empty,
-        },
-        Item::ToolResult {
-            id: "toolu_shot".into(),
-            name: "screenshot".into(),
-            content: ClientContent::Multimodal {
-                text: "Captured 2 images:\nfirst & second <ok> ]]> done\r\n".into(),
-                images: vec![
-                    Image {
-                        src: "https://img.example.com/a.png?x=1&y=\"2\"".into(),
-                        media_type: "image/png".into(),
-                    },
-                    Image {
-                        src: "data:image/jpeg;base64,/9j/4AAQSkZJRg==".into(),
-                        media_type: "image/jpeg".into(),
-                    },
-                ],
-            },
-        },
-        Item::Done,
+    let images = vec![
+        Image::new("https://img.example.com/a.png?x=1&y=\"2\"", "image/png"),
+        Image::new("data:image/jpeg;base64,/9j/4AAQSkZJRg==", "image/jpeg"),
     ];
+    let text = "Captured 2 images:\nfirst & second <ok> ]]> done\r\n";
+    let items = multimodal_result("toolu_shot", "screenshot", text, images);
     run_scenario("multimodal", &items, &fragmenting(), &Options::default(), 5);
     run_scenario("multimodal_256", &items, &fragmenting(), &budget(256), 6);
 }
@@ -319,75 +277,62 @@ fn all_citations(raw: bool) -> Vec<Citation> {
     let mut v: Vec<Citation> = (0..3).map(|k| gen::citation(&mut rng, k, raw)).collect();
     // One with an empty optional attribute (omitted) and a long cited text
     // over the budget (sent whole, counted oversize).
-    v.push(Citation {
-        citation_type: "char_location".into(),
-        attrs: vec![
-            ("document_index".into(), Attr::Num(1)),
-            ("document_title".into(), Attr::Str(String::new())),
-            ("start_char_index".into(), Attr::Num(0)),
-            ("end_char_index".into(), Attr::Num(3000)),
-        ],
-        cited: "long \"quoted\" \\ cited text ".repeat(100),
-    });
+    let cited = "long \"quoted\" \\ cited text ".repeat(100);
+    v.push(Citation::char_location(
+        Attr::Num(1),
+        "",
+        Attr::Num(0),
+        Attr::Num(3000),
+        cited,
+    ));
     v
+}
+
+/// A text block followed by [`all_citations`] in `format`.
+fn citations(name: &str, format: Format, eo: &EmitOpts, seed: u64) {
+    let cited = Item::text(
+        ["According to the docs, ", "it works."],
+        true,
+        all_citations(format == Format::Raw),
+    );
+    run_scenario(name, &[top(format), cited, Item::Done], eo, &Options::default(), seed);
 }
 
 #[test]
 fn citations_of_all_three_kinds_xml() {
-    let items = vec![
-        top(Format::Xml),
-        Item::Text {
-            deltas: vec!["According to the docs, ".into(), "it works.".into()],
-            close: true,
-            one_event: false,
-            citations: all_citations(false),
-        },
-        Item::Done,
-    ];
-    run_scenario("citations_xml", &items, &fragmenting(), &Options::default(), 8);
+    citations("citations_xml", Format::Xml, &fragmenting(), 8);
 }
 
 #[test]
 fn citations_of_all_three_kinds_raw_follow_the_final_marker() {
-    let items = vec![
-        top(Format::Raw),
-        Item::Text {
-            deltas: vec!["According to the docs, ".into(), "it works.".into()],
-            close: true,
-            one_event: false,
-            citations: all_citations(true),
-        },
-        Item::Done,
-    ];
-    run_scenario("citations_raw", &items, &xml_opts(), &Options::default(), 9);
+    citations("citations_raw", Format::Raw, &xml_opts(), 9);
 }
 
 fn spawn(id: &str) -> Item {
-    Item::ToolCall {
-        server: false,
-        id: id.into(),
-        name: "spawn_subagent".into(),
-        args: Args::Json(json!({"task": "look it up"})),
-    }
+    Item::call(false, id, "spawn_subagent", Args::Json(json!({"task": "look it up"})))
 }
 
 fn child(agent: &str, parent: &str) -> Item {
-    Item::MetaInit(MetaInit {
-        agent: agent.into(),
-        parent: Some(parent.into()),
-        format: Format::Xml,
-        user_query: "look it up".into(),
-        model: "claude-x".into(),
-        history: None,
-    })
+    Item::MetaInit(MetaInit::new(agent, Some(parent), Format::Xml, "look it up", None))
+}
+
+/// The result of a [`spawn`] call: the subagent's scope ends.
+fn spawn_result(id: &str, s: &str) -> Item {
+    result(id, "spawn_subagent", s)
+}
+
+/// The [`spawn`] call `id` returns `s`, the parent says `parent_text`, the run ends.
+fn spawn_returns(id: &str, s: &str, parent_text: &str) -> [Item; 3] {
+    [spawn_result(id, s), text(&[parent_text]), Item::Done]
 }
 
 fn result(id: &str, name: &str, s: &str) -> Item {
-    Item::ToolResult {
-        id: id.into(),
-        name: name.into(),
-        content: ClientContent::Text(s.into()),
-    }
+    Item::result(id, name, ClientContent::Text(s.into()))
+}
+
+/// The top agent's call `spawn_id` opens the scope of `agent-child`.
+fn top_spawns_child(spawn_id: &str) -> Vec<Item> {
+    vec![top(Format::Xml), spawn(spawn_id), child("agent-child", "agent-top")]
 }
 
 #[test]
@@ -401,7 +346,7 @@ fn nested_subagent_scope_closed_by_its_meta_final() {
         Item::MetaFinal(json!({"stop_reason": "end_turn"})),
         // After the child's meta_final, the parent's agent again.
         text(&["parent again"]),
-        result("toolu_spawn1", "spawn_subagent", "child said hi"),
+        spawn_result("toolu_spawn1", "child said hi"),
         done_final()[0].clone(),
         Item::Done,
     ];
@@ -410,31 +355,19 @@ fn nested_subagent_scope_closed_by_its_meta_final() {
 
 #[test]
 fn nested_subagents_closed_by_the_parents_tool_result() {
-    let items = vec![
-        top(Format::Xml),
-        spawn("toolu_spawn1"),
-        child("agent-child", "agent-top"),
-        Item::Thinking {
-            deltas: vec!["hmm".into()],
-            close: true,
-        },
+    let mut items = top_spawns_child("toolu_spawn1");
+    items.extend([
+        Item::thinking(["hmm"], true),
         // A call and result inside the child: the child's own, no close.
-        Item::ToolCall {
-            server: false,
-            id: "toolu_c1".into(),
-            name: "search".into(),
-            args: Args::Json(json!({"q": "x"})),
-        },
+        Item::call(false, "toolu_c1", "search", Args::Json(json!({"q": "x"}))),
         result("toolu_c1", "search", "found"),
         text(&["still child"]),
         spawn("toolu_spawn2"),
         child("agent-grandchild", "agent-child"),
         text(&["grandchild"]),
-        // The top agent's spawn call returns: closes grandchild and child.
-        result("toolu_spawn1", "spawn_subagent", "all done"),
-        text(&["top again"]),
-        Item::Done,
-    ];
+    ]);
+    // The top agent's spawn call returns: closes grandchild and child.
+    items.extend(spawn_returns("toolu_spawn1", "all done", "top again"));
     run_scenario("subagents_tool_result", &items, &fragmenting(), &Options::default(), 11);
 }
 
@@ -442,36 +375,21 @@ fn nested_subagents_closed_by_the_parents_tool_result() {
 fn structured_client_tool_results_keep_json_escapes() {
     let items = vec![
         top(Format::Xml),
-        Item::ToolCall {
-            server: false,
-            id: "t1".into(),
-            name: "run".into(),
-            args: Args::Json(json!({"cmd": "ls"})),
-        },
-        Item::ToolResult {
-            id: "t1".into(),
-            name: "run".into(),
-            content: ClientContent::Structured(json!({"stdout": "a\nb\r\nc", "path": "C:\\new", "x": "]]>"})),
-        },
-        Item::ToolCall {
-            server: false,
-            id: "t2".into(),
-            name: "run".into(),
-            args: Args::Json(json!({"cmd": "ls"})),
-        },
-        Item::ToolResult {
-            id: "t2".into(),
-            name: "run".into(),
-            content: ClientContent::Structured(json!(["line1\nline2", {"k": "😀"}])),
-        },
+        Item::call(false, "t1", "run", Args::Json(json!({"cmd": "ls"}))),
+        Item::result(
+            "t1",
+            "run",
+            ClientContent::Structured(json!({"stdout": "a\nb\r\nc", "path": "C:\\new", "x": "]]>"})),
+        ),
+        Item::call(false, "t2", "run", Args::Json(json!({"cmd": "ls"}))),
+        Item::result(
+            "t2",
+            "run",
+            ClientContent::Structured(json!(["line1\nline2", {"k": "😀"}])),
+        ),
         // A plain string result: `\n` becomes a newline, lossy for a
         // literal backslash-n (DESIGN 3.3).
-        Item::ToolCall {
-            server: false,
-            id: "t3".into(),
-            name: "run".into(),
-            args: Args::Json(json!({"cmd": "echo"})),
-        },
+        Item::call(false, "t3", "run", Args::Json(json!({"cmd": "echo"}))),
         result("t3", "run", "plain\nline and literal \\n and C:\\new\r\nend"),
         Item::Done,
     ];
@@ -479,60 +397,47 @@ fn structured_client_tool_results_keep_json_escapes() {
 }
 
 fn failure() -> Item {
-    Item::Failure {
-        error: "APIStatusError".into(),
-        message: "overloaded \"529\"".into(),
-        traceback: "Traceback (most recent call last):\n  File \"agent.py\", line 1".into(),
-    }
+    Item::failure(
+        "APIStatusError",
+        "overloaded \"529\"",
+        "Traceback (most recent call last):\n  File \"agent.py\", line 1",
+    )
+}
+
+/// The failure JSON while `open`, a block left open, streams.
+fn failure_inside(name: &str, format: Format, open: Item, seed: u64) {
+    let items = [top(format), open, failure()];
+    run_scenario(name, &items, &xml_opts(), &Options::default(), seed);
 }
 
 #[test]
 fn failure_inside_an_open_text_block_xml() {
-    let items = vec![
-        top(Format::Xml),
-        Item::Text {
-            deltas: vec!["partial ".into(), "answer".into()],
-            close: false,
-            one_event: false,
-            citations: vec![],
-        },
-        failure(),
-    ];
-    run_scenario("failure_open_text_xml", &items, &xml_opts(), &Options::default(), 13);
+    failure_inside(
+        "failure_open_text_xml",
+        Format::Xml,
+        Item::text(["partial ", "answer"], false, vec![]),
+        13,
+    );
 }
 
 #[test]
 fn failure_inside_an_open_thinking_block_raw() {
-    let items = vec![
-        top(Format::Raw),
-        Item::Thinking {
-            deltas: vec!["let me ".into(), "think".into()],
-            close: false,
-        },
-        failure(),
-    ];
-    run_scenario(
+    failure_inside(
         "failure_open_thinking_raw",
-        &items,
-        &xml_opts(),
-        &Options::default(),
+        Format::Raw,
+        Item::thinking(["let me ", "think"], false),
         14,
     );
 }
 
 #[test]
 fn failure_inside_an_open_text_block_raw() {
-    let items = vec![
-        top(Format::Raw),
-        Item::Text {
-            deltas: vec!["partial ".into(), "answer".into()],
-            close: false,
-            one_event: false,
-            citations: vec![],
-        },
-        failure(),
-    ];
-    run_scenario("failure_open_text_raw", &items, &xml_opts(), &Options::default(), 15);
+    failure_inside(
+        "failure_open_text_raw",
+        Format::Raw,
+        Item::text(["partial ", "answer"], false, vec![]),
+        15,
+    );
 }
 
 #[test]
@@ -556,10 +461,7 @@ fn closing_tags_and_items_inside_model_text_are_text() {
             "tail <",
             "/content-block-text",
         ]),
-        Item::Thinking {
-            deltas: vec!["</content-block-text> in thinking".into(), "<".into(), "/".into()],
-            close: true,
-        },
+        Item::thinking(["</content-block-text> in thinking", "<", "/"], true),
         Item::Done,
     ];
     run_scenario("tags_in_text", &items, &xml_opts(), &Options::default(), 17);
@@ -570,19 +472,9 @@ fn empty_tool_input_becomes_an_empty_object() {
     for (format, seed) in [(Format::Xml, 18), (Format::Raw, 19)] {
         let items = vec![
             top(format),
-            Item::ToolCall {
-                server: false,
-                id: "toolu_e".into(),
-                name: "now".into(),
-                args: Args::Empty,
-            },
+            Item::call(false, "toolu_e", "now", Args::Empty),
             result("toolu_e", "now", "12:00"),
-            Item::ToolCall {
-                server: true,
-                id: "srvtoolu_e".into(),
-                name: "web_search".into(),
-                args: Args::Empty,
-            },
+            Item::call(true, "srvtoolu_e", "web_search", Args::Empty),
             Item::Done,
         ];
         run_scenario(
@@ -598,27 +490,7 @@ fn empty_tool_input_becomes_an_empty_object() {
 #[test]
 fn image_src_over_the_budget_is_sent_whole() {
     let src = format!("data:image/png;base64,{}", "iVBORw0KGgo".repeat(300));
-    let items = vec![
-        top(Format::Xml),
-        Item::ToolCall {
-            server: false,
-            id: "toolu_img".into(),
-            name: "render".into(),
-            args: Args::Empty,
-        },
-        Item::ToolResult {
-            id: "toolu_img".into(),
-            name: "render".into(),
-            content: ClientContent::Multimodal {
-                text: "here".into(),
-                images: vec![Image {
-                    src,
-                    media_type: "image/png".into(),
-                }],
-            },
-        },
-        Item::Done,
-    ];
+    let items = multimodal_result("toolu_img", "render", "here", vec![Image::new(src, "image/png")]);
     run_scenario("huge_image_src", &items, &fragmenting(), &Options::default(), 20);
 }
 
@@ -626,12 +498,7 @@ fn image_src_over_the_budget_is_sent_whole() {
 fn resumed_run_without_meta_init_uses_the_fallback_agent() {
     let items = vec![
         text(&["resumed"]),
-        Item::ToolCall {
-            server: false,
-            id: "t".into(),
-            name: "x".into(),
-            args: Args::Empty,
-        },
+        Item::call(false, "t", "x", Args::Empty),
         result("t", "x", "y"),
         Item::Done,
     ];
@@ -642,14 +509,8 @@ fn resumed_run_without_meta_init_uses_the_fallback_agent() {
 fn resumed_run_subagent_names_the_fallback_agent_as_parent() {
     // DESIGN 3.5/3.6 read together: a meta_init whose parent is the current
     // (fallback) agent opens a child scope even though it is the first.
-    let items = vec![
-        spawn("toolu_s"),
-        child("agent-child", FALLBACK),
-        text(&["child"]),
-        result("toolu_s", "spawn_subagent", "ok"),
-        text(&["parent"]),
-        Item::Done,
-    ];
+    let mut items = vec![spawn("toolu_s"), child("agent-child", FALLBACK), text(&["child"])];
+    items.extend(spawn_returns("toolu_s", "ok", "parent"));
     run_scenario("fallback_subagent", &items, &xml_opts(), &Options::default(), 22);
 }
 
@@ -658,45 +519,29 @@ fn every_kind_chunked_at_the_smallest_budget() {
     let mut rng = Rng::new(23);
     let long = |rng: &mut Rng| gen::text(rng, 120);
     let items = vec![
-        Item::MetaInit(MetaInit {
-            agent: "agent-top".into(),
-            parent: None,
-            format: Format::Xml,
-            user_query: long(&mut rng),
-            model: "claude-x".into(),
-            history: Some(json!([{"role": "user", "content": long(&mut rng)}])),
-        }),
-        Item::Thinking {
-            deltas: gen::deltas(&mut rng, 3, "thinking", false)
+        Item::MetaInit(MetaInit::new(
+            "agent-top",
+            None,
+            Format::Xml,
+            &long(&mut rng),
+            Some(json!([{"role": "user", "content": long(&mut rng)}])),
+        )),
+        Item::thinking(
+            gen::deltas(&mut rng, 3, "thinking", false)
                 .into_iter()
                 .map(|d| d.repeat(40))
-                .filter(|d| gen::xml_delta_ok(d, "thinking"))
-                .collect(),
-            close: true,
-        },
-        Item::Text {
-            deltas: vec!["\"\\\u{1}".repeat(200), "😀漢".repeat(100)],
-            close: true,
-            one_event: false,
-            citations: vec![],
-        },
-        Item::ToolCall {
-            server: false,
-            id: "toolu_1".into(),
-            name: "search".into(),
-            args: Args::Json(json!({"q": long(&mut rng)})),
-        },
+                .filter(|d| gen::xml_delta_ok(d, "thinking")),
+            true,
+        ),
+        Item::text(vec!["\"\\\u{1}".repeat(200), "😀漢".repeat(100)], true, vec![]),
+        Item::call(false, "toolu_1", "search", Args::Json(json!({"q": long(&mut rng)}))),
         result("toolu_1", "search", &gen::client_text(&mut rng, 120)),
-        Item::ServerToolResult {
-            tag: "web_search_tool_result".into(),
-            id: "srvtoolu_1".into(),
-            name: None,
-            content: ServerContent::Text(gen::cdata_text(
-                &mut rng,
-                120,
-                "</content-block-web_search_tool_result>",
-            )),
-        },
+        Item::server_text(
+            "web_search_tool_result",
+            "srvtoolu_1",
+            None,
+            gen::cdata_text(&mut rng, 120, "</content-block-web_search_tool_result>"),
+        ),
         Item::AwaitingFrontendTools(
             json!([{"tool_use_id": "toolu_fe", "name": "ask", "input": {"q": long(&mut rng)}}]),
         ),
@@ -712,24 +557,14 @@ fn every_kind_chunked_at_the_smallest_budget() {
 fn server_tool_results_plain_and_dynamic_with_and_without_name() {
     let items = vec![
         top(Format::Xml),
-        Item::ServerToolResult {
-            tag: "server_tool_result".into(),
-            id: "s1".into(),
-            name: None,
-            content: ServerContent::Text("a]]>b]]".into()),
-        },
-        Item::ServerToolResult {
-            tag: "web_fetch_tool_result".into(),
-            id: "s2".into(),
-            name: None,
-            content: ServerContent::Text("<html>&amp; \\n\n</html>]]>".into()),
-        },
-        Item::ServerToolResult {
-            tag: "code_execution_tool_result".into(),
-            id: "s3".into(),
-            name: Some("python".into()),
-            content: ServerContent::Text("{\"stdout\": \"1\\n\"}".into()),
-        },
+        Item::server_text("server_tool_result", "s1", None, "a]]>b]]"),
+        Item::server_text("web_fetch_tool_result", "s2", None, "<html>&amp; \\n\n</html>]]>"),
+        Item::server_text(
+            "code_execution_tool_result",
+            "s3",
+            Some("python"),
+            r#"{"stdout": "1\n"}"#,
+        ),
         Item::ContentError("bad ]]> thing\\n\nend]".into()),
         Item::MetaFiles(json!({"files": [{"name": "x]]>y", "url": "https://e.com/?a&b"}]})),
         Item::Done,
@@ -756,46 +591,29 @@ fn adversarial_content_in_every_escaped_kind() {
         .collect();
     let items = vec![
         top(Format::Xml),
-        Item::Thinking {
-            deltas: vec![all_no_cr_end.clone()],
-            close: true,
-        },
-        Item::Text {
-            deltas: gen::NASTY
+        Item::thinking(vec![all_no_cr_end.clone()], true),
+        Item::text(
+            gen::NASTY
                 .iter()
                 .map(|s| format!("«{s}»"))
-                .filter(|d| gen::xml_delta_ok(d, "text"))
-                .collect(),
-            close: true,
-            one_event: false,
-            citations: vec![Citation {
-                citation_type: "page_location".into(),
-                attrs: vec![
-                    ("document_index".into(), Attr::Str("0".into())),
-                    ("document_title".into(), Attr::Str(attr_all.clone())),
-                    ("start_page_number".into(), Attr::Str("1".into())),
-                    ("end_page_number".into(), Attr::Str("2".into())),
-                ],
-                cited: all_before("</citation>"),
-            }],
-        },
-        Item::ToolCall {
-            server: false,
-            id: "toolu_all".into(),
-            name: name_all.clone(),
-            args: Args::Json(json!({"all": all})),
-        },
-        Item::ToolResult {
-            id: "toolu_all".into(),
-            name: "x".into(),
-            content: ClientContent::Text(format!("out {all}")),
-        },
-        Item::ServerToolResult {
-            tag: "server_tool_result".into(),
-            id: "s".into(),
-            name: Some(name_all.clone()),
-            content: ServerContent::Text(all_before("</content-block-server_tool_result>")),
-        },
+                .filter(|d| gen::xml_delta_ok(d, "text")),
+            true,
+            vec![Citation::page_location(
+                Attr::Str("0".into()),
+                &attr_all,
+                Attr::Str("1".into()),
+                Attr::Str("2".into()),
+                all_before("</citation>"),
+            )],
+        ),
+        Item::call(false, "toolu_all", &name_all, Args::Json(json!({"all": all}))),
+        Item::result("toolu_all", "x", ClientContent::Text(format!("out {all}"))),
+        Item::server_text(
+            "server_tool_result",
+            "s",
+            Some(&name_all),
+            all_before("</content-block-server_tool_result>"),
+        ),
         Item::ContentError(all_before("</content-block-error>")),
         Item::AwaitingFrontendTools(json!([{"tool_use_id": "t", "name": "n", "input": {"all": all}}])),
         Item::MetaFinal(json!({"conversation_history": [all]})),
@@ -809,22 +627,9 @@ fn adversarial_content_in_every_escaped_kind() {
 fn one_event_text_blocks() {
     let items = vec![
         top(Format::Xml),
-        Item::Text {
-            deltas: vec!["Hi </content-block-text> there\n\\n".into()],
-            close: true,
-            one_event: true,
-            citations: vec![],
-        },
-        Item::Text {
-            deltas: vec![],
-            close: true,
-            one_event: true,
-            citations: vec![],
-        },
-        Item::Thinking {
-            deltas: vec![],
-            close: true,
-        },
+        Item::one_event_text(["Hi </content-block-text> there\n\\n"]),
+        Item::one_event_text([""; 0]),
+        Item::thinking([""; 0], true),
         Item::Done,
     ];
     run_scenario("one_event_text", &items, &xml_opts(), &Options::default(), 27);
@@ -834,6 +639,17 @@ fn one_event_text_blocks() {
 
 fn fragmented(input: &[u8]) -> u64 {
     run(&Options::default(), input, &[]).1.fragmented_items
+}
+
+/// `input` translates to a delta `delta` and counts one fragmented item.
+fn assert_one_fragmented_item(input: &[u8], delta: &str) {
+    let (out, stats) = run(&Options::default(), input, &[]);
+    let out = String::from_utf8_lossy(&out);
+    assert!(
+        out.contains(&format!(r#""delta":"{delta}""#)),
+        "no delta {delta:?} in {out}"
+    );
+    assert_eq!(stats.fragmented_items, 1);
 }
 
 #[test]
@@ -849,17 +665,13 @@ fn a_text_delta_over_two_data_lines_is_a_fragmented_item() {
     // DESIGN 3.1 counts every item that spans more than one line; deltas
     // are formatter items (DESIGN 3.3).
     let input = b"data: <content-block-text>\n\ndata: hel\ndata: lo\n\ndata: </content-block-text>\n\n";
-    let (out, stats) = run(&Options::default(), input, &[]);
-    assert!(String::from_utf8_lossy(&out).contains(r#""delta":"hello""#));
-    assert_eq!(stats.fragmented_items, 1);
+    assert_one_fragmented_item(input, "hello");
 }
 
 #[test]
 fn a_raw_json_event_over_two_data_lines_is_a_fragmented_item() {
     let input = b"data: {\"type\": \"content_block_start\", \"index\": 0, \"content_block\": {\"type\": \"text\", \"text\": \"\"}}\n\ndata: {\"type\": \"content_block_delta\", \"index\": 0, \ndata: \"delta\": {\"type\": \"text_delta\", \"text\": \"hi\"}}\n\ndata: {\"type\": \"content_block_stop\", \"index\": 0}\n\n";
-    let (out, stats) = run(&Options::default(), input, &[]);
-    assert!(String::from_utf8_lossy(&out).contains(r#""delta":"hi""#));
-    assert_eq!(stats.fragmented_items, 1);
+    assert_one_fragmented_item(input, "hi");
 }
 
 // ------------------------------------------------- traps pinned by hand
@@ -867,6 +679,15 @@ fn a_raw_json_event_over_two_data_lines_is_a_fragmented_item() {
 fn translate(input: &[u8]) -> Vec<harness::core::envelopes::GotItem> {
     let (out, _) = run(&Options::default(), input, &[]);
     harness::core::envelopes::group(&harness::core::envelopes::parse(&out).expect("well-formed output"))
+}
+
+/// `input` translates to blocks of these (kind, content, closed).
+fn assert_blocks(input: &[u8], expected: &[(&str, &str, bool)]) {
+    let expected: Vec<(String, String, bool)> = expected
+        .iter()
+        .map(|&(k, c, closed)| (k.to_owned(), c.to_owned(), closed))
+        .collect();
+    assert_eq!(contents(&translate(input)), expected);
 }
 
 fn contents(got: &[harness::core::envelopes::GotItem]) -> Vec<(String, String, bool)> {
@@ -885,20 +706,14 @@ fn another_blocks_closing_tag_ending_a_text_event_is_text() {
     // DESIGN 3.6: only the block's own closing tag, where it ends its event,
     // closes the block.
     let input = b"data: <content-block-text>\n\ndata: see </content-block-thinking>\n\ndata: </content-block-text>\n\n";
-    assert_eq!(
-        contents(&translate(input)),
-        [("text".to_owned(), "see </content-block-thinking>".to_owned(), true)]
-    );
+    assert_blocks(input, &[("text", "see </content-block-thinking>", true)]);
 }
 
 #[test]
 fn a_lone_cr_inside_a_delta_is_content() {
     // DESIGN 3.6 "Raw CR": the double escape leaves a raw CR in the item.
     let input = b"data: <content-block-text>\n\ndata: a\rb\\r\\n\rc\n\ndata: </content-block-text>\n\n";
-    assert_eq!(
-        contents(&translate(input)),
-        [("text".to_owned(), "a\rb\\r\n\rc".to_owned(), true)]
-    );
+    assert_blocks(input, &[("text", "a\rb\\r\n\rc", true)]);
 }
 
 #[test]
@@ -907,12 +722,9 @@ fn a_delta_ending_in_cr_keeps_its_cr_on_an_lf_framed_stream() {
     // lossless). The decoder learns the framing from the first line end; a
     // CRLF-framed upstream still has CRLF as its line end.
     let input = b"data: <content-block-text>\n\ndata: x\r\n\ndata: y\n\ndata: </content-block-text>\n\n";
-    assert_eq!(
-        contents(&translate(input)),
-        [("text".to_owned(), "x\ry".to_owned(), true)]
-    );
+    assert_blocks(input, &[("text", "x\ry", true)]);
     let crlf = b"data: <content-block-text>\r\n\r\ndata: x\r\n\r\ndata: </content-block-text>\r\n\r\n";
-    assert_eq!(contents(&translate(crlf)), [("text".to_owned(), "x".to_owned(), true)]);
+    assert_blocks(crlf, &[("text", "x", true)]);
 }
 
 #[test]
@@ -921,32 +733,21 @@ fn an_error_item_inside_an_open_text_block_is_an_error_envelope() {
     // even while a text block is open. The block is not closed by it
     // (DESIGN names only the failure JSON as closing an open block).
     let input = b"data: <content-block-text>\n\ndata: a\n\ndata: <content-block-error><![CDATA[boom]]></content-block-error>\n\ndata: b\n\ndata: </content-block-text>\n\n";
-    assert_eq!(
-        contents(&translate(input)),
-        [
-            ("text".to_owned(), "a".to_owned(), false),
-            ("error".to_owned(), "boom".to_owned(), true),
-            ("text".to_owned(), "b".to_owned(), true),
-        ]
+    assert_blocks(
+        input,
+        &[("text", "a", false), ("error", "boom", true), ("text", "b", true)],
     );
 }
 
 #[test]
 fn a_client_tool_result_answering_a_call_in_the_same_scope_keeps_the_child_open() {
-    let items = vec![
-        top(Format::Xml),
-        spawn("toolu_spawn"),
-        child("agent-child", "agent-top"),
-        Item::ToolCall {
-            server: false,
-            id: "toolu_own".into(),
-            name: "search".into(),
-            args: Args::Empty,
-        },
+    let mut items = top_spawns_child("toolu_spawn");
+    items.extend([
+        Item::call(false, "toolu_own", "search", Args::Empty),
         result("toolu_own", "search", "r"),
         text(&["still the child"]),
         Item::Done,
-    ];
+    ]);
     let em = run_scenario("same_scope_result", &items, &xml_opts(), &Options::default(), 30);
     let agents: Vec<String> = em
         .expected

@@ -124,6 +124,12 @@ def timeseries(title, description, tgts, unit="short", stack=False, min0=True):
     }
 
 
+def ops_by_kind(title, description, counter):
+    """A stacked timeseries of a counter's rate, one series per `kind` label."""
+    tgts = targets((f"sum by (kind) (rate({counter}{sel()}[{RATE}]))", "{{kind}}"))
+    return timeseries(title, description, tgts, unit="ops", stack=True)
+
+
 def stat(title, description, expr, unit="short", thresholds=None, decimals=None):
     steps = thresholds or [{"color": "green", "value": None}]
     defaults = {"unit": unit, "thresholds": {"mode": "absolute", "steps": steps}, "color": {"mode": "thresholds"}}
@@ -455,13 +461,11 @@ def build() -> dict:
         "by a well-formed error envelope or a clean close.",
     )
     L.add(
-        timeseries(
+        ops_by_kind(
             "Parse errors by kind",
             "Legacy input the translator could not parse (syntax, entity, invalid_utf8, item_too_large, "
             "truncated, invalid_json, unexpected, invalid_id); each became an error envelope.",
-            targets((f"sum by (kind) (rate(sse_gateway_parse_errors_total{sel()}[{RATE}]))", "{{kind}}")),
-            unit="ops",
-            stack=True,
+            "sse_gateway_parse_errors_total",
         ),
         8,
         8,
@@ -481,13 +485,11 @@ def build() -> dict:
         8,
     )
     L.add(
-        timeseries(
+        ops_by_kind(
             "Upstream errors by kind",
             "Failures talking to the backend: connect, timeout (no response head in time), reset "
             "(mid-stream), protocol, status (5xx from the backend).",
-            targets((f"sum by (kind) (rate(sse_gateway_upstream_errors_total{sel()}[{RATE}]))", "{{kind}}")),
-            unit="ops",
-            stack=True,
+            "sse_gateway_upstream_errors_total",
         ),
         8,
         8,

@@ -12,7 +12,7 @@ use hyper_util::rt::TokioExecutor;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::upstream::find;
+use super::upstream::{find, Emulator};
 use super::PATIENCE;
 
 pub type HttpClient = HyperClient<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>;
@@ -286,6 +286,31 @@ impl Client {
         }
         drop(self.stream);
     }
+}
+
+/// A client that leaves mid-stream: writes `request` to the gateway at `addr`, reads the response head (the gateway
+/// must not close first; `head_ok` checks it), then hangs up; the upstream connection, an
+/// [`open_until_closed`] emulator's, must close within `within` (`who` names the client in the failure).
+pub async fn assert_leaving_closes_upstream(
+    up: &mut Emulator,
+    addr: SocketAddr,
+    request: &[u8],
+    head_ok: impl FnOnce(&Client),
+    within: Duration,
+    who: &str,
+) {
+    let mut c = Client::write(addr, request).await.expect("connect and write");
+    let head = tokio::time::timeout(PATIENCE, c.read_head())
+        .await
+        .expect("a response head");
+    head.expect("gateway closed early");
+    head_ok(&c);
+    drop(c);
+    let closed = tokio::time::timeout(within, up.closed.recv()).await;
+    assert!(
+        closed.is_ok(),
+        "upstream connection still open {within:?} after {who} left"
+    );
 }
 
 /// GET `path` on `addr` (Connection: close); returns status and decoded body.

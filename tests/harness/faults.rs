@@ -1,7 +1,9 @@
 //! Checks of faulted streams at the process level, and the "control" stream: a normal stream served beside a
 //! fault, which must arrive complete and exact (tests/faults.rs, tests/stress.rs, benches/soak.rs).
 
+use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -9,7 +11,7 @@ use serde_json::Value;
 use super::client::Client;
 use super::legacy::fmt_escape;
 use super::sse::{blocks, envelope_values, error_type, is_final, kind, parse_stream, Out};
-use super::upstream::UpConn;
+use super::upstream::{UpConn, Upstream};
 use super::PATIENCE;
 
 /// [`assert_ends_in_error`], and that error is the gateway's `upstream_error` (not a parse error of the content).
@@ -115,6 +117,26 @@ pub fn control_deltas() -> Vec<String> {
 pub async fn control_script(conn: UpConn) {
     let events = normal_stream("control-agent", &control_deltas());
     serve_events(conn, &events, Duration::from_millis(50)).await;
+}
+
+/// An upstream serving the control stream at `/control` ([`control_script`]) and `script` on every other path.
+pub async fn beside_control<F, Fut>(script: F) -> Upstream
+where
+    F: Fn(UpConn) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let script = Arc::new(script);
+    Upstream::start(move |conn| {
+        let script = Arc::clone(&script);
+        async move {
+            if conn.path == "/control" {
+                control_script(conn).await
+            } else {
+                script(conn).await
+            }
+        }
+    })
+    .await
 }
 
 /// Runs the control stream through the gateway and checks it arrived complete and exact.

@@ -35,7 +35,9 @@ pub const PATIENCE: Duration = Duration::from_secs(30);
 /// The names the end-to-end tests use, in one import.
 #[allow(unused_imports)]
 pub mod prelude {
-    pub use super::client::{client, get, http_get, raw, read_to_eof, request, send, Client, HttpClient};
+    pub use super::client::{
+        assert_leaving_closes_upstream, client, get, http_get, raw, read_to_eof, request, send, Client, HttpClient,
+    };
     pub use super::faults::*;
     pub use super::metrics::{assert_upstream_connections, metric};
     pub use super::process::{rss_kib, Process, RssSampler};
@@ -43,6 +45,6 @@ pub mod prelude {
     pub use super::sse::{
         blocks, delta, envelope_values, envelopes, error_type, is_final, kind, parse_stream, sse_data, Out,
     };
-    pub use super::upstream::{find, sse_head, Closed, ConnLog, Emulator, Recorded, Step, UpConn, Upstream};
+    pub use super::upstream::{find, sse_head, Closed, ConnLog, Emulator, Ending, Recorded, Step, UpConn, Upstream};
     pub use super::PATIENCE;
 }

@@ -185,6 +185,15 @@ pub struct UpConn {
 #[derive(Debug)]
 pub struct Closed;
 
+/// How [`UpConn::script`] ends a connection whose script ran to its end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// [`UpConn::reset`].
+    Reset,
+    /// [`UpConn::close`].
+    Close,
+}
+
 impl UpConn {
     fn mark_closed(&self) {
         let mut l = self.logs.lock().expect("lock");
@@ -315,6 +324,17 @@ impl UpConn {
         }
     }
 
+    /// Runs `script` (its writes stop at the first [`Closed`]); if it ran to its end, ends the connection as
+    /// `ending` says, else leaves it to the gateway that went away.
+    pub async fn script(mut self, ending: Ending, script: impl AsyncFnOnce(&mut UpConn) -> Result<(), Closed>) {
+        if script(&mut self).await.is_ok() {
+            match ending {
+                Ending::Reset => self.reset(),
+                Ending::Close => self.close().await,
+            }
+        }
+    }
+
     /// Runs a [`Step`] script; see [`Emulator`].
     async fn run(
         mut self,
@@ -421,6 +441,11 @@ pub enum Step {
 }
 
 impl Step {
+    /// A `WriteAll` of `bytes`.
+    pub fn write_all(bytes: &[u8]) -> Self {
+        Step::WriteAll(bytes.to_vec())
+    }
+
     /// A `Head` from string pairs.
     pub fn head(status: u16, headers: &[(&str, &str)], chunked: bool) -> Self {
         Step::Head {
@@ -464,6 +489,21 @@ impl Emulator {
             closed,
             flooded,
         }
+    }
+
+    /// Answers every request with an SSE head, an open text block with one delta, then waits for the gateway to
+    /// close the connection (reported on `closed`).
+    pub async fn open_until_closed() -> Emulator {
+        Emulator::sse(vec![
+            Step::write_all(b"data: <content-block-text>\n\ndata: hi\n\n"),
+            Step::AwaitClose,
+        ])
+        .await
+    }
+
+    /// Answers every request with an SSE head ([`sse_head`]), then `steps`.
+    pub async fn sse(steps: Vec<Step>) -> Emulator {
+        Emulator::start(move |_| [vec![sse_head()], steps.clone()].concat()).await
     }
 }
 

@@ -138,6 +138,153 @@ pub enum Item {
     Done,
 }
 
+/// Short constructors for the items tests write by hand.
+impl Item {
+    /// A client (`server: false`) or server tool call.
+    pub fn call(server: bool, id: &str, name: &str, args: Args) -> Item {
+        Item::ToolCall {
+            server,
+            id: id.into(),
+            name: name.into(),
+            args,
+        }
+    }
+
+    /// A client tool result.
+    pub fn result(id: &str, name: &str, content: ClientContent) -> Item {
+        Item::ToolResult {
+            id: id.into(),
+            name: name.into(),
+            content,
+        }
+    }
+
+    /// A server tool result; `tag` is `server_tool_result` or a dynamic `XYZ_tool_result`.
+    pub fn server_result(tag: &str, id: &str, name: Option<&str>, content: ServerContent) -> Item {
+        Item::ServerToolResult {
+            tag: tag.into(),
+            id: id.into(),
+            name: name.map(Into::into),
+            content,
+        }
+    }
+
+    /// A server tool result with text content.
+    pub fn server_text(tag: &str, id: &str, name: Option<&str>, text: impl Into<String>) -> Item {
+        Item::server_result(tag, id, name, ServerContent::Text(text.into()))
+    }
+
+    /// A streamed text block, its deltas one event each.
+    pub fn text<S: Into<String>>(deltas: impl IntoIterator<Item = S>, close: bool, citations: Vec<Citation>) -> Item {
+        Item::Text {
+            deltas: deltas.into_iter().map(Into::into).collect(),
+            close,
+            one_event: false,
+            citations,
+        }
+    }
+
+    /// A closed text block written whole in one event (XML only).
+    pub fn one_event_text<S: Into<String>>(deltas: impl IntoIterator<Item = S>) -> Item {
+        Item::Text {
+            deltas: deltas.into_iter().map(Into::into).collect(),
+            close: true,
+            one_event: true,
+            citations: vec![],
+        }
+    }
+
+    /// A streamed thinking block.
+    pub fn thinking<S: Into<String>>(deltas: impl IntoIterator<Item = S>, close: bool) -> Item {
+        Item::Thinking {
+            deltas: deltas.into_iter().map(Into::into).collect(),
+            close,
+        }
+    }
+
+    /// The backend failure JSON.
+    pub fn failure(error: &str, message: &str, traceback: &str) -> Item {
+        Item::Failure {
+            error: error.into(),
+            message: message.into(),
+            traceback: traceback.into(),
+        }
+    }
+}
+
+impl MetaInit {
+    /// An agent's `meta_init` with the model `claude-x`.
+    pub fn new(
+        agent: &str,
+        parent: Option<&str>,
+        format: Format,
+        user_query: &str,
+        history: Option<Value>,
+    ) -> MetaInit {
+        MetaInit {
+            agent: agent.into(),
+            parent: parent.map(Into::into),
+            format,
+            user_query: user_query.into(),
+            model: "claude-x".into(),
+            history,
+        }
+    }
+}
+
+impl Citation {
+    pub fn new(citation_type: &str, attrs: Vec<(&str, Attr)>, cited: impl Into<String>) -> Citation {
+        Citation {
+            citation_type: citation_type.into(),
+            attrs: attrs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect(),
+            cited: cited.into(),
+        }
+    }
+
+    /// A `char_location` citation: document index and title, character range.
+    pub fn char_location(index: Attr, title: &str, start: Attr, end: Attr, cited: impl Into<String>) -> Citation {
+        let attrs = vec![("document_index", index), ("document_title", Attr::Str(title.into()))];
+        Citation::new("char_location", attrs, cited).with(&["start_char_index", "end_char_index"], [start, end])
+    }
+
+    /// A `page_location` citation: document index and title, page range.
+    pub fn page_location(index: Attr, title: &str, start: Attr, end: Attr, cited: impl Into<String>) -> Citation {
+        let attrs = vec![("document_index", index), ("document_title", Attr::Str(title.into()))];
+        Citation::new("page_location", attrs, cited).with(&["start_page_number", "end_page_number"], [start, end])
+    }
+
+    /// A `web_search_result_location` citation.
+    pub fn web_location(url: &str, title: &str, encrypted_index: &str, cited: impl Into<String>) -> Citation {
+        let attrs = [("url", url), ("title", title), ("encrypted_index", encrypted_index)];
+        let attrs = attrs.into_iter().map(|(k, v)| (k, Attr::Str(v.into()))).collect();
+        Citation::new("web_search_result_location", attrs, cited)
+    }
+
+    fn with<const N: usize>(mut self, keys: &[&str; N], values: [Attr; N]) -> Citation {
+        self.attrs.extend(keys.iter().map(|k| k.to_string()).zip(values));
+        self
+    }
+}
+
+impl ClientContent {
+    /// `<text>` + `<image/>` children.
+    pub fn multimodal(text: impl Into<String>, images: Vec<Image>) -> ClientContent {
+        ClientContent::Multimodal {
+            text: text.into(),
+            images,
+        }
+    }
+}
+
+impl Image {
+    pub fn new(src: impl Into<String>, media_type: &str) -> Image {
+        Image {
+            src: src.into(),
+            media_type: media_type.into(),
+        }
+    }
+}
+
 /// How the emitter frames items.
 #[derive(Debug, Clone)]
 pub struct EmitOpts {
@@ -646,16 +793,7 @@ impl Emitter {
     ) {
         let tag = format!("content-block-{kind}");
         let close_tag = format!("</{tag}>");
-        let agent = self.agent();
-        let idx = self.push(Block {
-            kind: kind.to_owned(),
-            agent,
-            extras: vec![],
-            content: String::new(),
-            closed: true,
-            final_delta_empty: Some(true),
-            pieces: vec![],
-        });
+        let idx = self.streamed_block(kind);
         if one_event && close {
             let all: String = deltas.concat();
             let data = formatter_escape(&format!("<{tag}>{all}{close_tag}"));
@@ -701,6 +839,20 @@ impl Emitter {
             self.event(formatter_escape(&data).as_bytes(), Frag::Any);
             self.citation_blocks(cites);
         }
+    }
+
+    /// A text or thinking block of the current agent, empty until [`Self::set_content`].
+    fn streamed_block(&mut self, kind: &str) -> usize {
+        let agent = self.agent();
+        self.push(Block {
+            kind: kind.to_owned(),
+            agent,
+            extras: vec![],
+            content: String::new(),
+            closed: true,
+            final_delta_empty: Some(true),
+            pieces: vec![],
+        })
     }
 
     fn set_content(&mut self, idx: usize, content: String, pieces: Vec<String>) {
@@ -767,16 +919,7 @@ impl Emitter {
             )
         };
         self.raw_event(&json!({"type": "content_block_start", "index": index, "content_block": block}));
-        let agent = self.agent();
-        let idx = self.push(Block {
-            kind: kind.to_owned(),
-            agent,
-            extras: vec![],
-            content: String::new(),
-            closed: true,
-            final_delta_empty: Some(true),
-            pieces: vec![],
-        });
+        let idx = self.streamed_block(kind);
         let mut content = String::new();
         let mut pieces = Vec::new();
         let cite_at = if cites.is_empty() {

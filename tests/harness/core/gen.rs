@@ -152,52 +152,27 @@ pub fn citation(rng: &mut Rng, kind: usize, raw: bool) -> Citation {
         format!("Doc \"{}\" & <co>", rng.pick(WORDS))
     };
     match kind % 3 {
-        0 => Citation {
-            citation_type: "char_location".into(),
-            attrs: vec![
-                ("document_index".into(), num(rng, 0)),
-                ("document_title".into(), Attr::Str(title)),
-                ("start_char_index".into(), num(rng, 12)),
-                ("end_char_index".into(), num(rng, 345)),
-            ],
-            cited,
-        },
-        1 => Citation {
-            citation_type: "page_location".into(),
-            attrs: vec![
-                ("document_index".into(), num(rng, 2)),
-                ("document_title".into(), Attr::Str(title)),
-                ("start_page_number".into(), num(rng, 3)),
-                ("end_page_number".into(), num(rng, 4)),
-            ],
-            cited,
-        },
-        _ => Citation {
-            citation_type: "web_search_result_location".into(),
-            attrs: vec![
-                ("url".into(), Attr::Str("https://example.com/a?b=1&c=\"2\"".into())),
-                ("title".into(), Attr::Str(format!("It's <b>{}</b>", rng.pick(WORDS)))),
-                (
-                    "encrypted_index".into(),
-                    Attr::Str("Eo8BCioIAhgBIiQ0NjRiZDc0Zi1i==".into()),
-                ),
-            ],
-            cited,
-        },
+        0 => {
+            let (index, start, end) = (num(rng, 0), num(rng, 12), num(rng, 345));
+            Citation::char_location(index, &title, start, end, cited)
+        }
+        1 => {
+            let (index, start, end) = (num(rng, 2), num(rng, 3), num(rng, 4));
+            Citation::page_location(index, &title, start, end, cited)
+        }
+        _ => {
+            let title = format!("It's <b>{}</b>", rng.pick(WORDS));
+            let url = "https://example.com/a?b=1&c=\"2\"";
+            Citation::web_location(url, &title, "Eo8BCioIAhgBIiQ0NjRiZDc0Zi1i==", cited)
+        }
     }
 }
 
 pub fn image(rng: &mut Rng) -> Image {
     if rng.chance(0.5) {
-        Image {
-            src: "https://img.example.com/p.png?w=1&h=2".into(),
-            media_type: "image/png".into(),
-        }
+        Image::new("https://img.example.com/p.png?w=1&h=2", "image/png")
     } else {
-        Image {
-            src: "data:image/jpeg;base64,/9j/4AAQSkZJRgABAQ==".into(),
-            media_type: "image/jpeg".into(),
-        }
+        Image::new("data:image/jpeg;base64,/9j/4AAQSkZJRgABAQ==", "image/jpeg")
     }
 }
 
@@ -229,16 +204,16 @@ pub fn args(rng: &mut Rng) -> Args {
 }
 
 pub fn meta_init(rng: &mut Rng, agent: &str, parent: Option<&str>, format: Format) -> MetaInit {
-    MetaInit {
-        agent: agent.into(),
-        parent: parent.map(str::to_owned),
+    let user_query = text(rng, 3);
+    MetaInit::new(
+        agent,
+        parent,
         format,
-        user_query: text(rng, 3),
-        model: "claude-x".into(),
-        history: rng.chance(0.3).then(
+        &user_query,
+        rng.chance(0.3).then(
             || json!([{"role": "user", "content": text(rng, 3)}, {"role": "assistant", "content": text(rng, 3)}]),
         ),
-    }
+    )
 }
 
 pub fn meta_final(rng: &mut Rng) -> Value {
@@ -304,12 +279,7 @@ impl Gen<'_> {
             let id = self.id("toolu");
             let name = self.rng.pick(&["search", "read_file", "a&b \"tool\" <x>"]).to_string();
             let a = args(self.rng);
-            self.items.push(Item::ToolCall {
-                server: false,
-                id: id.clone(),
-                name: name.clone(),
-                args: a,
-            });
+            self.items.push(Item::call(false, &id, &name, a));
             let content = match self.rng.below(3) {
                 0 => ClientContent::Text(client_text(self.rng, 5)),
                 1 => ClientContent::Structured(structured(self.rng)),
@@ -324,12 +294,7 @@ impl Gen<'_> {
         if self.rng.chance(0.3) {
             let id = self.id("srvtoolu");
             let a = args(self.rng);
-            self.items.push(Item::ToolCall {
-                server: true,
-                id: id.clone(),
-                name: "web_search".into(),
-                args: a,
-            });
+            self.items.push(Item::call(true, &id, "web_search", a));
             let tag = self
                 .rng
                 .pick(&[
@@ -356,12 +321,7 @@ impl Gen<'_> {
     fn subagent(&mut self, parent: &str, depth: usize) {
         let spawn = self.id("toolu_spawn");
         let a = Args::Json(json!({"task": text(self.rng, 2)}));
-        self.items.push(Item::ToolCall {
-            server: false,
-            id: spawn.clone(),
-            name: "spawn_subagent".into(),
-            args: a,
-        });
+        self.items.push(Item::call(false, &spawn, "spawn_subagent", a));
         self.next_agent += 1;
         let child = format!("agent-child-{}-{depth}", self.next_agent);
         let format = if self.raw { Format::Raw } else { Format::Xml };
@@ -438,11 +398,7 @@ pub fn scenario(rng: &mut Rng, raw: bool) -> Vec<Item> {
             });
         }
         2 => {
-            g.items.push(Item::Failure {
-                error: "RuntimeError".into(),
-                message: "boom".into(),
-                traceback: "tb".into(),
-            });
+            g.items.push(Item::failure("RuntimeError", "boom", "tb"));
         }
         3 => g.items.push(Item::Done),
         _ => {
