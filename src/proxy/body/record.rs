@@ -322,15 +322,16 @@ mod tests {
         assert_eq!(streams(&m, Mode::Translate, Outcome::UpstreamError), 1);
     }
 
+    /// A pass-through event stream whose upstream sends `a`, then fails.
+    fn failing_pass_through(m: &Arc<Metrics>, info: StreamInfo) -> Record<Original<Coalesce<Script>>> {
+        let inner = Original::new(Coalesce::new(Script::new([data("a"), Step::Fail])), None, Arc::clone(m));
+        Record::new(inner, info, Arc::clone(m))
+    }
+
     #[test]
     fn a_pass_through_failure_is_recorded_and_passed_up() {
         let m = metrics();
-        let inner = Original::new(
-            Coalesce::new(Script::new([data("a"), Step::Fail])),
-            None,
-            Arc::clone(&m),
-        );
-        let mut body = Record::new(inner, info(Mode::Passthrough, true), Arc::clone(&m));
+        let mut body = failing_pass_through(&m, info(Mode::Passthrough, true));
         assert_eq!(poll(&mut body), Seen::data("a"));
         assert_eq!(poll(&mut body), Seen::Err);
         assert!(body.is_end_stream());
@@ -342,14 +343,9 @@ mod tests {
     #[test]
     fn a_failure_after_the_clients_request_body_failed_is_the_clients() {
         let m = metrics();
-        let inner = Original::new(
-            Coalesce::new(Script::new([data("a"), Step::Fail])),
-            None,
-            Arc::clone(&m),
-        );
         let info = info(Mode::Passthrough, true);
         let fault = info.client_fault.clone();
-        let mut body = Record::new(inner, info, Arc::clone(&m));
+        let mut body = failing_pass_through(&m, info);
         assert_eq!(poll(&mut body), Seen::data("a"));
         // The request body broke while the response streamed (hyper then fails the response generically).
         fault.mark(ClientErrorKind::BadBody);

@@ -209,25 +209,29 @@ mod tests {
         assert_eq!(poll(&mut idle), Seen::Err);
     }
 
-    /// A layer that never has anything.
-    struct Waiting;
+    /// A layer that has one frame of output if told so, then never anything.
+    struct Once(bool);
 
-    impl Body for Waiting {
+    impl Body for Once {
         type Data = Bytes;
         type Error = StreamError;
 
-        fn poll_frame(self: Pin<&mut Self>, _: &mut Context<'_>) -> Polled {
-            Poll::Pending
+        fn poll_frame(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Polled {
+            if std::mem::replace(&mut self.0, false) {
+                Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"x")))))
+            } else {
+                Poll::Pending
+            }
         }
     }
 
-    impl Drain for Waiting {
+    impl Drain for Once {
         fn cut_for_drain(&mut self) -> DrainCut {
             DrainCut::Nothing
         }
     }
 
-    impl Layer for Waiting {
+    impl Layer for Once {
         fn ending(&mut self) -> Ending {
             Ending::Completed
         }
@@ -244,7 +248,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_waiting_stream_gets_a_comment_per_interval() {
         let m = metrics();
-        let mut k = Keepalive::new(Waiting, Some(Duration::from_secs(15)), Arc::clone(&m));
+        let mut k = Keepalive::new(Once(false), Some(Duration::from_secs(15)), Arc::clone(&m));
         let start = Instant::now();
         for n in 1..=3 {
             let frame = k.frame().await.expect("a frame").expect("a comment");
@@ -256,31 +260,6 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn output_moves_the_keepalive_deadline_and_zero_disables_it() {
-        struct Once(bool);
-        impl Body for Once {
-            type Data = Bytes;
-            type Error = StreamError;
-            fn poll_frame(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Polled {
-                if std::mem::replace(&mut self.0, false) {
-                    Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"x")))))
-                } else {
-                    Poll::Pending
-                }
-            }
-        }
-        impl Drain for Once {
-            fn cut_for_drain(&mut self) -> DrainCut {
-                DrainCut::Nothing
-            }
-        }
-        impl Layer for Once {
-            fn ending(&mut self) -> Ending {
-                Ending::Completed
-            }
-            fn totals(&self) -> Totals {
-                Totals::default()
-            }
-        }
         let mut k = Keepalive::new(Once(false), Some(Duration::from_secs(15)), metrics());
         assert_eq!(poll(&mut k), Seen::Pending);
         tokio::time::advance(Duration::from_secs(10)).await;
@@ -295,7 +274,7 @@ mod tests {
         tokio::time::advance(Duration::from_secs(5)).await;
         assert_eq!(poll(&mut k), Seen::data(": keepalive\n\n"));
 
-        let mut off = Keepalive::new(Waiting, Some(Duration::ZERO), metrics());
+        let mut off = Keepalive::new(Once(false), Some(Duration::ZERO), metrics());
         tokio::time::advance(Duration::from_secs(100)).await;
         assert_eq!(poll(&mut off), Seen::Pending);
     }
