@@ -4,7 +4,7 @@
 
 use super::escape::{Escape, Unescaper};
 use super::tag::{attr, ReadTag, TagKind};
-use super::{find, partial_suffix, Flow, Parser, State, CDATA_OPEN};
+use super::{find, partial_suffix, Flow, Parser, State, TagFault, CDATA_OPEN};
 use crate::envelope::chunker::{Chunked, Sink};
 use crate::envelope::{BlockHeader, EnvelopeKind, Extras};
 use crate::pipeline::{Observer, Options, ParseErrorKind};
@@ -421,27 +421,21 @@ pub fn citation_extras(attrs: &[(String, String)]) -> Extras {
 
 impl Parser {
     /// Moves past what the open body's step consumed; closes the body when it is done.
-    pub(super) fn body_stepped(&mut self, step: BodyStep, sink: &mut Sink<impl Observer>) -> Flow {
-        match step {
-            BodyStep::Continue(n) => {
-                self.pos += n;
-                Flow::Continue
-            }
-            BodyStep::Wait(n) => {
-                self.pos += n;
-                Flow::Wait
-            }
+    pub(super) fn body_stepped(&mut self, b: Box<Body>, step: BodyStep, sink: &mut Sink<impl Observer>) -> Flow {
+        let (n, flow) = match step {
+            BodyStep::Continue(n) => (n, Flow::Continue),
+            BodyStep::Wait(n) => (n, Flow::Wait),
             BodyStep::Done(n) => {
                 self.pos += n;
-                self.body_done(sink)
+                return self.body_done(b, sink);
             }
-        }
+        };
+        self.pos += n;
+        self.state = State::Body(b);
+        flow
     }
 
-    fn body_done(&mut self, sink: &mut Sink<impl Observer>) -> Flow {
-        let State::Body(mut b) = std::mem::replace(&mut self.state, State::Idle) else {
-            return Flow::Continue;
-        };
+    fn body_done(&mut self, mut b: Box<Body>, sink: &mut Sink<impl Observer>) -> Flow {
         let collected = b.finish(sink);
         if b.invalid_utf8 {
             self.parse_error(
@@ -479,39 +473,39 @@ impl Parser {
     }
 
     /// Between the children of a client tool result.
-    pub(super) fn tool_result_children(&mut self, eof: bool, sink: &mut Sink<impl Observer>) -> Flow {
+    pub(super) fn tool_result_children(
+        &mut self,
+        mut ctx: Box<ToolResultCtx>,
+        eof: bool,
+        sink: &mut Sink<impl Observer>,
+    ) -> Flow {
         self.skip_ws();
-        let rest = self.rest();
+        let rest = &self.buf[self.pos..];
         if rest.is_empty() {
+            self.state = State::ToolResult(ctx);
             return Flow::Wait;
         }
-        let State::ToolResult(ctx) = std::mem::replace(&mut self.state, State::Idle) else {
-            return Flow::Wait;
-        };
-        let rest = &self.buf[self.pos..];
         if !ctx.multimodal && (rest.starts_with(CDATA_OPEN) || rest[0] != b'<') {
             // A plain result: one CDATA body (or plain text) to the close tag.
-            self.state = State::Body(Box::new(self.client_body(
-                &ctx,
-                "content-block-tool_result",
-                false,
-                Parent::Top,
-            )));
+            let body = self.client_body(&ctx, "content-block-tool_result", false, Parent::Top);
+            self.state = State::Body(Box::new(body));
             return Flow::Continue;
         }
         if CDATA_OPEN.starts_with(rest) && !eof {
             self.state = State::ToolResult(ctx);
             return Flow::Wait;
         }
-        self.state = State::ToolResult(ctx);
         // An image's attributes are the client's, with no backslash escape.
-        let ReadTag { kind, name, len, attrs } = match self.next_tag(sink, |_| Escape::None) {
-            Err(flow) => return flow,
-            Ok(None) => return Flow::Wait,
+        let ReadTag { kind, name, len, attrs } = match self.next_tag(|_| Escape::None) {
+            Err(TagFault(kind, message)) => {
+                self.state = State::ToolResult(ctx);
+                return self.bad_input(kind, &message, sink);
+            }
+            Ok(None) => {
+                self.state = State::ToolResult(ctx);
+                return Flow::Wait;
+            }
             Ok(Some(t)) => t,
-        };
-        let State::ToolResult(mut ctx) = std::mem::replace(&mut self.state, State::Idle) else {
-            return Flow::Wait;
         };
         match (kind, name.as_str()) {
             (TagKind::Close, "content-block-tool_result") => {
@@ -601,19 +595,27 @@ impl Parser {
     }
 
     /// Between the `<citation>` children of `<citations>`.
-    pub(super) fn citations(&mut self, eof: bool, sink: &mut Sink<impl Observer>) -> Flow {
-        let _ = eof;
+    pub(super) fn citations(&mut self, mut ctx: Box<CitationsCtx>, sink: &mut Sink<impl Observer>) -> Flow {
+        // The state stays in place for what follows: waiting, or an error that flushes the held citation.
         self.skip_ws();
-        let rest = self.rest();
+        let rest = &self.buf[self.pos..];
         if rest.is_empty() {
+            self.state = State::Citations(ctx);
             return Flow::Wait;
         }
         if rest[0] != b'<' {
+            self.state = State::Citations(ctx);
             return self.bad_input(ParseErrorKind::Syntax, "text between citations", sink);
         }
-        let ReadTag { kind, name, len, attrs } = match self.next_tag(sink, |_| Escape::Formatter) {
-            Err(flow) => return flow,
-            Ok(None) => return Flow::Wait,
+        let ReadTag { kind, name, len, attrs } = match self.next_tag(|_| Escape::Formatter) {
+            Err(TagFault(kind, message)) => {
+                self.state = State::Citations(ctx);
+                return self.bad_input(kind, &message, sink);
+            }
+            Ok(None) => {
+                self.state = State::Citations(ctx);
+                return Flow::Wait;
+            }
             Ok(Some(t)) => t,
         };
         let is_citation = name == "citation";
@@ -621,13 +623,13 @@ impl Parser {
         let attrs = if is_citation && kind != TagKind::Close {
             match attrs {
                 Ok(a) => Some(a),
-                Err(e) => return self.bad_input(ParseErrorKind::Syntax, &e.to_string(), sink),
+                Err(e) => {
+                    self.state = State::Citations(ctx);
+                    return self.bad_input(ParseErrorKind::Syntax, &e.to_string(), sink);
+                }
             }
         } else {
             None
-        };
-        let State::Citations(mut ctx) = std::mem::replace(&mut self.state, State::Idle) else {
-            return Flow::Wait;
         };
         self.pos += len;
         match (kind, attrs) {

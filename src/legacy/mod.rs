@@ -120,6 +120,9 @@ pub struct Parser {
     end: StreamEnd,
 }
 
+/// Bad input found while reading a tag, reported by the caller.
+struct TagFault(ParseErrorKind, String);
+
 /// Prefix of a CDATA section.
 const CDATA_OPEN: &[u8] = b"<![CDATA[";
 
@@ -279,23 +282,34 @@ impl Parser {
     /// is complete; `eof`: no more input at all.
     fn run(&mut self, at_end: bool, eof: bool, sink: &mut Sink<impl Observer>) {
         loop {
-            let flow = match self.state {
+            // Each state's data goes to its handler, which puts the state back (or moves on).
+            let flow = match std::mem::replace(&mut self.state, State::Idle) {
                 State::Idle => self.idle(at_end, sink),
-                State::EventItem => self.event_item(at_end, eof, sink),
-                State::Text => self.text(at_end, sink),
-                State::ExpectClose(name) => self.expect_close(name, sink),
-                State::Body(ref mut b) => {
+                State::EventItem => {
+                    self.state = State::EventItem;
+                    self.event_item(at_end, eof, sink)
+                }
+                State::Text => {
+                    self.state = State::Text;
+                    self.text(at_end, sink)
+                }
+                State::ExpectClose(name) => {
+                    self.state = State::ExpectClose(name);
+                    self.expect_close(name, sink)
+                }
+                State::Body(mut b) => {
                     let shown = Shown {
                         rest: &self.buf[self.pos..],
                         at_end,
                         eof,
                     };
                     let step = b.step(shown, &self.opts, sink);
-                    self.body_stepped(step, sink)
+                    self.body_stepped(b, step, sink)
                 }
-                State::ToolResult(_) => self.tool_result_children(eof, sink),
-                State::Citations(_) => self.citations(eof, sink),
+                State::ToolResult(ctx) => self.tool_result_children(ctx, eof, sink),
+                State::Citations(ctx) => self.citations(ctx, sink),
                 State::SkipEvent => {
+                    self.state = State::SkipEvent;
                     self.pos = self.buf.len();
                     Flow::Wait
                 }
@@ -338,8 +352,8 @@ impl Parser {
         self.resync = false;
         self.item_start.get_or_insert(self.seen);
         let _ = at_end;
-        match self.next_tag(sink, |name| ItemKind::of(name).attribute_escape()) {
-            Err(flow) => flow,
+        match self.next_tag(|name| ItemKind::of(name).attribute_escape()) {
+            Err(TagFault(kind, message)) => self.bad_input(kind, &message, sink),
             Ok(None) => Flow::Wait,
             Ok(Some(tag)) => {
                 self.open_item(tag, sink);
@@ -350,19 +364,18 @@ impl Parser {
 
     /// Reads the tag at `pos` (which is `<`), once: `Ok(None)`: incomplete;
     /// `Ok(Some(tag))`: complete, `buf[pos..pos + tag.len]`, not consumed,
-    /// its attributes decoded with `escape(name)` (DESIGN 3.3); `Err(flow)`:
-    /// bad input, already reported.
-    fn next_tag(
-        &mut self,
-        sink: &mut Sink<impl Observer>,
-        escape: impl Fn(&str) -> Escape,
-    ) -> Result<Option<ReadTag>, Flow> {
+    /// its attributes decoded with `escape(name)` (DESIGN 3.3); `Err`: bad
+    /// input, for the caller to report once its state is back in place.
+    fn next_tag(&mut self, escape: impl Fn(&str) -> Escape) -> Result<Option<ReadTag>, TagFault> {
         let end = self.tag_scan.end(&self.buf[self.pos..]);
         // The limit holds however the tag arrives (whole or in pieces).
         let seen = end.unwrap_or(self.buf.len() - self.pos);
         if seen > self.opts.max_item_bytes {
             self.tag_scan = TagScan::default();
-            return Err(self.bad_input(ParseErrorKind::ItemTooLarge, "tag larger than max_item_bytes", sink));
+            return Err(TagFault(
+                ParseErrorKind::ItemTooLarge,
+                "tag larger than max_item_bytes".into(),
+            ));
         }
         let Some(len) = end else {
             return Ok(None);
@@ -384,7 +397,7 @@ impl Parser {
                     tag::TagError::Utf8 => ParseErrorKind::InvalidUtf8,
                     _ => ParseErrorKind::Syntax,
                 };
-                Err(self.bad_input(kind, &e.to_string(), sink))
+                Err(TagFault(kind, e.to_string()))
             }
         }
     }
@@ -447,8 +460,8 @@ impl Parser {
         if self.rest()[0] != b'<' {
             return self.bad_input(ParseErrorKind::Syntax, "content where a closing tag was expected", sink);
         }
-        match self.next_tag(sink, |_| Escape::None) {
-            Err(flow) => flow,
+        match self.next_tag(|_| Escape::None) {
+            Err(TagFault(kind, message)) => self.bad_input(kind, &message, sink),
             Ok(None) => Flow::Wait,
             Ok(Some(tag)) => {
                 if tag.kind == TagKind::Close && tag.name == name {
