@@ -475,7 +475,7 @@ impl Parser {
     /// Between the children of a client tool result.
     pub(super) fn tool_result_children(
         &mut self,
-        mut ctx: Box<ToolResultCtx>,
+        ctx: Box<ToolResultCtx>,
         eof: bool,
         sink: &mut Sink<impl Observer>,
     ) -> Flow {
@@ -496,17 +496,11 @@ impl Parser {
             return Flow::Wait;
         }
         // An image's attributes are the client's, with no backslash escape.
-        let ReadTag { kind, name, len, attrs } = match self.next_tag(|_| Escape::None) {
-            Err(TagFault(kind, message)) => {
-                self.state = State::ToolResult(ctx);
-                return self.bad_input(kind, &message, sink);
-            }
-            Ok(None) => {
-                self.state = State::ToolResult(ctx);
-                return Flow::Wait;
-            }
-            Ok(Some(t)) => t,
-        };
+        let (ReadTag { kind, name, len, attrs }, mut ctx) =
+            match self.child_tag(ctx, State::ToolResult, |_| Escape::None, sink) {
+                Ok(read) => read,
+                Err(flow) => return flow,
+            };
         match (kind, name.as_str()) {
             (TagKind::Close, "content-block-tool_result") => {
                 self.pos += len;
@@ -578,6 +572,29 @@ impl Parser {
         Flow::Continue
     }
 
+    /// A container's next child tag, with the container's context back: while the tag is incomplete, or when it
+    /// is bad input, the container's state (`wrap(ctx)`) is put back first, so that waiting keeps it and an error
+    /// flushes what it holds.
+    fn child_tag<C>(
+        &mut self,
+        ctx: Box<C>,
+        wrap: fn(Box<C>) -> State,
+        escape: impl Fn(&str) -> Escape,
+        sink: &mut Sink<impl Observer>,
+    ) -> Result<(ReadTag, Box<C>), Flow> {
+        match self.next_tag(escape) {
+            Ok(Some(tag)) => Ok((tag, ctx)),
+            Ok(None) => {
+                self.state = wrap(ctx);
+                Err(Flow::Wait)
+            }
+            Err(TagFault(kind, message)) => {
+                self.state = wrap(ctx);
+                Err(self.bad_input(kind, &message, sink))
+            }
+        }
+    }
+
     /// A body holding client tool result text (DESIGN 3.3, second rule).
     fn client_body(&self, ctx: &ToolResultCtx, close: &str, part: bool, parent: Parent) -> Body {
         let chunked = Chunked::new(ctx.header());
@@ -595,7 +612,7 @@ impl Parser {
     }
 
     /// Between the `<citation>` children of `<citations>`.
-    pub(super) fn citations(&mut self, mut ctx: Box<CitationsCtx>, sink: &mut Sink<impl Observer>) -> Flow {
+    pub(super) fn citations(&mut self, ctx: Box<CitationsCtx>, sink: &mut Sink<impl Observer>) -> Flow {
         // The state stays in place for what follows: waiting, or an error that flushes the held citation.
         self.skip_ws();
         let rest = &self.buf[self.pos..];
@@ -607,17 +624,11 @@ impl Parser {
             self.state = State::Citations(ctx);
             return self.bad_input(ParseErrorKind::Syntax, "text between citations", sink);
         }
-        let ReadTag { kind, name, len, attrs } = match self.next_tag(|_| Escape::Formatter) {
-            Err(TagFault(kind, message)) => {
-                self.state = State::Citations(ctx);
-                return self.bad_input(kind, &message, sink);
-            }
-            Ok(None) => {
-                self.state = State::Citations(ctx);
-                return Flow::Wait;
-            }
-            Ok(Some(t)) => t,
-        };
+        let (ReadTag { kind, name, len, attrs }, mut ctx) =
+            match self.child_tag(ctx, State::Citations, |_| Escape::Formatter, sink) {
+                Ok(read) => read,
+                Err(flow) => return flow,
+            };
         let is_citation = name == "citation";
         let closes = kind == TagKind::Close && name == "citations";
         let attrs = if is_citation && kind != TagKind::Close {
