@@ -516,6 +516,10 @@ impl Settings {
             ("server.body_read_timeout_secs", s.body_read_timeout_secs, false),
             ("server.idle_timeout_secs", s.idle_timeout_secs, false),
             ("server.drain_timeout_secs", s.drain_timeout_secs, true),
+            ("upstream.connect_timeout_secs", u.connect_timeout_secs, false),
+            ("upstream.response_timeout_secs", u.response_timeout_secs, false),
+            ("upstream.pool_idle_timeout_secs", u.pool_idle_timeout_secs, true),
+            ("upstream.idle_timeout_secs", u.idle_timeout_secs, true),
         ] {
             secs(key, v, zero_ok)?;
         }
@@ -536,14 +540,6 @@ impl Settings {
                     ));
                 }
             }
-        }
-        for (key, v, zero_ok) in [
-            ("upstream.connect_timeout_secs", u.connect_timeout_secs, false),
-            ("upstream.response_timeout_secs", u.response_timeout_secs, false),
-            ("upstream.pool_idle_timeout_secs", u.pool_idle_timeout_secs, true),
-            ("upstream.idle_timeout_secs", u.idle_timeout_secs, true),
-        ] {
-            secs(key, v, zero_ok)?;
         }
         if !(1..=MAX_UPSTREAM_CONNECTIONS).contains(&u.max_connections) {
             return Err(invalid(
