@@ -40,6 +40,79 @@ fn json_body(resp: &[u8]) -> serde_json::Value {
     serde_json::from_slice(&resp[at..]).unwrap_or_else(|e| panic!("not a JSON body ({e}): {:?}", &resp[at..]))
 }
 
+/// The upstream's answer when its content does not matter: a 200 with a two-byte body.
+fn small_answer() -> Vec<Step> {
+    vec![
+        Step::head(200, &[("Content-Length", "2")], false),
+        Step::WriteAll(b"ok".to_vec()),
+    ]
+}
+
+/// Reads a raw response to its end within [`PROMPTLY`]; `what` names the wait.
+async fn answered(s: &mut TcpStream, what: &str) -> Vec<u8> {
+    tokio::time::timeout(PROMPTLY, read_to_eof(s))
+        .await
+        .expect(what)
+        .expect("read")
+}
+
+/// The request was the client's fault: `n` client errors of `kind`, and no upstream error.
+async fn assert_client_fault(gw: &TestGateway, kind: &str, n: f64, why: &str) {
+    let m = gw.metrics().await;
+    assert_eq!(client_errors(&m, kind), n, "{why}");
+    assert_eq!(upstream_errors(&m), 0.0, "{why}: not the upstream's");
+}
+
+/// An HTTP/2-only client.
+fn h2_client() -> hyper_util::client::legacy::Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>> {
+    hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build_http::<Full<Bytes>>()
+}
+
+/// An empty GET of `path` on the gateway.
+fn empty_get(gw: &TestGateway, path: &str) -> http::Request<Full<Bytes>> {
+    http::Request::get(gw.url(path))
+        .body(Full::new(Bytes::new()))
+        .expect("request")
+}
+
+/// Awaits a fallible step within [`PATIENCE`]: `late` if it takes longer, `failed` if it fails.
+async fn in_time<T, E: std::fmt::Debug>(
+    step: impl std::future::Future<Output = Result<T, E>>,
+    late: &str,
+    failed: &str,
+) -> T {
+    tokio::time::timeout(PATIENCE, step).await.expect(late).expect(failed)
+}
+
+/// Reads from `s` until `done` holds for all that has come, each read within `within`; `what` names the wait.
+async fn read_until(s: &mut TcpStream, within: Duration, done: impl Fn(&[u8]) -> bool, what: &str) -> Vec<u8> {
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !done(&seen) {
+        let n = tokio::time::timeout(within, s.read(&mut buf))
+            .await
+            .expect(what)
+            .expect("read");
+        assert!(n > 0, "{what}: closed early");
+        seen.extend_from_slice(&buf[..n]);
+    }
+    seen
+}
+
+/// Sends the raw `request` and asserts that its answer, read to the end, has status `want`; `name` names the case.
+async fn assert_raw_status(addr: SocketAddr, request: &[u8], want: u16, name: &str) {
+    let mut s = raw(addr, request).await;
+    let resp = read_to_eof(&mut s).await.expect("answered");
+    assert_eq!(
+        status_of(&resp),
+        Some(want),
+        "{name}: {}",
+        String::from_utf8_lossy(&resp)
+    );
+}
+
 async fn gateway(up: &str, body_timeout: f64) -> TestGateway {
     TestGateway::start(up, |s| {
         s.server.body_read_timeout_secs = body_timeout;
@@ -55,24 +128,27 @@ async fn gateway(up: &str, body_timeout: f64) -> TestGateway {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_json_body_that_stalls_after_one_byte_gets_408_without_contacting_the_upstream() {
-    let up = Emulator::sse(vec![Step::EndChunks]).await;
-    let gw = gateway(&up.url(), 1.0).await;
-    let mut s = raw(
-        gw.addr,
+    let up = stalled_body_gets_408(
+        Emulator::sse(vec![Step::EndChunks]).await,
         b"POST /agent/run HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{",
+        "the stalled connection is answered and closed",
     )
     .await;
-    let resp = tokio::time::timeout(PROMPTLY, read_to_eof(&mut s))
-        .await
-        .expect("the stalled connection is answered and closed")
-        .expect("read");
+    assert!(up.recorded().is_empty(), "the upstream was contacted");
+}
+
+/// Sends `request`, whose body stalls, to a gateway in front of `up` with a 1 s body timeout: it must be answered
+/// within [`PROMPTLY`] with 408 `request_body_timeout` and counted as the client's fault, not the upstream's.
+/// Returns `up` for the caller's own checks.
+async fn stalled_body_gets_408(up: Emulator, request: &[u8], why: &str) -> Emulator {
+    let gw = gateway(&up.url(), 1.0).await;
+    let mut s = raw(gw.addr, request).await;
+    let resp = answered(&mut s, why).await;
     assert_eq!(status_of(&resp), Some(408), "{}", String::from_utf8_lossy(&resp));
     assert_eq!(json_body(&resp)["error"], "request_body_timeout");
-    assert!(up.recorded().is_empty(), "the upstream was contacted");
-    let m = gw.metrics().await;
-    assert_eq!(client_errors(&m, "body_timeout"), 1.0);
-    assert_eq!(upstream_errors(&m), 0.0);
+    assert_client_fault(&gw, "body_timeout", 1.0, "a stalled client is not an upstream timeout").await;
     gw.stop().await;
+    up
 }
 
 /// A request body that sends what is put in its channel, never ending while the sender lives.
@@ -118,48 +194,23 @@ async fn a_json_body_that_stalls_on_http2_gets_408() {
         .expect("response");
     assert_eq!(resp.status(), 408);
     assert!(up.recorded().is_empty(), "the upstream was contacted");
-    let m = gw.metrics().await;
-    assert_eq!(client_errors(&m, "body_timeout"), 1.0);
-    assert_eq!(upstream_errors(&m), 0.0);
+    assert_client_fault(&gw, "body_timeout", 1.0, "a stalled HTTP/2 body").await;
     gw.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_streamed_body_that_stalls_mid_way_gets_408_not_504() {
-    let up = Emulator::start(|_| {
-        vec![
-            Step::head(200, &[("Content-Length", "2")], false),
-            Step::WriteAll(b"ok".to_vec()),
-        ]
-    })
-    .await;
-    let gw = gateway(&up.url(), 1.0).await;
-    let mut s = raw(
-        gw.addr,
+    stalled_body_gets_408(
+        Emulator::start(|_| small_answer()).await,
         b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\nContent-Length: 1000\r\n\r\n0123456789",
+        "the stalled request is answered and closed",
     )
     .await;
-    let resp = tokio::time::timeout(PROMPTLY, read_to_eof(&mut s))
-        .await
-        .expect("the stalled request is answered and closed")
-        .expect("read");
-    assert_eq!(status_of(&resp), Some(408), "{}", String::from_utf8_lossy(&resp));
-    assert_eq!(json_body(&resp)["error"], "request_body_timeout");
-    let m = gw.metrics().await;
-    assert_eq!(client_errors(&m, "body_timeout"), 1.0);
-    assert_eq!(upstream_errors(&m), 0.0, "a stalled client is not an upstream timeout");
-    gw.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_malformed_chunked_body_gets_400_and_is_not_an_upstream_error() {
-    let up = Emulator::start(|_| {
-        vec![
-            Step::head(200, &[("Content-Length", "2")], false),
-            Step::WriteAll(b"ok".to_vec()),
-        ]
-    })
-    .await;
+    let up = Emulator::start(|_| small_answer()).await;
     let gw = gateway(&up.url(), 10.0).await;
     for (path, extra) in [("/upload", ""), ("/stream", "Accept: text/event-stream\r\n")] {
         let req = format!(
@@ -167,10 +218,7 @@ async fn a_malformed_chunked_body_gets_400_and_is_not_an_upstream_error() {
              Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nZZ-not-a-size\r\n"
         );
         let mut s = raw(gw.addr, req.as_bytes()).await;
-        let resp = tokio::time::timeout(PROMPTLY, read_to_eof(&mut s))
-            .await
-            .expect("answered and closed")
-            .expect("read");
+        let resp = answered(&mut s, "answered and closed").await;
         assert_eq!(
             status_of(&resp),
             Some(400),
@@ -179,13 +227,13 @@ async fn a_malformed_chunked_body_gets_400_and_is_not_an_upstream_error() {
         );
         assert_eq!(json_body(&resp)["error"], "bad_request_body", "{path}");
     }
-    let m = gw.metrics().await;
-    assert_eq!(client_errors(&m, "bad_body"), 2.0);
-    assert_eq!(
-        upstream_errors(&m),
-        0.0,
-        "a client's bad body is not an upstream protocol error"
-    );
+    assert_client_fault(
+        &gw,
+        "bad_body",
+        2.0,
+        "a client's bad body is not an upstream protocol error",
+    )
+    .await;
     gw.stop().await;
 }
 
@@ -223,16 +271,8 @@ async fn a_request_body_that_breaks_after_the_response_began_is_the_clients_faul
         );
         let mut s = raw(gw.addr, head.as_bytes()).await;
         // The response has begun before the body breaks.
-        let mut seen = Vec::new();
-        let mut buf = [0u8; 1024];
-        while !String::from_utf8_lossy(&seen).contains("200") {
-            let n = tokio::time::timeout(PROMPTLY, s.read(&mut buf))
-                .await
-                .expect("the response began")
-                .expect("read");
-            assert!(n > 0, "{path}: closed before the response began");
-            seen.extend_from_slice(&buf[..n]);
-        }
+        let began = |seen: &[u8]| String::from_utf8_lossy(seen).contains("200");
+        read_until(&mut s, PROMPTLY, began, &format!("{path}: the response began")).await;
         s.write_all(b"ZZ-not-a-size\r\n").await.expect("write");
         let _ = tokio::time::timeout(PROMPTLY, read_to_eof(&mut s)).await;
     }
@@ -264,13 +304,6 @@ async fn idle_gateway(up: &str) -> TestGateway {
     .await
 }
 
-fn small_answer() -> Vec<Step> {
-    vec![
-        Step::head(200, &[("Content-Length", "2")], false),
-        Step::WriteAll(b"ok".to_vec()),
-    ]
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_http2_connection_is_closed_after_the_idle_timeout() {
     let up = Emulator::start(|_| small_answer()).await;
@@ -285,13 +318,7 @@ async fn an_idle_http2_connection_is_closed_after_the_idle_timeout() {
         .await
         .expect("h2 handshake");
     let conn = tokio::spawn(conn);
-    let req = http::Request::get(gw.url("/x"))
-        .body(Full::new(Bytes::new()))
-        .expect("request");
-    let resp = tokio::time::timeout(PATIENCE, sender.send_request(req))
-        .await
-        .expect("answered")
-        .expect("response");
+    let resp = in_time(sender.send_request(empty_get(&gw, "/x")), "answered", "response").await;
     assert_eq!(resp.status(), 200);
     let _ = resp.into_body().collect().await;
     let ended = tokio::time::timeout(PROMPTLY, conn).await;
@@ -307,10 +334,7 @@ async fn an_idle_http1_keep_alive_connection_is_closed_after_the_idle_timeout() 
     let up = Emulator::start(|_| small_answer()).await;
     let gw = idle_gateway(&up.url()).await;
     let mut s = raw(gw.addr, b"GET /x HTTP/1.1\r\nHost: x\r\n\r\n").await;
-    let got = tokio::time::timeout(PROMPTLY, read_to_eof(&mut s))
-        .await
-        .expect("the idle keep-alive connection is still open")
-        .expect("read");
+    let got = answered(&mut s, "the idle keep-alive connection is still open").await;
     assert_eq!(status_of(&got), Some(200), "{}", String::from_utf8_lossy(&got));
     gw.stop().await;
 }
@@ -343,22 +367,15 @@ async fn streams_open_longer_than_the_idle_timeout_are_not_cut_on_http1_or_http2
         Some(&serde_json::json!("[DONE]")),
         "HTTP/1.1 stream cut"
     );
-    let h2 = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
-        .http2_only(true)
-        .build_http::<Full<Bytes>>();
+    let h2 = h2_client();
     let req = http::Request::post(gw.url("/agent/run"))
         .header("x-agent-id", "a")
         .body(Full::new(Bytes::from_static(b"{}")))
         .expect("request");
-    let resp = tokio::time::timeout(PATIENCE, h2.request(req))
-        .await
-        .expect("in time")
-        .expect("response");
+    let resp = in_time(h2.request(req), "in time", "response").await;
     assert_eq!(resp.version(), http::Version::HTTP_2);
-    let body = tokio::time::timeout(PATIENCE, resp.into_body().collect())
+    let body = in_time(resp.into_body().collect(), "in time", "the HTTP/2 stream ends cleanly")
         .await
-        .expect("in time")
-        .expect("the HTTP/2 stream ends cleanly")
         .to_bytes();
     assert_eq!(
         envelopes(&body).last(),
@@ -515,14 +532,9 @@ Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
 async fn a_get_with_a_chunked_body_forwards_the_body() {
     let up = Emulator::start(|_| small_answer()).await;
     let gw = TestGateway::start(&up.url(), |_| {}).await;
-    let mut s = raw(
-        gw.addr,
-        b"GET /search HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n\
-5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
-    )
-    .await;
-    let resp = read_to_eof(&mut s).await.expect("answered");
-    assert_eq!(status_of(&resp), Some(200), "{}", String::from_utf8_lossy(&resp));
+    let req = b"GET /search HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n\
+5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n";
+    assert_raw_status(gw.addr, req, 200, "a chunked GET").await;
     let rec = up.recorded();
     assert_eq!(rec.len(), 1);
     assert_eq!(String::from_utf8_lossy(&rec[0].body), "hello world");
@@ -540,26 +552,12 @@ async fn http1_1_requests_without_exactly_one_host_get_400() {
             &b"GET /x HTTP/1.1\r\nHost: a.test\r\nHost: b.test\r\nConnection: close\r\n\r\n"[..],
         ),
     ] {
-        let mut s = raw(gw.addr, req).await;
-        let resp = read_to_eof(&mut s).await.expect("answered");
-        assert_eq!(
-            status_of(&resp),
-            Some(400),
-            "{name}: {}",
-            String::from_utf8_lossy(&resp)
-        );
+        assert_raw_status(gw.addr, req, 400, name).await;
     }
     assert!(up.recorded().is_empty(), "a request with a bad Host went upstream");
     assert_eq!(client_errors(&gw.metrics().await, "bad_host"), 2.0);
     // HTTP/1.0 may omit it.
-    let mut s = raw(gw.addr, b"GET /x HTTP/1.0\r\n\r\n").await;
-    let resp = read_to_eof(&mut s).await.expect("answered");
-    assert_eq!(
-        status_of(&resp),
-        Some(200),
-        "HTTP/1.0: {}",
-        String::from_utf8_lossy(&resp)
-    );
+    assert_raw_status(gw.addr, b"GET /x HTTP/1.0\r\n\r\n", 200, "HTTP/1.0").await;
     gw.stop().await;
 }
 
@@ -569,16 +567,8 @@ async fn an_unsolicited_101_from_the_upstream_is_502_for_http2_clients() {
         raw_upstream(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n".to_vec())
             .await;
     let gw = TestGateway::start(&format!("http://{up}"), |_| {}).await;
-    let h2 = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
-        .http2_only(true)
-        .build_http::<Full<Bytes>>();
-    let req = http::Request::get(gw.url("/ws"))
-        .body(Full::new(Bytes::new()))
-        .expect("request");
-    let resp = tokio::time::timeout(PATIENCE, h2.request(req))
-        .await
-        .expect("in time")
-        .expect("a response");
+    let h2 = h2_client();
+    let resp = in_time(h2.request(empty_get(&gw, "/ws")), "in time", "a response").await;
     assert_eq!(resp.status(), 502);
     let m = gw.metrics().await;
     assert_eq!(
@@ -604,16 +594,7 @@ async fn requests_over_upstream_max_connections_get_503_and_a_slot_frees_when_it
         b"GET /hold HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\nX-Stream-Format: legacy\r\n\r\n",
     )
     .await;
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    while find(&got, b"\r\n\r\n").is_none() {
-        let n = tokio::time::timeout(PATIENCE, held.read(&mut buf))
-            .await
-            .expect("a head")
-            .expect("read");
-        assert!(n > 0, "closed early");
-        got.extend_from_slice(&buf[..n]);
-    }
+    read_until(&mut held, PATIENCE, |got| find(got, b"\r\n\r\n").is_some(), "a head").await;
     let (parts, body) = send("GET", &gw.url("/other"), &[], Bytes::new()).await;
     assert_eq!(parts.status, 503, "{}", String::from_utf8_lossy(&body));
     let json: serde_json::Value = serde_json::from_slice(&body).expect("a JSON error body");

@@ -3,6 +3,7 @@
 
 mod harness;
 
+use harness::client::assert_same_bytes;
 use harness::prelude::{send, sse_head, Emulator, Process, Step, TestGateway};
 
 /// Address space the gateway may map: its idle size is ~150 MiB (threads' stacks and malloc arenas, capped by
@@ -86,11 +87,6 @@ async fn output_carried_over_to_later_frames_is_the_whole_translation() {
         "the input does not amplify enough: {}",
         want.len()
     );
-    assert!(
-        body == want,
-        "the gateway's output differs from the translation ({} vs {} bytes)",
-        body.len(),
-        want.len()
-    );
+    assert_same_bytes(&body, &want, "the gateway's output against the translation");
     gw.stop().await;
 }

@@ -6,6 +6,7 @@ mod harness;
 use std::time::Duration;
 
 use bytes::Bytes;
+use harness::client::assert_same_bytes;
 use harness::legacy::{assert_blocks, blocks, corpus};
 use harness::prelude::*;
 use http_body_util::BodyExt;
@@ -170,20 +171,15 @@ async fn http2_prior_knowledge_client_gets_a_translated_stream() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn translated_response_headers_are_streaming_safe() {
-    let up = Emulator::start(|_| {
-        vec![
-            Step::head(
-                200,
-                &[
-                    ("Content-Type", "text/event-stream"),
-                    ("Content-Length", "24"),
-                    ("Cache-Control", "private"),
-                ],
-                false,
-            ),
-            Step::WriteAll(b"data: [DONE]\n\ndata: x\n\n".to_vec()),
-        ]
-    })
+    let up = Emulator::answering(
+        200,
+        &[
+            ("Content-Type", "text/event-stream"),
+            ("Content-Length", "24"),
+            ("Cache-Control", "private"),
+        ],
+        b"data: [DONE]\n\ndata: x\n\n",
+    )
     .await;
     let gw = TestGateway::start(&up.url(), |_| {}).await;
     let (parts, _) = send("GET", &gw.url("/s"), &[], Bytes::new()).await;
@@ -230,12 +226,7 @@ async fn non_event_stream_responses_pass_through_byte_identical() {
     assert_eq!(body, json);
     let (parts, body) = send("GET", &gw.url("/bin"), &[], Bytes::new()).await;
     assert_eq!(parts.status, 200);
-    assert!(
-        body == binary,
-        "10 MB binary differs (len {} vs {})",
-        body.len(),
-        binary.len()
-    );
+    assert_same_bytes(&body, &binary, "10 MB binary");
     gw.stop().await;
 }
 
@@ -296,23 +287,18 @@ async fn shadow_mode_counts_translation_but_sends_original_bytes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn headers_minus_hop_by_hop_are_preserved_both_ways() {
-    let up = Emulator::start(|_| {
-        vec![
-            Step::head(
-                200,
-                &[
-                    ("Content-Type", "text/plain"),
-                    ("X-Upstream", "u"),
-                    ("Set-Cookie", "a=1"),
-                    ("Keep-Alive", "timeout=5"),
-                    ("X-Hop", "drop"),
-                    ("Connection", "X-Hop"),
-                ],
-                false,
-            ),
-            Step::WriteAll(b"hello".to_vec()),
-        ]
-    })
+    let up = Emulator::answering(
+        200,
+        &[
+            ("Content-Type", "text/plain"),
+            ("X-Upstream", "u"),
+            ("Set-Cookie", "a=1"),
+            ("Keep-Alive", "timeout=5"),
+            ("X-Hop", "drop"),
+            ("Connection", "X-Hop"),
+        ],
+        b"hello",
+    )
     .await;
     let gw = TestGateway::start(&up.url(), |_| {}).await;
     let (parts, body) = send(

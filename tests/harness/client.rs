@@ -333,3 +333,8 @@ fn header_value<'a>(head: &'a str, name: &str) -> Option<&'a str> {
         .find(|(k, _)| k.trim() == name)
         .map(|(_, v)| v.trim())
 }
+
+/// Asserts that a (large) body is `want`, saying only the lengths where it is not: `what` names the comparison.
+pub fn assert_same_bytes(got: &[u8], want: &[u8], what: &str) {
+    assert!(got == want, "{what} differs ({} vs {} bytes)", got.len(), want.len());
+}

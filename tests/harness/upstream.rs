@@ -595,3 +595,11 @@ async fn read_more(stream: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result
 pub fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     memchr::memmem::find(hay, needle)
 }
+
+impl Emulator {
+    /// An emulator that answers every request with a `status` head carrying `headers` (not chunked), then `body`.
+    pub async fn answering(status: u16, headers: &[(&str, &str)], body: &[u8]) -> Emulator {
+        let steps = vec![Step::head(status, headers, false), Step::write_all(body)];
+        Emulator::start(move |_| steps.clone()).await
+    }
+}
