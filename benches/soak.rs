@@ -255,11 +255,7 @@ async fn run_stream(gw: std::net::SocketAddr, seed: u64, n: usize, gap: Duration
     let want = translate_all(Options::default(), "fallback", &whole).0;
     let want_envs = envelope_values(&parse_stream(&want).map_err(|e| format!("{path}: reference: {e}"))?);
     if envs != want_envs {
-        let at = envs
-            .iter()
-            .zip(&want_envs)
-            .position(|(a, b)| a != b)
-            .unwrap_or(envs.len().min(want_envs.len()));
+        let at = harness::diff::first_difference(&envs, &want_envs);
         return Err(format!(
             "{path}: {} envelopes, want {}; first difference at {at}: got {:?} want {:?}",
             envs.len(),

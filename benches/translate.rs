@@ -6,6 +6,9 @@
 //! produce the same blocks, so the comparison is between two correct translators.
 
 mod inputs;
+#[path = "../tests/harness/legacy.rs"]
+#[allow(dead_code)]
+mod legacy;
 mod naive;
 
 use std::hint::black_box;
@@ -15,7 +18,7 @@ use criterion::{BenchmarkId, Criterion, Throughput};
 use serde_json::Value;
 use sse_gateway::translate::{Options, Translator};
 
-use inputs::Input;
+use inputs::{escape, Input};
 use naive::{Naive, NaiveOptions};
 
 const AGENT: &str = "bench-agent";
@@ -194,11 +197,7 @@ fn blocks(out: &[u8], budget: usize) -> (Vec<Block>, usize) {
         let agent = m.get("agent").and_then(Value::as_str).unwrap_or_default().to_string();
         let is_final = m.get("final").and_then(Value::as_bool).unwrap_or(false);
         let delta = m.get("delta").and_then(Value::as_str).unwrap_or_default().to_string();
-        let extras: Vec<(String, Value)> = m
-            .iter()
-            .filter(|(k, _)| !matches!(k.as_str(), "type" | "agent" | "final" | "delta"))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        let extras = legacy::extras(&m);
         if kind == "citation" || kind == "tool_result_image" {
             done.push(Block {
                 kind,

@@ -11,6 +11,9 @@
 //! budget unless it is a citation, its fixed fields leave no room for the first character of its delta, or
 //! it is of a type read whole whose unescaped delta fits the native formatter's room (DESIGN 4).
 
+#[path = "../tests/harness/diff.rs"]
+mod diff;
+
 use serde_json::Value;
 use sse_gateway::envelope::budget::escaped_len;
 use sse_gateway::envelope::{EnvelopeKind, Split};
@@ -150,11 +153,7 @@ pub fn check(data: &[u8]) {
     let whole = run(&opts, &[stream], abort);
     let split = run(&opts, &pieces, abort);
     if whole != split {
-        let at = whole
-            .iter()
-            .zip(&split)
-            .position(|(a, b)| a != b)
-            .unwrap_or(whole.len().min(split.len()));
+        let at = diff::first_difference(&whole, &split);
         let from = at.saturating_sub(200);
         panic!(
             "split input changed the output at byte {at} (pieces {:?}):\nwhole: {}\nsplit: {}",

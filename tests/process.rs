@@ -4,7 +4,7 @@
 mod harness;
 
 use std::io::Write;
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -136,6 +136,20 @@ async fn slow_client(extra: &[u8], (pooled, dedicated): (usize, usize)) {
     assert_upstream_connections(&String::from_utf8_lossy(&m), pooled, dedicated);
 }
 
+/// The binary with `before`, then `file`, then `after` as its arguments.
+fn on_file(before: &[&str], file: &std::path::Path, after: &[&str]) -> Command {
+    let mut c = bin();
+    c.args(before).arg(file).args(after);
+    c
+}
+
+/// Runs `c`, asserts that it exits 0 (showing its stderr when not) and returns its stdout.
+fn succeeds(c: &mut Command) -> Vec<u8> {
+    let out = c.output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    out.stdout
+}
+
 #[test]
 fn config_layers_file_then_env_then_flags() {
     let dir = std::env::temp_dir().join(format!("sse-gw-cfg-{}", std::process::id()));
@@ -146,21 +160,13 @@ fn config_layers_file_then_env_then_flags() {
         "[server]\nlisten = \"127.0.0.1:7001\"\ndrain_timeout_secs = 5\n[translate]\nbudget = 4096\nshadow = true\n",
     )
     .unwrap();
-    let out = bin()
-        .args([
-            "--config",
-            file.to_str().unwrap(),
-            "--check-config",
-            "--listen",
-            "127.0.0.1:7003",
-        ])
-        .env("SSE_GATEWAY__TRANSLATE__BUDGET", "3000")
-        .env("SSE_GATEWAY__SERVER__LISTEN", "127.0.0.1:7002")
-        .env("SSE_GATEWAY__UPSTREAM__URL", "http://127.0.0.1:9999/api")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let text = String::from_utf8(out.stdout).unwrap();
+    let stdout = succeeds(
+        on_file(&["--config"], &file, &["--check-config", "--listen", "127.0.0.1:7003"])
+            .env("SSE_GATEWAY__TRANSLATE__BUDGET", "3000")
+            .env("SSE_GATEWAY__SERVER__LISTEN", "127.0.0.1:7002")
+            .env("SSE_GATEWAY__UPSTREAM__URL", "http://127.0.0.1:9999/api"),
+    );
+    let text = String::from_utf8(stdout).unwrap();
     let v: toml::Value = toml::from_str(&text).expect("--check-config prints TOML");
     assert_eq!(v["server"]["listen"].as_str(), Some("127.0.0.1:7003"), "flag wins");
     assert_eq!(v["server"]["drain_timeout_secs"].as_float(), Some(5.0), "file value");
@@ -228,19 +234,12 @@ fn translate_command_converts_a_file_or_stdin() {
     let expected = translate_all(Options::default(), "offline", &sc.stream).0;
     let path = std::env::temp_dir().join(format!("sse-gw-translate-{}.sse", std::process::id()));
     std::fs::write(&path, &sc.stream).unwrap();
-    let out = bin()
-        .args([
-            "translate",
-            path.to_str().unwrap(),
-            "--agent-id",
-            "offline",
-            "--dialect",
-            "auto",
-        ])
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    assert_eq!(String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&expected));
+    let stdout = succeeds(&mut on_file(
+        &["translate"],
+        &path,
+        &["--agent-id", "offline", "--dialect", "auto"],
+    ));
+    assert_eq!(String::from_utf8_lossy(&stdout), String::from_utf8_lossy(&expected));
     let mut child = bin()
         .args(["translate", "--agent-id", "offline", "--budget", "2048"])
         .stdin(Stdio::piped())

@@ -82,6 +82,19 @@ fn message_py(message: &[u8], newline_none: bool) -> Vec<u8> {
     body
 }
 
+/// `message` as `resources/message.py` serves it (see `message_py`), decoded by `decode_any_split`.
+fn decode_message(message: &[u8], newline_none: bool) -> Decoded {
+    decode_any_split(&message_py(message, newline_none))
+}
+
+/// The data of the events of `message` decoded by `decode_message`.
+fn message_datas(message: &[u8], newline_none: bool) -> Vec<String> {
+    datas(&decode_message(message, newline_none))
+        .into_iter()
+        .map(String::from)
+        .collect()
+}
+
 fn msg(data: &str) -> Msg {
     Msg {
         event_type: "message".into(),
@@ -112,42 +125,42 @@ fn decode_any_split(input: &[u8]) -> Decoded {
 #[test]
 fn wpt_format_field_parsing_nul_kept_one_space_stripped_names_case_sensitive() {
     // format-field-parsing.htm, newline=none.
-    let body = message_py(
-        b"data:\0\ndata:  2\rData:1\ndata\0:2\ndata:1\r\0data:4\nda-ta:3\rdata_5\ndata:3\rdata:\r\n data:32\ndata:4\n",
-        true,
-    );
-    let d = decode_any_split(&body);
-    assert_eq!(datas(&d), ["\0\n 2\n1\n3\n\n4"]);
+    let message =
+        b"data:\0\ndata:  2\rData:1\ndata\0:2\ndata:1\r\0data:4\nda-ta:3\rdata_5\ndata:3\rdata:\r\n data:32\ndata:4\n";
+    assert_eq!(message_datas(message, true), ["\0\n 2\n1\n3\n\n4"]);
 }
 
 // ---- format-field-unknown.htm ----
 
 #[test]
 fn wpt_format_field_unknown_leading_space_line_and_unknown_fields_ignored() {
-    let body = message_py(
-        b"data:test\n data\ndata\nfoobar:xxx\njustsometext\n:thisisacommentyay\ndata:test",
-        false,
+    assert_eq!(
+        message_datas(
+            b"data:test\n data\ndata\nfoobar:xxx\njustsometext\n:thisisacommentyay\ndata:test",
+            false,
+        ),
+        ["test\n\ntest"]
     );
-    let d = decode_any_split(&body);
-    assert_eq!(datas(&d), ["test\n\ntest"]);
 }
 
 // ---- format-leading-space.htm ----
 
 #[test]
 fn wpt_format_leading_space_tab_not_stripped() {
-    let body = message_py(b"data:\ttest\rdata: \ndata:test", false);
-    let d = decode_any_split(&body);
-    assert_eq!(datas(&d), ["\ttest\n\ntest"]);
+    assert_eq!(
+        message_datas(b"data:\ttest\rdata: \ndata:test", false),
+        ["\ttest\n\ntest"]
+    );
 }
 
 // ---- format-newlines.htm ----
 
 #[test]
 fn wpt_format_newlines_mixed_cr_lf_crlf_and_bare_data() {
-    let body = message_py(b"data:test\r\ndata\ndata:test\r\n\r", true);
-    let d = decode_any_split(&body);
-    assert_eq!(datas(&d), ["test\n\ntest"]);
+    assert_eq!(
+        message_datas(b"data:test\r\ndata\ndata:test\r\n\r", true),
+        ["test\n\ntest"]
+    );
 }
 
 // ---- format-bom.htm / format-bom-2.htm ----
@@ -156,16 +169,18 @@ fn wpt_format_newlines_mixed_cr_lf_crlf_and_bare_data() {
 fn wpt_format_bom_stripped_once_at_stream_start_only() {
     // format-bom.htm: the BOM before the second event is part of its field
     // name, which makes an unknown field.
-    let body = message_py(b"\xEF\xBB\xBFdata:1\n\n\xEF\xBB\xBFdata:2\n\ndata:3", false);
-    let d = decode_any_split(&body);
-    assert_eq!(datas(&d), ["1", "3"]);
+    assert_eq!(
+        message_datas(b"\xEF\xBB\xBFdata:1\n\n\xEF\xBB\xBFdata:2\n\ndata:3", false),
+        ["1", "3"]
+    );
 }
 
 #[test]
 fn wpt_format_bom_2_second_bom_makes_an_unknown_field() {
-    let body = message_py(b"\xEF\xBB\xBF\xEF\xBB\xBFdata:1\n\ndata:2\n\ndata:3", false);
-    let d = decode_any_split(&body);
-    assert_eq!(datas(&d), ["2", "3"]);
+    assert_eq!(
+        message_datas(b"\xEF\xBB\xBF\xEF\xBB\xBFdata:1\n\ndata:2\n\ndata:3", false),
+        ["2", "3"]
+    );
 }
 
 // ---- format-comments.htm ----
@@ -174,17 +189,14 @@ fn wpt_format_bom_2_second_bom_makes_an_unknown_field() {
 fn wpt_format_comments_with_cr_nul_and_2kb_bodies() {
     let long = "x".repeat(2 * 1024);
     let message = format!("data:1\r:\0\n:\r\ndata:2\n:{long}\rdata:3\n:data:fail\r:{long}\ndata:4\n");
-    let body = message_py(message.as_bytes(), true);
-    let d = decode_any_split(&body);
-    assert_eq!(datas(&d), ["1\n2\n3\n4"]);
+    assert_eq!(message_datas(message.as_bytes(), true), ["1\n2\n3\n4"]);
 }
 
 // ---- format-data-before-final-empty-line.htm ----
 
 #[test]
 fn wpt_format_data_before_final_empty_line_is_not_dispatched() {
-    let body = message_py(b"retry:1000\ndata:test1\n\nid:test\ndata:test2", true);
-    let d = decode_any_split(&body);
+    let d = decode_message(b"retry:1000\ndata:test1\n\nid:test\ndata:test2", true);
     assert_eq!(d.msgs, [msg("test1")]);
     assert_eq!(d.discards, 1, "the unfinished event is discarded at EOF");
     assert_eq!(d.retry, Some(1000));
@@ -196,17 +208,17 @@ fn wpt_format_data_before_final_empty_line_is_not_dispatched() {
 fn wpt_format_field_data_empty_value_and_bare_names() {
     // format-field-data.htm: `data:` alone dispatches "" (the buffer is "\n"
     // before its last LF is removed), two bare `data` lines dispatch "\n".
-    let body = message_py(b"data:\n\ndata\ndata\n\ndata:test", false);
-    let d = decode_any_split(&body);
-    assert_eq!(datas(&d), ["", "\n", "test"]);
+    assert_eq!(
+        message_datas(b"data:\n\ndata\ndata\n\ndata:test", false),
+        ["", "\n", "test"]
+    );
 }
 
 // ---- format-field-event.htm / format-field-event-empty.htm ----
 
 #[test]
 fn wpt_format_field_event_sets_the_type_of_one_event_only() {
-    let body = message_py(b"event:test\ndata:x\n\ndata:x", false);
-    let d = decode_any_split(&body);
+    let d = decode_message(b"event:test\ndata:x\n\ndata:x", false);
     let types: Vec<&str> = d.msgs.iter().map(|m| m.event_type.as_str()).collect();
     assert_eq!(types, ["test", "message"]);
     assert_eq!(datas(&d), ["x", "x"]);
@@ -215,8 +227,7 @@ fn wpt_format_field_event_sets_the_type_of_one_event_only() {
 #[test]
 fn wpt_format_field_event_empty_means_message() {
     // `event: ` with the one space stripped is the empty type: "message".
-    let body = message_py(b"event: \ndata:data", false);
-    let d = decode_any_split(&body);
+    let d = decode_message(b"event: \ndata:data", false);
     assert_eq!(d.msgs, [msg("data")]);
 }
 
@@ -257,21 +268,21 @@ fn wpt_format_field_id_null_id_with_nul_is_ignored() {
 
 #[test]
 fn wpt_format_field_retry_is_decimal_with_leading_zero() {
-    let d = decode_any_split(&message_py(b"retry:03000\ndata:x", false));
+    let d = decode_message(b"retry:03000\ndata:x", false);
     assert_eq!(d.retry, Some(3000));
     assert_eq!(datas(&d), ["x"]);
 }
 
 #[test]
 fn wpt_format_field_retry_bogus_value_is_ignored() {
-    let d = decode_any_split(&message_py(b"retry:3000\nretry:1000x\ndata:x", false));
+    let d = decode_message(b"retry:3000\nretry:1000x\ndata:x", false);
     assert_eq!(d.retry, Some(3000));
     assert_eq!(datas(&d), ["x"]);
 }
 
 #[test]
 fn wpt_format_field_retry_empty_is_ignored() {
-    let d = decode_any_split(&message_py(b"retry\ndata:test", false));
+    let d = decode_message(b"retry\ndata:test", false);
     assert_eq!(d.retry, None);
     assert_eq!(datas(&d), ["test"]);
 }
@@ -280,8 +291,7 @@ fn wpt_format_field_retry_empty_is_ignored() {
 
 #[test]
 fn wpt_format_null_character_in_data_is_kept() {
-    let d = decode_any_split(&message_py(b"data:\0\n\n", false));
-    assert_eq!(datas(&d), ["\0"]);
+    assert_eq!(message_datas(b"data:\0\n\n", false), ["\0"]);
 }
 
 // ---- format-utf-8.htm ----
@@ -289,7 +299,7 @@ fn wpt_format_null_character_in_data_is_kept() {
 #[test]
 fn wpt_format_utf_8_data_is_always_utf8() {
     // Served as windows-1252, decoded as UTF-8 all the same.
-    let d = decode_any_split(&message_py(b"data:ok\xE2\x80\xA6", false));
+    let d = decode_message(b"data:ok\xE2\x80\xA6", false);
     assert_eq!(datas(&d), ["ok…"]);
     // Invalid UTF-8 decodes lossily (U+FFFD), it does not end the stream.
     let d = decode_any_split(b"data:\xFFok\xE2\x80\n\ndata:next\n\n");

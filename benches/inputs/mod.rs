@@ -3,7 +3,7 @@
 use serde_json::{json, Value};
 
 #[path = "../../tests/harness/escape.rs"]
-mod escape;
+pub mod escape;
 #[path = "../../tests/harness/rng.rs"]
 mod rng;
 
@@ -237,77 +237,78 @@ fn around(item: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
     out
 }
 
-/// (b) A client tool result of about `mib` MiB of text (a file read), one CDATA item in one event.
-pub fn large_tool_result(mib: usize) -> Input {
-    let mut rng = Rng::from_state(0x5EED_0002);
+/// About `mib` MiB of tool result text, each chunk of 1000 lines passed through `escape`.
+fn escaped_text(rng: &mut Rng, mib: usize, escape: fn(&str) -> String) -> String {
     let mut content = String::new();
     while content.len() < mib << 20 {
-        content.push_str(&client_result_escape(&tool_result_text(&mut rng, 1000)));
+        content.push_str(&escape(&tool_result_text(rng, 1000)));
     }
-    let bytes = around(|out| {
-        event(
-            out,
-            &format!("<content-block-tool_result id=\"toolu_big\" name=\"read_file\"><![CDATA[{content}]]></content-block-tool_result>"),
-        )
-    });
-    Input::new("tool_result_text", bytes, 3, &mut rng, LARGE_READ.0, LARGE_READ.1)
+    content
+}
+
+/// Values from `next` (given each one's index) until their JSON text adds up to about `mib` MiB.
+fn values_of_size(mib: usize, mut next: impl FnMut(usize) -> Value) -> Vec<Value> {
+    let mut values = Vec::new();
+    let mut size = 0;
+    while size < mib << 20 {
+        let value = next(values.len());
+        size += value.to_string().len();
+        values.push(value);
+    }
+    values
+}
+
+/// A large input named `name`: one `<tag id name>` item (`item` = [tag, id, name]) holding CDATA `content`, made
+/// with the generator seeded `seed`, in one event between `meta_init` and `[DONE]`.
+fn cdata_item(name: &'static str, seed: u64, item: [&str; 3], content: impl FnOnce(&mut Rng) -> String) -> Input {
+    let mut rng = Rng::from_state(seed);
+    let content = content(&mut rng);
+    let [tag, id, tool] = item;
+    let item = format!("<{tag} id=\"{id}\" name=\"{tool}\"><![CDATA[{content}]]></{tag}>");
+    let bytes = around(|out| event(out, &item));
+    Input::new(name, bytes, 3, &mut rng, LARGE_READ.0, LARGE_READ.1)
+}
+
+/// (b) A client tool result of about `mib` MiB of text (a file read), one CDATA item in one event.
+pub fn large_tool_result(mib: usize) -> Input {
+    let item = ["content-block-tool_result", "toolu_big", "read_file"];
+    cdata_item("tool_result_text", 0x5EED_0002, item, |rng| {
+        escaped_text(rng, mib, client_result_escape)
+    })
 }
 
 /// (b) A structured client tool result (a JSON list of records, JSON-encoded before the newline escape).
 pub fn large_tool_result_json(mib: usize) -> Input {
-    let mut rng = Rng::from_state(0x5EED_0003);
-    let mut rows = Vec::new();
-    let mut size = 0;
-    while size < mib << 20 {
-        let row = json!({"id": rows.len(), "path": format!("src/mod_{}.rs", rows.len()),
-                         "snippet": tool_result_text(&mut rng, 2), "score": 0.5});
-        size += row.to_string().len();
-        rows.push(row);
-    }
-    let content = client_result_escape(&json_ascii(&Value::Array(rows)));
-    let bytes = around(|out| {
-        event(
-            out,
-            &format!("<content-block-tool_result id=\"toolu_json\" name=\"grep\"><![CDATA[{content}]]></content-block-tool_result>"),
-        )
-    });
-    Input::new("tool_result_json", bytes, 3, &mut rng, LARGE_READ.0, LARGE_READ.1)
+    let item = ["content-block-tool_result", "toolu_json", "grep"];
+    cdata_item("tool_result_json", 0x5EED_0003, item, |rng| {
+        let rows = values_of_size(mib, |i| {
+            json!({"id": i, "path": format!("src/mod_{i}.rs"),
+                   "snippet": tool_result_text(rng, 2), "score": 0.5})
+        });
+        client_result_escape(&json_ascii(&Value::Array(rows)))
+    })
 }
 
 /// (b) A server tool result (formatter-escaped CDATA that may contain `]]>`).
 pub fn large_server_tool_result(mib: usize) -> Input {
-    let mut rng = Rng::from_state(0x5EED_0004);
-    let mut content = String::new();
-    while content.len() < mib << 20 {
-        content.push_str(&formatter_escape(&tool_result_text(&mut rng, 1000)));
-    }
-    let bytes = around(|out| {
-        event(
-            out,
-            &format!(
-                "<content-block-server_tool_result id=\"srvtoolu_1\" name=\"web_fetch\"><![CDATA[{content}]]></content-block-server_tool_result>"
-            ),
-        )
-    });
-    Input::new("server_tool_result", bytes, 3, &mut rng, LARGE_READ.0, LARGE_READ.1)
+    let item = ["content-block-server_tool_result", "srvtoolu_1", "web_fetch"];
+    cdata_item("server_tool_result", 0x5EED_0004, item, |rng| {
+        escaped_text(rng, mib, formatter_escape)
+    })
 }
 
 /// (b) A `meta_init` whose `message_history` attribute is about `mib` MiB of HTML-escaped JSON.
 pub fn large_meta_init(mib: usize) -> Input {
     let mut rng = Rng::from_state(0x5EED_0005);
-    let mut history = Vec::new();
-    let mut size = 0;
-    while size < mib << 20 {
+    let history = values_of_size(mib, |i| {
         let text: String = (0..rng.range(20, 200)).map(|_| delta(&mut rng)).collect();
-        let msg = if history.len() % 2 == 0 {
+        if i % 2 == 0 {
             json!({"role": "user", "content": text})
         } else {
             json!({"role": "assistant", "content": [{"type": "text", "text": text},
-                   {"type": "tool_use", "id": format!("toolu_{}", history.len()), "name": "search", "input": {"q": "x"}}]})
-        };
-        size += msg.to_string().len();
-        history.push(msg);
-    }
+                   {"type": "tool_use", "id": format!("toolu_{i}"), "name": "search", "input": {"q": "x"}}]})
+        }
+    });
     let mut out = Vec::new();
     meta_init_event(&mut out, Value::Array(history));
     let n = rng.range(10, 20);

@@ -29,16 +29,9 @@ fn callgrind(dir: &Path) -> Vec<String> {
 }
 
 fn control(op: &str, pid: u32) -> Result<(), String> {
-    let st = Command::new("callgrind_control")
-        .arg(op)
-        .arg(pid.to_string())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map_err(|e| format!("callgrind_control: {e} (apt-get install -y valgrind)"))?;
-    st.success()
-        .then_some(())
-        .ok_or_else(|| format!("callgrind_control {op} {pid} failed"))
+    let mut c = Command::new("callgrind_control");
+    c.arg(op).arg(pid.to_string()).stderr(Stdio::null());
+    procs::run_ok(&mut c, "valgrind", || format!("callgrind_control {op} {pid} failed"))
 }
 
 /// Instructions counted in `pid`'s newest dump (`callgrind.out.<pid>.<n>`, written by `callgrind_control -d`).
@@ -88,8 +81,16 @@ pub async fn instructions(opts: &Opts, up: &[u16], rep: &mut Report, ok: &mut bo
     let dir = procs::scratch("callgrind");
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
 
-    let (nginx, h1, h2) = procs::spawn_nginx(&callgrind(&dir), &opts.nginx, &dir.join("nginx"), up[1], None)?;
-    let (gateway, port, _) = procs::spawn_gateway(&callgrind(&dir), &opts.gateway, &dir.join("gateway"), up[2], None)?;
+    let wrapper = callgrind(&dir);
+    let (nginx_dir, gateway_dir) = (dir.join("nginx"), dir.join("gateway"));
+    let under_callgrind = |dir, upstream| procs::Place {
+        wrapper: &wrapper,
+        dir,
+        upstream,
+        cpus: None,
+    };
+    let (nginx, h1, h2) = procs::spawn_nginx(&opts.nginx, &under_callgrind(&nginx_dir, up[1]))?;
+    let (gateway, port, _) = procs::spawn_gateway(&opts.gateway, &under_callgrind(&gateway_dir, up[2]))?;
     let at = |a: u16| procs::addr(a);
     let runs = [
         (

@@ -170,34 +170,64 @@ fn command(wrapper: &[String], bin: &std::ffi::OsStr, cpus: Option<&str>) -> Com
 
 /// Pins this process (before its runtime starts, so every thread and child inherits it) to `cpus`.
 pub fn pin_self(cpus: &str) -> Result<(), String> {
-    let st = Command::new("taskset")
-        .args(["-a", "-p", "-c", cpus, &std::process::id().to_string()])
-        .stdout(Stdio::null())
-        .status()
-        .map_err(|e| format!("taskset: {e} (apt-get install -y util-linux)"))?;
-    st.success()
-        .then_some(())
-        .ok_or_else(|| format!("taskset -c {cpus} failed"))
+    let mut c = Command::new("taskset");
+    c.args(["-a", "-p", "-c", cpus, &std::process::id().to_string()]);
+    run_ok(&mut c, "util-linux", || format!("taskset -c {cpus} failed"))
 }
 
-/// nginx in front of the upstream; returns (proc, HTTP/1.1 port, h2c port). Under a `wrapper` (see `command`) it
+/// Runs `c` with its output discarded; an error that names the package `install` when it cannot start, `failed`
+/// when it exits unsuccessfully.
+pub fn run_ok(c: &mut Command, install: &str, failed: impl FnOnce() -> String) -> Result<(), String> {
+    let program = c.get_program().to_string_lossy().into_owned();
+    let st = c
+        .stdout(Stdio::null())
+        .status()
+        .map_err(|e| format!("{program}: {e} (apt-get install -y {install})"))?;
+    st.success().then_some(()).ok_or_else(failed)
+}
+
+/// Where and how a proxy runs: under `wrapper` (see `command`), in `dir`, in front of the upstream on port
+/// `upstream`, on `cpus` when given.
+pub struct Place<'a> {
+    pub wrapper: &'a [String],
+    pub dir: &'a Path,
+    pub upstream: u16,
+    pub cpus: Option<&'a str>,
+}
+
+impl Place<'_> {
+    /// Creates the directory and picks two free ports.
+    fn prepare(&self) -> Result<(u16, u16), String> {
+        fs::create_dir_all(self.dir).map_err(|e| e.to_string())?;
+        Ok((free_port()?, free_port()?))
+    }
+}
+
+/// `child` as a `Proc`, once `path` on `port` answers.
+fn started(name: &'static str, child: Child, term_first: bool, port: u16, path: &str) -> Result<Proc, String> {
+    let mut p = Proc {
+        name,
+        child,
+        _stdin: None,
+        term_first,
+    };
+    wait_ready(port, path, &mut p)?;
+    Ok(p)
+}
+
+/// nginx in front of the upstream; returns (proc, HTTP/1.1 port, h2c port). Under a `wrapper` (see `Place`) it
 /// runs as one process (`master_process off`), so the process the wrapper watches is the one that serves.
-pub fn spawn_nginx(
-    wrapper: &[String],
-    nginx: &str,
-    dir: &Path,
-    upstream: u16,
-    cpus: Option<&str>,
-) -> Result<(Proc, u16, u16), String> {
-    fs::create_dir_all(dir).map_err(|e| e.to_string())?;
-    let (h1, h2) = (free_port()?, free_port()?);
+pub fn spawn_nginx(nginx: &str, at: &Place) -> Result<(Proc, u16, u16), String> {
+    let (h1, h2) = at.prepare()?;
+    let dir = at.dir;
+    let wrapper = at.wrapper;
     let conf = dir.join("nginx.conf");
-    let mut text = nginx_config(dir, upstream, h1, h2);
+    let mut text = nginx_config(dir, at.upstream, h1, h2);
     if !wrapper.is_empty() {
         text.push_str("master_process off;\n");
     }
     fs::write(&conf, text).map_err(|e| e.to_string())?;
-    let child = command(wrapper, nginx.as_ref(), cpus)
+    let child = command(wrapper, nginx.as_ref(), at.cpus)
         .arg("-p")
         .arg(dir)
         .arg("-c")
@@ -207,36 +237,22 @@ pub fn spawn_nginx(
         .stdin(Stdio::null())
         .spawn()
         .map_err(|e| format!("{nginx}: {e} (apt-get install -y nginx)"))?;
-    let mut p = Proc {
-        name: "nginx",
-        child,
-        _stdin: None,
-        term_first: true,
-    };
-    wait_ready(h1, "/healthz", &mut p)?;
-    Ok((p, h1, h2))
+    Ok((started("nginx", child, true, h1, "/healthz")?, h1, h2))
 }
 
 /// The gateway's release binary in front of the upstream; returns (proc, public port, admin port).
-/// `wrapper`: see `command`.
-pub fn spawn_gateway(
-    wrapper: &[String],
-    bin: &Path,
-    dir: &Path,
-    upstream: u16,
-    cpus: Option<&str>,
-) -> Result<(Proc, u16, u16), String> {
-    fs::create_dir_all(dir).map_err(|e| e.to_string())?;
-    let (port, admin) = (free_port()?, free_port()?);
+pub fn spawn_gateway(bin: &Path, at: &Place) -> Result<(Proc, u16, u16), String> {
+    let (port, admin) = at.prepare()?;
+    let dir = at.dir;
     let log = fs::File::create(dir.join("gateway.log")).map_err(|e| e.to_string())?;
     // Relative to the driver's directory, not the child's.
     let bin = bin
         .canonicalize()
         .map_err(|e| format!("{}: {e} (cargo build --release)", bin.display()))?;
     let bin = bin.as_path();
-    let child = command(wrapper, bin.as_os_str(), cpus)
+    let child = command(at.wrapper, bin.as_os_str(), at.cpus)
         .arg("--upstream")
-        .arg(format!("http://127.0.0.1:{upstream}"))
+        .arg(format!("http://127.0.0.1:{}", at.upstream))
         .arg("--listen")
         .arg(format!("127.0.0.1:{port}"))
         .arg("--admin-listen")
@@ -247,14 +263,7 @@ pub fn spawn_gateway(
         .stderr(log)
         .spawn()
         .map_err(|e| format!("{}: {e} (cargo build --release)", bin.display()))?;
-    let mut p = Proc {
-        name: "gateway",
-        child,
-        _stdin: None,
-        term_first: false,
-    };
-    wait_ready(admin, "/readyz", &mut p)?;
-    Ok((p, port, admin))
+    Ok((started("gateway", child, false, admin, "/readyz")?, port, admin))
 }
 
 fn status_field(pid: u32, key: &str) -> Option<u64> {

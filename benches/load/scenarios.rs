@@ -1,5 +1,6 @@
 //! The scenarios of issue 5: latency, throughput, idle, large, scaling; each prints its markdown table.
 
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,13 +23,23 @@ struct Env {
     tck: f64,
 }
 
+/// A proxy run directly (no wrapper) in `dir`, in front of the upstream on port `upstream`, on the proxies' CPUs.
+fn place<'a>(opts: &'a Opts, dir: &'a Path, upstream: u16) -> procs::Place<'a> {
+    procs::Place {
+        wrapper: &[],
+        dir,
+        upstream,
+        cpus: opts.proxy_cpus(),
+    }
+}
+
 const NAMES: [&str; 4] = ["direct", "nginx", "gateway", "gateway-pass"];
 
 impl Env {
     fn start(opts: &Opts) -> Result<Self, String> {
         let (upstream, up) = procs::spawn_upstream()?;
-        let nginx = procs::spawn_nginx(&[], &opts.nginx, &procs::scratch("nginx"), up[1], opts.proxy_cpus())?;
-        let gateway = procs::spawn_gateway(&[], &opts.gateway, &procs::scratch("gateway"), up[2], opts.proxy_cpus())?;
+        let nginx = procs::spawn_nginx(&opts.nginx, &place(opts, &procs::scratch("nginx"), up[1]))?;
+        let gateway = procs::spawn_gateway(&opts.gateway, &place(opts, &procs::scratch("gateway"), up[2]))?;
         Ok(Self {
             upstream_pid: upstream.pid(),
             _upstream: upstream,
@@ -42,14 +53,14 @@ impl Env {
     /// A fresh gateway (memory scenarios measure growth from a clean start).
     fn restart_gateway(&mut self, opts: &Opts, tag: &str) -> Result<(), String> {
         let dir = procs::scratch(&format!("gateway-{tag}"));
-        self.gateway = procs::spawn_gateway(&[], &opts.gateway, &dir, self.up[2], opts.proxy_cpus())?;
+        self.gateway = procs::spawn_gateway(&opts.gateway, &place(opts, &dir, self.up[2]))?;
         Ok(())
     }
 
     /// A fresh nginx (its idle row measures growth from a clean worker).
     fn restart_nginx(&mut self, opts: &Opts) -> Result<(), String> {
         let dir = procs::scratch("nginx-idle");
-        self.nginx = procs::spawn_nginx(&[], &opts.nginx, &dir, self.up[1], opts.proxy_cpus())?;
+        self.nginx = procs::spawn_nginx(&opts.nginx, &place(opts, &dir, self.up[1]))?;
         Ok(())
     }
 
@@ -224,6 +235,9 @@ fn order(round: usize, n: usize) -> Vec<usize> {
     v
 }
 
+/// The scenarios `all` runs, in order.
+const IN_ALL: [&str; 5] = ["latency", "throughput", "large", "scaling", "idle"];
+
 pub async fn run(opts: &Opts, nofile: u64) -> Result<bool, String> {
     let mut rep = Report::default();
     let mut env = Env::start(opts)?;
@@ -250,41 +264,22 @@ pub async fn run(opts: &Opts, nofile: u64) -> Result<bool, String> {
             ),
         }
     ));
-    let all = opts.scenario == "all";
-    let mut ran = false;
-    if all || opts.scenario == "latency" {
-        rep.line(format!("<!-- latency: load average at start {} -->", loadavg()));
-        latency(opts, &mut env, &mut rep, &mut ok).await?;
-        ran = true;
+    // `instructions` is not part of `all`: it needs valgrind, and its phases run the proxies 50× slower.
+    let one = opts.scenario.as_str();
+    if !(one == "all" || one == "instructions" || IN_ALL.contains(&one)) {
+        return Err(format!("unknown scenario {one:?}"));
     }
-    if all || opts.scenario == "throughput" {
-        rep.line(format!("<!-- throughput: load average at start {} -->", loadavg()));
-        throughput(opts, &mut env, &mut rep, &mut ok).await?;
-        ran = true;
-    }
-    if all || opts.scenario == "large" {
-        rep.line(format!("<!-- large: load average at start {} -->", loadavg()));
-        large(opts, &mut env, &mut rep, &mut ok).await?;
-        ran = true;
-    }
-    if all || opts.scenario == "scaling" {
-        rep.line(format!("<!-- scaling: load average at start {} -->", loadavg()));
-        scaling(opts, &mut env, &mut rep, &mut ok).await?;
-        ran = true;
-    }
-    if all || opts.scenario == "idle" {
-        rep.line(format!("<!-- idle: load average at start {} -->", loadavg()));
-        idle(opts, &mut env, &mut rep, &mut ok).await?;
-        ran = true;
-    }
-    // Not part of `all`: it needs valgrind, and its phases run the proxies 50× slower.
-    if opts.scenario == "instructions" {
-        rep.line(format!("<!-- instructions: load average at start {} -->", loadavg()));
-        crate::instructions::instructions(opts, &env.up, &mut rep, &mut ok).await?;
-        ran = true;
-    }
-    if !ran {
-        return Err(format!("unknown scenario {:?}", opts.scenario));
+    let names = if one == "all" { IN_ALL.to_vec() } else { vec![one] };
+    for name in names {
+        rep.line(format!("<!-- {name}: load average at start {} -->", loadavg()));
+        match name {
+            "latency" => latency(opts, &mut env, &mut rep, &mut ok).await?,
+            "throughput" => throughput(opts, &mut env, &mut rep, &mut ok).await?,
+            "large" => large(opts, &mut env, &mut rep, &mut ok).await?,
+            "scaling" => scaling(opts, &mut env, &mut rep, &mut ok).await?,
+            "idle" => idle(opts, &mut env, &mut rep, &mut ok).await?,
+            _ => crate::instructions::instructions(opts, &env.up, &mut rep, &mut ok).await?,
+        }
     }
     if let Some(path) = &opts.out {
         use std::io::Write;

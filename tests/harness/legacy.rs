@@ -14,6 +14,15 @@ pub struct Block {
     pub extras: Vec<(String, Value)>,
 }
 
+/// An envelope's extras: every key but type, agent, final, delta, in order.
+pub fn extras(envelope: &serde_json::Map<String, Value>) -> Vec<(String, Value)> {
+    envelope
+        .iter()
+        .filter(|(k, _)| !matches!(k.as_str(), "type" | "agent" | "final" | "delta"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
 /// Kinds whose delta is JSON text (compared as values).
 const JSON_KINDS: [&str; 6] = [
     "meta_init",
@@ -44,11 +53,7 @@ pub fn blocks(envs: &[Value]) -> Vec<Block> {
         let agent = obj["agent"].as_str().expect("agent").to_owned();
         let delta = obj["delta"].as_str().expect("delta is a string");
         let fin = obj["final"].as_bool().expect("final");
-        let extras: Vec<(String, Value)> = obj
-            .iter()
-            .filter(|(k, _)| !matches!(k.as_str(), "type" | "agent" | "final" | "delta"))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        let extras = extras(obj);
         if kind == "citation" || kind == "tool_result_image" {
             out.push(Block {
                 kind,
@@ -125,6 +130,48 @@ pub struct Scenario {
     pub expected: Vec<Block>,
 }
 
+/// Pushes a `<content-block-{kind} id name{rest}` item (`rest` from its attributes after `name` to its end tag)
+/// and the block expected of it (`content`, with `id` and `name` as extras).
+fn push_tool(
+    to: (&mut Vec<String>, &mut Vec<Block>),
+    kind: &str,
+    agent: &str,
+    tool: (&str, &str),
+    rest: &str,
+    content: &str,
+) {
+    let (id, name) = tool;
+    to.0.push(format!(
+        "<content-block-{kind} id=\"{id}\" name=\"{name}\"{rest}</content-block-{kind}>"
+    ));
+    to.1.push(block(
+        kind,
+        agent,
+        content,
+        vec![("id", json!(id)), ("name", json!(name))],
+    ));
+}
+
+/// Pushes `agent`'s `meta_init` item (see `meta_init_item`) and the block expected of it.
+fn push_meta_init(to: (&mut Vec<String>, &mut Vec<Block>), format: &str, agent: &str, parent: Option<&str>) {
+    let (item, json) = meta_init_item(format, agent, parent);
+    to.0.push(item);
+    to.1.push(block("meta_init", agent, &json, vec![]));
+}
+
+/// The scenario `name`: `items` and `want`, ended by `agent`'s `meta_final` carrying `fin`, then `[DONE]`.
+fn finish(name: &str, (mut items, mut want): (Vec<String>, Vec<Block>), agent: &str, fin: Value) -> Scenario {
+    items.push(format!("<meta_final data=\"{}\"></meta_final>", attr(&fin.to_string())));
+    want.push(block("meta_final", agent, &fin.to_string(), vec![]));
+    items.push("[DONE]".into());
+    want.push(block("[DONE]", "", "", vec![]));
+    Scenario {
+        name: name.into(),
+        stream: frame(&items),
+        expected: want,
+    }
+}
+
 fn frame(items: &[String]) -> Vec<u8> {
     items
         .iter()
@@ -164,11 +211,8 @@ pub const NASTY: [&str; 12] = [
 pub fn xml_scenario(name: &str, pieces: &[&str]) -> Scenario {
     let a = "agent-main";
     let s = "agent-sub";
-    let mut items = Vec::new();
-    let mut want = Vec::new();
-    let (mi, mj) = meta_init_item("xml", a, None);
-    items.push(mi);
-    want.push(block("meta_init", a, &mj, vec![]));
+    let (mut items, mut want) = (Vec::new(), Vec::new());
+    push_meta_init((&mut items, &mut want), "xml", a, None);
 
     items.push("<content-block-thinking>".into());
     items.extend(pieces.iter().map(|p| fmt_escape(p)));
@@ -201,57 +245,37 @@ pub fn xml_scenario(name: &str, pieces: &[&str]) -> Scenario {
     ));
 
     let args = json!({"task": "sub <task> & \"quotes\"", "n": 3});
-    items.push(format!(
-        "<content-block-tool_call id=\"toolu_1\" name=\"spawn_subagent\" arguments=\"{}\"></content-block-tool_call>",
-        attr(&args.to_string())
-    ));
-    want.push(block(
+    let spawn = ("toolu_1", "spawn_subagent");
+    let arguments = format!(" arguments=\"{}\">", attr(&args.to_string()));
+    push_tool(
+        (&mut items, &mut want),
         "tool_call",
         a,
+        spawn,
+        &arguments,
         &args.to_string(),
-        vec![("id", json!("toolu_1")), ("name", json!("spawn_subagent"))],
-    ));
+    );
 
-    let (mi, mj) = meta_init_item("xml", s, Some(a));
-    items.push(mi);
-    want.push(block("meta_init", s, &mj, vec![]));
+    push_meta_init((&mut items, &mut want), "xml", s, Some(a));
     items.push(format!(
         "<content-block-text>{}</content-block-text>",
         fmt_escape(pieces[0])
     ));
     want.push(block("text", s, pieces[0], vec![]));
-    items.push(
-        "<content-block-tool_call id=\"toolu_2\" name=\"noargs\" arguments=\"&quot;&quot;\"></content-block-tool_call>"
-            .into(),
-    );
-    want.push(block(
-        "tool_call",
-        s,
-        "{}",
-        vec![("id", json!("toolu_2")), ("name", json!("noargs"))],
-    ));
+    let noargs = ("toolu_2", "noargs");
     let sub_result = "sub result\nsecond line ]]> still";
-    items.push(format!(
-        "<content-block-tool_result id=\"toolu_2\" name=\"noargs\"><![CDATA[{}]]></content-block-tool_result>",
+    let cdata = format!(
+        "><![CDATA[{}]]>",
         sub_result.replace('\n', "\\n").replace("]]>", "]]]]><![CDATA[>")
-    ));
-    want.push(block(
-        "tool_result",
-        s,
-        sub_result,
-        vec![("id", json!("toolu_2")), ("name", json!("noargs"))],
-    ));
-    // The parent's result for the spawn call closes the child scope.
-    items.push(
-        "<content-block-tool_result id=\"toolu_1\" name=\"spawn_subagent\"><![CDATA[done]]></content-block-tool_result>"
-            .into(),
     );
-    want.push(block(
-        "tool_result",
-        a,
-        "done",
-        vec![("id", json!("toolu_1")), ("name", json!("spawn_subagent"))],
-    ));
+    // The parent's result for the spawn call (the last one) closes the child scope.
+    for (kind, agent, tool, rest, content) in [
+        ("tool_call", s, noargs, " arguments=\"&quot;&quot;\">", "{}"),
+        ("tool_result", s, noargs, cdata.as_str(), sub_result),
+        ("tool_result", a, spawn, "><![CDATA[done]]>", "done"),
+    ] {
+        push_tool((&mut items, &mut want), kind, agent, tool, rest, content);
+    }
 
     let err = "tool failed: \\ and \n newline";
     items.push(format!(
@@ -262,25 +286,14 @@ pub fn xml_scenario(name: &str, pieces: &[&str]) -> Scenario {
 
     let fin = json!({"stop_reason": "end_turn", "total_steps": 2, "cost": 0.5, "generated_files": [],
                      "conversation_history": [{"role": "user", "content": "<hi> & \"bye\""}]});
-    items.push(format!("<meta_final data=\"{}\"></meta_final>", attr(&fin.to_string())));
-    want.push(block("meta_final", a, &fin.to_string(), vec![]));
-    items.push("[DONE]".into());
-    want.push(block("[DONE]", "", "", vec![]));
-    Scenario {
-        name: name.into(),
-        stream: frame(&items),
-        expected: want,
-    }
+    finish(name, (items, want), a, fin)
 }
 
 /// A raw-dialect scenario (DESIGN 3.4): model events as JSON mixed with XML agent items.
 pub fn raw_scenario(name: &str, pieces: &[&str]) -> Scenario {
     let a = "agent-raw";
-    let mut items = Vec::new();
-    let mut want = Vec::new();
-    let (mi, mj) = meta_init_item("raw", a, None);
-    items.push(mi);
-    want.push(block("meta_init", a, &mj, vec![]));
+    let (mut items, mut want) = (Vec::new(), Vec::new());
+    push_meta_init((&mut items, &mut want), "raw", a, None);
     let ev = |v: Value| v.to_string();
     items.push(ev(
         json!({"type": "message_start", "message": {"id": "msg_1", "role": "assistant", "content": []}}),
@@ -332,25 +345,17 @@ pub fn raw_scenario(name: &str, pieces: &[&str]) -> Scenario {
         json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}}),
     ));
     items.push(ev(json!({"type": "message_stop"})));
-    items.push(
-        "<content-block-tool_result id=\"toolu_r1\" name=\"calc\"><![CDATA[two]]></content-block-tool_result>".into(),
-    );
-    want.push(block(
+    let calc = ("toolu_r1", "calc");
+    push_tool(
+        (&mut items, &mut want),
         "tool_result",
         a,
+        calc,
+        "><![CDATA[two]]>",
         "two",
-        vec![("id", json!("toolu_r1")), ("name", json!("calc"))],
-    ));
+    );
     let fin = json!({"stop_reason": "end_turn", "total_steps": 1});
-    items.push(format!("<meta_final data=\"{}\"></meta_final>", attr(&fin.to_string())));
-    want.push(block("meta_final", a, &fin.to_string(), vec![]));
-    items.push("[DONE]".into());
-    want.push(block("[DONE]", "", "", vec![]));
-    Scenario {
-        name: name.into(),
-        stream: frame(&items),
-        expected: want,
-    }
+    finish(name, (items, want), a, fin)
 }
 
 /// The corpus: both dialects, with plain and adversarial text, and a few random mixes of the nasty pieces.
