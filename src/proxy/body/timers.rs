@@ -35,6 +35,22 @@ impl Lazy {
         }
     }
 
+    /// Watches what the layer inside returned: data moves the deadline; while it has nothing, the timer is polled.
+    /// Returns the time when the deadline has passed.
+    fn watch(&mut self, polled: &Polled, cx: &mut Context<'_>) -> Option<Instant> {
+        match polled {
+            Poll::Ready(Some(Ok(f))) if f.is_data() => {
+                self.last = Instant::now();
+                None
+            }
+            Poll::Pending => match self.poll_due(cx) {
+                Poll::Ready(now) => Some(now),
+                Poll::Pending => None,
+            },
+            _ => None,
+        }
+    }
+
     /// Ready once `interval` has passed since the last touch; registers for the deadline otherwise.
     fn poll_due(&mut self, cx: &mut Context<'_>) -> Poll<Instant> {
         loop {
@@ -77,10 +93,8 @@ impl<B: Gather> Body for Idle<B> {
         let Some(timer) = this.timer.as_mut() else {
             return polled;
         };
-        match &polled {
-            Poll::Ready(Some(Ok(f))) if f.is_data() => timer.last = Instant::now(),
-            Poll::Pending if timer.poll_due(cx).is_ready() => return Poll::Ready(Some(Err(StreamError::IdleTimeout))),
-            _ => {}
+        if timer.watch(&polled, cx).is_some() {
+            return Poll::Ready(Some(Err(StreamError::IdleTimeout)));
         }
         polled
     }
@@ -130,17 +144,11 @@ impl<L: Layer> Body for Keepalive<L> {
         let Some(timer) = this.timer.as_mut() else {
             return polled;
         };
-        match &polled {
-            Poll::Ready(Some(Ok(f))) if f.is_data() => timer.last = Instant::now(),
-            Poll::Pending => {
-                if let Poll::Ready(now) = timer.poll_due(cx) {
-                    timer.last = now;
-                    timer.sleep.as_mut().reset(now + timer.interval);
-                    this.metrics.keepalives.inc();
-                    return Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(KEEPALIVE)))));
-                }
-            }
-            _ => {}
+        if let Some(now) = timer.watch(&polled, cx) {
+            timer.last = now;
+            timer.sleep.as_mut().reset(now + timer.interval);
+            this.metrics.keepalives.inc();
+            return Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(KEEPALIVE)))));
         }
         polled
     }
