@@ -52,6 +52,7 @@ pub struct Settings {
     pub upstream: Upstream,
     #[serde(deserialize_with = "translate_by_key")]
     pub translate: Translate,
+    pub resume: Resume,
     pub log: Log,
 }
 
@@ -294,6 +295,143 @@ impl<'de> DeserializeSeed<'de> for CheckedValue<'_> {
     }
 }
 
+/// Resumable translated streams (docs/RESUME.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Resume {
+    /// Give translated events ids and answer `Last-Event-ID` reconnects (default true).
+    pub enabled: bool,
+    /// The `retry:` (milliseconds) sent with a stream's first event (default 1000).
+    pub retry_ms: u64,
+    /// Seconds the upstream is kept, and its events held, once no client reads the stream; 0 drops it at once
+    /// (default 30).
+    pub grace_secs: f64,
+    /// Seconds an ended stream stays readable (default 300).
+    pub retention_secs: f64,
+    /// Bytes of events held per stream (default 1 MiB).
+    pub buffer_bytes: usize,
+    /// Bytes of events held over all streams; past it the oldest ended streams go first (default 256 MiB).
+    pub max_total_bytes: usize,
+    /// Request headers a reader must repeat to read a stream, compared as keyed hashes (default
+    /// `authorization`, `cookie`).
+    pub bind_headers: Vec<String>,
+    /// Key of those hashes, at least 32 characters; empty: random per process (default). Must be set, the same
+    /// on every instance, with the Redis store.
+    pub binding_key: String,
+    /// Where a stream's URL lives: `GET` watches it, `DELETE` cancels it (default "/_gateway/streams").
+    pub path_prefix: String,
+    /// "memory" (one instance) or "redis" (shared by instances; default "memory").
+    pub store: StoreKind,
+    /// `redis://host:port[/db]` of the Redis or Valkey server for `store = "redis"`.
+    pub redis_url: String,
+    /// Prefix of every Redis key (default "sse-gateway:").
+    pub redis_key_prefix: String,
+    /// Events kept per stream in Redis (`XADD MAXLEN ~`; default 100000).
+    pub redis_max_events: usize,
+}
+
+impl Default for Resume {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            retry_ms: 1000,
+            grace_secs: 30.0,
+            retention_secs: 300.0,
+            buffer_bytes: 1 << 20,
+            max_total_bytes: 256 << 20,
+            bind_headers: vec!["authorization".into(), "cookie".into()],
+            binding_key: String::new(),
+            path_prefix: "/_gateway/streams".into(),
+            store: StoreKind::Memory,
+            redis_url: String::new(),
+            redis_key_prefix: "sse-gateway:".into(),
+            redis_max_events: 100_000,
+        }
+    }
+}
+
+/// Where held streams live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StoreKind {
+    Memory,
+    Redis,
+}
+
+/// Floor of `resume.buffer_bytes`: a translated frame can be this large.
+pub const MIN_RESUME_BUFFER: usize = 64 << 10;
+/// Ceiling of `resume.buffer_bytes` and `resume.max_total_bytes`.
+pub const MAX_RESUME_BYTES: usize = 64 << 30;
+/// Shortest `resume.binding_key`.
+pub const MIN_BINDING_KEY: usize = 32;
+
+impl Resume {
+    fn validate(&self) -> Result<(), ConfigError> {
+        secs("resume.grace_secs", self.grace_secs, true)?;
+        secs("resume.retention_secs", self.retention_secs, true)?;
+        if !(1..=3_600_000).contains(&self.retry_ms) {
+            return Err(invalid(
+                "resume.retry_ms",
+                format!("{} is not between 1 and 3600000", self.retry_ms),
+            ));
+        }
+        if !(MIN_RESUME_BUFFER..=MAX_RESUME_BYTES).contains(&self.buffer_bytes) {
+            return Err(invalid(
+                "resume.buffer_bytes",
+                format!(
+                    "{} is not between {MIN_RESUME_BUFFER} and {MAX_RESUME_BYTES}",
+                    self.buffer_bytes
+                ),
+            ));
+        }
+        if !(self.buffer_bytes..=MAX_RESUME_BYTES).contains(&self.max_total_bytes) {
+            return Err(invalid(
+                "resume.max_total_bytes",
+                format!(
+                    "{} is not between resume.buffer_bytes and {MAX_RESUME_BYTES}",
+                    self.max_total_bytes
+                ),
+            ));
+        }
+        if let Some(h) = self
+            .bind_headers
+            .iter()
+            .find(|h| http::HeaderName::from_bytes(h.as_bytes()).is_err())
+        {
+            return Err(invalid("resume.bind_headers", format!("{h:?} is not a header name")));
+        }
+        if !self.binding_key.is_empty() && self.binding_key.len() < MIN_BINDING_KEY {
+            return Err(invalid(
+                "resume.binding_key",
+                format!("is shorter than {MIN_BINDING_KEY} characters"),
+            ));
+        }
+        let p = &self.path_prefix;
+        let safe = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'/' | b'_' | b'-' | b'.');
+        if !p.starts_with('/') || p.len() < 2 || p.ends_with('/') || p.contains("//") || !p.bytes().all(safe) {
+            return Err(invalid(
+                "resume.path_prefix",
+                format!("{p:?} is not a path like \"/_gateway/streams\" (letters, digits, / _ - .; no trailing /)"),
+            ));
+        }
+        if self.store == StoreKind::Redis {
+            if self.redis_url.is_empty() {
+                return Err(invalid("resume.redis_url", "must be set with resume.store = \"redis\""));
+            }
+            if self.binding_key.is_empty() {
+                return Err(invalid(
+                    "resume.binding_key",
+                    "must be set (the same on every instance) with resume.store = \"redis\"",
+                ));
+            }
+            if self.redis_max_events == 0 {
+                return Err(invalid("resume.redis_max_events", "must be greater than 0"));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Log output.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -461,6 +599,8 @@ impl Settings {
                 .prefix_separator("__")
                 .separator("__")
                 .try_parsing(true)
+                .list_separator(",")
+                .with_list_parse_key("resume.bind_headers")
                 .source(Some(env_map)),
         );
         let set = |b: config::ConfigBuilder<_>, key: &str, v: &Option<String>| match v {
@@ -590,6 +730,7 @@ impl Settings {
                 format!("{:?} is not a header name", t.agent_header),
             ));
         }
+        self.resume.validate()?;
         if tracing_subscriber::EnvFilter::try_new(&self.log.level).is_err() {
             return Err(invalid(
                 "log.level",

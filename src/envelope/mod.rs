@@ -55,6 +55,14 @@ pub struct BlockHeader {
     extras: String,
 }
 
+/// Writes an `error` envelope event made by the gateway itself (draining, a run stopped, a stream lost): the
+/// shape of the translator's `upstream_error` envelopes, `final: true`, its delta compact JSON with `type` first.
+/// Returns the size of its JSON object.
+pub fn write_gateway_error(out: &mut Vec<u8>, agent: &str, kind: &str, message: &str) -> usize {
+    let delta = serde_json::json!({"type": kind, "message": message});
+    BlockHeader::new(EnvelopeKind::Error, agent, Extras::new()).write_event(out, true, &delta.to_string())
+}
+
 /// Bytes of an envelope around its delta's escaped content:
 /// `false,"delta":"` + `"` + extras + `}` after the prefix. `false` is used
 /// for both values of `final` so the bound holds before we know which.

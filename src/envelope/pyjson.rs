@@ -188,11 +188,11 @@ fn float_repr(value: f64) -> String {
         out.push_str(&format!("e{}{:02}", if e < 0 { '-' } else { '+' }, e.abs()));
     } else if decpt <= 0 {
         out.push_str("0.");
-        out.extend(std::iter::repeat('0').take((-decpt) as usize));
+        out.extend(std::iter::repeat_n('0', (-decpt) as usize));
         out.push_str(&digits);
     } else if decpt >= n {
         out.push_str(&digits);
-        out.extend(std::iter::repeat('0').take((decpt - n) as usize));
+        out.extend(std::iter::repeat_n('0', (decpt - n) as usize));
         out.push_str(".0");
     } else {
         out.push_str(&digits[..decpt as usize]);

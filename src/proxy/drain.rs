@@ -12,7 +12,7 @@ use bytes::Bytes;
 use thiserror::Error;
 use tokio::sync::watch;
 
-use crate::envelope::{BlockHeader, EnvelopeKind, Extras};
+use crate::envelope::write_gateway_error;
 
 /// The `message` of the `gateway_draining` delta: payload-free, the same for every stream.
 pub const DRAINING_MESSAGE: &str = "the gateway is shutting down and closed this stream; reconnect to continue";
@@ -48,9 +48,7 @@ pub fn deadline(mut cut: watch::Receiver<bool>) -> Deadline {
 /// `upstream_error` envelopes (an `error` envelope, `final: true`, its delta compact JSON with `type` first).
 /// Returns the size of its JSON object.
 pub fn write_draining_envelope(out: &mut Vec<u8>, agent: &str, message: &str) -> usize {
-    let delta = serde_json::json!({"type": "gateway_draining", "message": message});
-    let header = BlockHeader::new(EnvelopeKind::Error, agent, Extras::new());
-    header.write_event(out, true, &delta.to_string())
+    write_gateway_error(out, agent, "gateway_draining", message)
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ pub mod headers;
 pub mod metrics;
 pub mod negotiate;
 pub mod observe;
+pub mod reconnect;
 pub mod request_body;
 pub mod server;
 
@@ -25,6 +26,7 @@ use hyper::body::Incoming;
 use tracing::Instrument;
 
 use crate::config::{duration, Settings, StreamFormat};
+use crate::resume::{self, Resumer};
 use crate::translate::{self, Translator};
 use body::{ResponseBody, StreamInfo, StreamSettings};
 use forward::{ForwardError, Upstream, UpstreamBody, UpstreamErrorKind};
@@ -62,10 +64,12 @@ pub struct Shared {
     pub trust_forwarded: bool,
     /// `server.body_read_timeout_secs`.
     pub body_read_timeout: Duration,
+    /// Resumable translated streams (`resume.enabled`).
+    pub resumer: Option<Arc<Resumer>>,
 }
 
 impl Shared {
-    pub fn new(settings: &Settings, metrics: Arc<Metrics>) -> Result<Self, String> {
+    pub fn new(settings: &Settings, metrics: Arc<Metrics>, resumer: Option<Arc<Resumer>>) -> Result<Self, String> {
         let t = &settings.translate;
         Ok(Self {
             upstream: Upstream::new(settings)?,
@@ -80,6 +84,7 @@ impl Shared {
             agent_body_max: t.agent_body_max_bytes,
             trust_forwarded: settings.server.trust_forwarded_headers,
             body_read_timeout: duration(settings.server.body_read_timeout_secs),
+            resumer,
         })
     }
 }
@@ -124,6 +129,13 @@ async fn proxy(
     if !host_count_ok(&req) {
         return client_failed(metrics, ClientErrorKind::BadHost);
     }
+    if let Some(r) = &shared.resumer {
+        match r.route(req.method(), req.uri().path(), req.headers()) {
+            resume::Route::Forward => {}
+            // Never forwarded: the upstream would start the run again.
+            route => return reconnect::answer(r, route, req.headers(), shared, request_start),
+        }
+    }
     let wants = match negotiate::requested(req.headers(), req.uri(), shared.default_format) {
         Ok(f) => f,
         Err(e) => return gateway_error(metrics, StatusCode::BAD_REQUEST, "bad_stream_format", &e.to_string()),
@@ -167,6 +179,12 @@ async fn proxy(
     }
     let agent = choice.agent.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
 
+    // The bound headers as the client sent them, before any is rewritten.
+    let binding = shared
+        .resumer
+        .as_ref()
+        .filter(|_| may_translate)
+        .map(|r| r.binding(&parts.headers));
     let h = &mut parts.headers;
     headers::strip_hop_by_hop(h);
     keep_chunked_body(&method, h, &body);
@@ -233,6 +251,14 @@ async fn proxy(
         h.insert(X_ACCEL_BUFFERING, HeaderValue::from_static("no"));
         h.insert(X_STREAM_FORMAT, HeaderValue::from_static("json"));
     }
+    let held = match (&shared.resumer, binding) {
+        (Some(r), Some(b)) if mode == Mode::Translate && event_stream => r.hub.create(b, &agent).inspect(|s| {
+            if let Ok(v) = HeaderValue::from_str(&r.url(&s.token)) {
+                parts.headers.insert(resume::STREAM_HEADER, v);
+            }
+        }),
+        _ => None,
+    };
     metrics.request(mode, parts.status);
     tracing::debug!(status = %parts.status, mode = mode.as_str(), "upstream responded");
     let info = StreamInfo {
@@ -246,6 +272,7 @@ async fn proxy(
         keepalive: shared.keepalive,
         idle_timeout: shared.idle_timeout,
         flushes,
+        held,
     };
     let body = ResponseBody::upstream(body, translator, info, Arc::clone(metrics), settings);
     Response::from_parts(parts, body)

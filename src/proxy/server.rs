@@ -22,6 +22,8 @@ use super::metrics::Metrics;
 use super::{handle, Shared};
 use crate::admin::{self, Health};
 use crate::config::{duration, Settings};
+use crate::resume::metrics::ResumeMetrics;
+use crate::resume::Resumer;
 use crate::telemetry::counters;
 
 /// Pause after a failed accept (EMFILE and the like) so the loop does not spin: the connection that could not
@@ -110,6 +112,8 @@ pub enum ServeError {
     },
     #[error("upstream: {0}")]
     Upstream(String),
+    #[error("resume: {0}")]
+    Resume(String),
     #[error("metrics: {0}")]
     Metrics(#[from] prometheus::Error),
 }
@@ -132,7 +136,15 @@ impl Gateway {
         let metrics = Arc::new(Metrics::register(&registry)?);
         let health = Arc::new(Health::register(&registry)?);
         let accept_errors = AcceptErrors::register(&registry)?;
-        let shared = Arc::new(Shared::new(&settings, metrics).map_err(ServeError::Upstream)?);
+        let resumer = if settings.resume.enabled {
+            let m = Arc::new(ResumeMetrics::register(&registry)?);
+            let r = Arc::new(Resumer::new(&settings.resume, m).map_err(ServeError::Resume)?);
+            r.spawn_sweeper();
+            Some(r)
+        } else {
+            None
+        };
+        let shared = Arc::new(Shared::new(&settings, metrics, resumer).map_err(ServeError::Upstream)?);
         let addr = settings.listen_addr();
         let listener = TcpListener::bind(addr)
             .await

@@ -7,14 +7,17 @@
 //! The stacks, outermost first (each adapter polls the one inside it; all static dispatch):
 //!
 //! ```text
-//! translated:    Record ─ Keepalive ─ Translate ─┐
-//! pass-through:  Abort ─ Record ─ Original ──────┴─ Idle ─ Coalesce ─ UpstreamIncoming
+//! translated:    Record ─ Keepalive ─ Hold ─ Translate ─┐
+//! pass-through:  Abort ─ Record ─ Original ─────────────┴─ Idle ─ Coalesce ─ UpstreamIncoming
+//! resumed:       Keepalive ─ Follow ─ (the hub)
 //! ```
 //!
 //! - `coalesce`: the upstream chunks already there, gathered per client frame (`Gather`).
 //! - `timers`: `Idle` ends a silent upstream; `Keepalive` writes comments while a translated stream waits.
 //! - `translate`: the translator over each batch (translate mode); `original`: the upstream's own bytes
 //!   (pass-through, and shadow with its translator watching).
+//! - `hold`: ids on the translated events, held for resumption; a pump reads on through a disconnect.
+//! - `follow`: a reconnection or a watcher reading a held stream.
 //! - `record`: the stream's metrics, its outcome (once, drop included) and its end-of-stream log line.
 //! - `abort`: a pass-through failure held back until the client connection has flushed.
 //!
@@ -24,6 +27,8 @@
 mod abort;
 mod coalesce;
 mod errors;
+mod follow;
+mod hold;
 mod original;
 mod record;
 #[cfg(test)]
@@ -48,11 +53,14 @@ use super::metrics::Metrics;
 use super::negotiate::Mode;
 use super::observe::StreamObserver;
 use super::request_body::ClientFault;
+use crate::resume::hub::Stream;
 use crate::translate::{StreamEnd, Translator};
 
 pub use abort::Abort;
 pub use coalesce::{Coalesce, Gather};
 pub use errors::StreamError;
+pub use follow::Follow;
+pub use hold::Hold;
 pub use original::Original;
 pub use record::{Outcome, Record};
 pub use timers::{Idle, Keepalive};
@@ -65,7 +73,10 @@ pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
 pub type Input = Idle<Coalesce<UpstreamIncoming>>;
 
 /// A translated stream (translate mode).
-pub type Translated = Record<Keepalive<Translate<Input>>>;
+pub type Translated = Record<Keepalive<Hold<Translate<Input>>>>;
+
+/// A held stream read by a reconnection or a watcher.
+pub type Followed = Keepalive<Follow>;
 
 /// A stream of the upstream's own bytes (pass-through and shadow modes).
 pub type Passed = Abort<Record<Original<Input>>>;
@@ -75,6 +86,7 @@ pub enum ResponseBody {
     Full(Full<Bytes>),
     Translated(Box<Translated>),
     Passed(Box<Passed>),
+    Followed(Box<Followed>),
 }
 
 /// What the adapter knows about the stream it carries.
@@ -99,6 +111,8 @@ pub struct StreamSettings {
     pub idle_timeout: Option<Duration>,
     /// The client connection's flushes, which a pass-through abort waits for.
     pub flushes: Option<Arc<Flushes>>,
+    /// The hub entry a resumable translated stream is held in.
+    pub held: Option<Arc<Stream>>,
 }
 
 impl ResponseBody {
@@ -120,7 +134,7 @@ impl ResponseBody {
         match (info.mode, translator) {
             (Mode::Translate, Some(t)) => {
                 let keepalive = Keepalive::new(
-                    Translate::new(upstream, t, Arc::clone(&metrics)),
+                    Hold::new(Translate::new(upstream, t, Arc::clone(&metrics)), settings.held),
                     settings.keepalive,
                     Arc::clone(&metrics),
                 );
@@ -135,6 +149,11 @@ impl ResponseBody {
         }
     }
 
+    /// A held stream's subscriber, with keepalives.
+    pub fn follow(follow: Follow, keepalive: Option<Duration>, metrics: Arc<Metrics>) -> Self {
+        ResponseBody::Followed(Box::new(Keepalive::new(follow, keepalive, metrics)))
+    }
+
     /// A body read from the upstream (which the drain deadline cuts), rather than one made by the gateway.
     pub fn is_upstream(&self) -> bool {
         !matches!(self, ResponseBody::Full(_))
@@ -146,6 +165,7 @@ impl ResponseBody {
             ResponseBody::Full(_) => DrainCut::Nothing,
             ResponseBody::Translated(b) => b.cut_for_drain(),
             ResponseBody::Passed(b) => b.cut_for_drain(),
+            ResponseBody::Followed(b) => b.cut_for_drain(),
         }
     }
 }
@@ -165,6 +185,9 @@ impl Body for ResponseBody {
             ResponseBody::Passed(b) => Pin::new(&mut **b)
                 .poll_frame(cx)
                 .map(|o| o.map(|r| r.map_err(StreamError::into_body_error))),
+            ResponseBody::Followed(b) => Pin::new(&mut **b)
+                .poll_frame(cx)
+                .map(|o| o.map(|r| r.map_err(StreamError::into_body_error))),
         }
     }
 
@@ -173,6 +196,7 @@ impl Body for ResponseBody {
             ResponseBody::Full(b) => b.is_end_stream(),
             ResponseBody::Translated(b) => b.is_end_stream(),
             ResponseBody::Passed(b) => b.is_end_stream(),
+            ResponseBody::Followed(b) => b.is_end_stream(),
         }
     }
 
@@ -181,6 +205,7 @@ impl Body for ResponseBody {
             ResponseBody::Full(b) => b.size_hint(),
             ResponseBody::Translated(b) => b.size_hint(),
             ResponseBody::Passed(b) => b.size_hint(),
+            ResponseBody::Followed(b) => b.size_hint(),
         }
     }
 }

@@ -1,0 +1,224 @@
+//! Holding: gives each translated event its id and keeps it in the stream's hub entry, so a reconnect can be
+//! answered from it; when the client goes away mid-run, hands the upstream to a task of its own (`pump`) that
+//! reads it on, into the hub, through the grace period.
+//!
+//! While the client is attached, this layer is the stream's writer inline (no task, no channel); the pump exists
+//! only between a disconnect and the run's end.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use tokio::time::Sleep;
+
+use super::{Drain, Ending, Layer, Polled, Totals};
+use crate::proxy::drain::DrainCut;
+use crate::resume::hub::{Go, Stream};
+use crate::resume::metrics::End;
+
+/// The translated stream `L`, held in `stream` when it is resumable (`None`: passed on untouched).
+pub struct Hold<L: Layer + Send + 'static> {
+    inner: Option<L>,
+    stream: Option<Arc<Stream>>,
+    ended: bool,
+}
+
+impl<L: Layer + Send + 'static> Hold<L> {
+    pub fn new(inner: L, stream: Option<Arc<Stream>>) -> Self {
+        Self {
+            inner: Some(inner),
+            stream,
+            ended: false,
+        }
+    }
+
+    fn stop(&mut self, out: Bytes) -> Polled {
+        self.ended = true;
+        self.inner = None;
+        if out.is_empty() {
+            return Poll::Ready(None);
+        }
+        Poll::Ready(Some(Ok(Frame::data(out))))
+    }
+}
+
+impl<L: Layer + Send + 'static> Body for Hold<L> {
+    type Data = Bytes;
+    type Error = super::StreamError;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Polled {
+        let this = self.get_mut();
+        let Some(inner) = this.inner.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let Some(stream) = this.stream.as_ref() else {
+            return Pin::new(inner).poll_frame(cx);
+        };
+        if this.ended {
+            return Poll::Ready(None);
+        }
+        match stream.writer_check(Instant::now(), cx) {
+            Go::Read => {}
+            Go::Wait => return Poll::Pending,
+            Go::Stop(_, out) => return this.stop(out),
+        }
+        match Pin::new(inner).poll_frame(cx) {
+            Poll::Pending => {
+                if !stream.writer_waits(cx) {
+                    cx.waker().wake_by_ref();
+                }
+                Poll::Pending
+            }
+            Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                Ok(data) => Poll::Ready(Some(Ok(Frame::data(stream.append(&data, true))))),
+                Err(frame) => Poll::Ready(Some(Ok(frame))),
+            },
+            Poll::Ready(Some(Err(e))) => {
+                stream.finish(&[], End::Completed, true);
+                this.ended = true;
+                Poll::Ready(Some(Err(e)))
+            }
+            Poll::Ready(None) => {
+                stream.finish(&[], End::Completed, true);
+                this.ended = true;
+                Poll::Ready(None)
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.ended || self.inner.as_ref().is_none_or(|i| i.is_end_stream())
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::default()
+    }
+}
+
+impl<L: Layer + Send + 'static> Drain for Hold<L> {
+    /// The draining envelope is held too, with its id: a reader on another instance then sees why the run ended.
+    fn cut_for_drain(&mut self) -> DrainCut {
+        let Some(inner) = self.inner.as_mut() else {
+            return DrainCut::Nothing;
+        };
+        let cut = inner.cut_for_drain();
+        match (cut, self.stream.as_ref()) {
+            (DrainCut::Final(last), Some(stream)) if !self.ended => {
+                self.ended = true;
+                DrainCut::Final(stream.finish(&last, End::Drained, true))
+            }
+            (cut, _) => cut,
+        }
+    }
+}
+
+impl<L: Layer + Send + 'static> Layer for Hold<L> {
+    fn ending(&mut self) -> Ending {
+        self.inner.as_mut().map_or(Ending::Completed, |i| i.ending())
+    }
+
+    fn totals(&self) -> Totals {
+        self.inner.as_ref().map(|i| i.totals()).unwrap_or_default()
+    }
+}
+
+impl<L: Layer + Send + 'static> Drop for Hold<L> {
+    /// The client went away mid-run: the grace period starts, with a pump reading the upstream on; with no grace
+    /// the run ends now, as it would without resumption.
+    fn drop(&mut self) {
+        let (Some(inner), Some(stream)) = (self.inner.take(), self.stream.take()) else {
+            return;
+        };
+        if self.ended {
+            return;
+        }
+        stream.original_gone();
+        let pump = Pump {
+            inner,
+            stream,
+            grace: None,
+        };
+        match tokio::runtime::Handle::try_current() {
+            // Grace left, or a reconnection already attached (no deadline then).
+            Ok(rt) if pump.stream.grace_deadline().is_none_or(|d| d > Instant::now()) => {
+                rt.spawn(pump);
+            }
+            // No grace, or no runtime to read on in (shutdown): ends now with its `stream_abandoned` envelope.
+            _ => pump.abandon(),
+        }
+    }
+}
+
+/// Reads a stream's upstream into the hub while no client is attached, until the run ends, nobody comes back
+/// within the grace period, or it is cancelled.
+struct Pump<L: Layer> {
+    inner: L,
+    stream: Arc<Stream>,
+    grace: Option<Pin<Box<Sleep>>>,
+}
+
+impl<L: Layer> Pump<L> {
+    fn abandon(self) {
+        let far = Instant::now() + std::time::Duration::from_secs(86_400 * 365);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        // With no primary and the grace over (or zero), the check ends the run.
+        let _ = self.stream.writer_check(far, &mut cx);
+    }
+
+    /// Arms the grace timer for the stream's deadline; true when it has passed.
+    fn grace_over(&mut self, cx: &mut Context<'_>) -> bool {
+        let Some(deadline) = self.stream.grace_deadline() else {
+            self.grace = None;
+            return false;
+        };
+        let deadline = tokio::time::Instant::from_std(deadline);
+        let sleep = self
+            .grace
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        if sleep.deadline() != deadline {
+            sleep.as_mut().reset(deadline);
+        }
+        sleep.as_mut().poll(cx).is_ready()
+    }
+}
+
+impl<L: Layer> Future for Pump<L> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        loop {
+            match this.stream.writer_check(Instant::now(), cx) {
+                Go::Read => {}
+                Go::Stop(..) => return Poll::Ready(()),
+                Go::Wait => {
+                    if this.grace_over(cx) {
+                        continue;
+                    }
+                    return Poll::Pending;
+                }
+            }
+            match Pin::new(&mut this.inner).poll_frame(cx) {
+                Poll::Pending => {
+                    if !this.stream.writer_waits(cx) || this.grace_over(cx) {
+                        continue;
+                    }
+                    return Poll::Pending;
+                }
+                Poll::Ready(Some(Ok(frame))) => {
+                    if let Ok(data) = frame.into_data() {
+                        this.stream.append(&data, false);
+                    }
+                }
+                Poll::Ready(Some(Err(_)) | None) => {
+                    this.stream.finish(&[], End::Completed, false);
+                    return Poll::Ready(());
+                }
+            }
+        }
+    }
+}

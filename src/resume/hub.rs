@@ -1,0 +1,509 @@
+//! The in-process store of held streams: each stream's events (one copy, read by every subscriber at its own
+//! cursor), who reads them, and its life (live → grace → retained → gone).
+//!
+//! ```text
+//!            primary detaches                     grace_secs pass, DELETE, or the upstream ends
+//!   Live ───────────────────────▶ Grace ──────────────────────────────────────▶ Retained ──▶ gone
+//!     ▲  ◀───────────────────────── │    primary (a reconnection) attaches          retention_secs,
+//!     └─────────────────────────────┘                                              or max_total_bytes
+//! ```
+//!
+//! The writer is the original response body while its client is attached, then a task of its own (`pump`), so
+//! the connected case costs no task and no wake-up. Events the primary (the original client, then whoever
+//! resumed it) has not been sent are never evicted: when they fill `buffer_bytes`, the writer waits.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use memchr::memmem;
+
+use super::id::{stem, write_id_line, Token};
+use super::metrics::{End, Held, ResumeMetrics};
+use crate::envelope::write_gateway_error;
+
+/// The bounds and times of held streams (`resume.*`).
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub buffer_bytes: usize,
+    pub max_total_bytes: usize,
+    pub grace: Duration,
+    pub retention: Duration,
+    pub retry_ms: u64,
+}
+
+/// Most bytes a subscriber's catching-up frame gathers from held events.
+const CATCH_UP_FRAME: usize = 64 << 10;
+
+/// What every held stream shares with the hub.
+struct Shared {
+    limits: Limits,
+    metrics: Arc<ResumeMetrics>,
+    /// Bytes held over all streams.
+    total: AtomicUsize,
+}
+
+/// Every held stream of this process, by token.
+pub struct Hub {
+    streams: Mutex<HashMap<Token, Arc<Stream>>>,
+    shared: Arc<Shared>,
+}
+
+impl Hub {
+    pub fn new(limits: Limits, metrics: Arc<ResumeMetrics>) -> Self {
+        Self {
+            streams: Mutex::new(HashMap::new()),
+            shared: Arc::new(Shared {
+                limits,
+                metrics,
+                total: AtomicUsize::new(0),
+            }),
+        }
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.shared.limits
+    }
+
+    /// A new live stream whose first writer, the original response body, is its primary. `None` if the OS has
+    /// no randomness to name it with (the stream is then not resumable).
+    pub fn create(&self, binding: [u8; 32], agent: &str) -> Option<Arc<Stream>> {
+        let token = Token::random()?;
+        let now = Instant::now();
+        let stream = Arc::new(Stream {
+            token,
+            stem: stem(&token),
+            binding,
+            agent: agent.to_owned(),
+            shared: Arc::clone(&self.shared),
+            state: Mutex::new(State {
+                events: VecDeque::new(),
+                first: 1,
+                next: 1,
+                bytes: 0,
+                delivered: 1,
+                primary: Some(0),
+                generations: 1,
+                away_since: now,
+                phase: Held::Live,
+                end: None,
+                ended_at: now,
+                readers: Vec::new(),
+                writer: None,
+                cancel: false,
+            }),
+        });
+        self.shared.metrics.held(Held::Live).inc();
+        lock(&self.streams).insert(token, Arc::clone(&stream));
+        Some(stream)
+    }
+
+    pub fn get(&self, token: &Token) -> Option<Arc<Stream>> {
+        lock(&self.streams).get(token).cloned()
+    }
+
+    /// Forgets ended streams past their retention, then the oldest ended ones while all streams together hold
+    /// more than `max_total_bytes`. Returns how many were forgotten.
+    pub fn sweep(&self, now: Instant) -> usize {
+        let limits = &self.shared.limits;
+        let mut streams = lock(&self.streams);
+        let before = streams.len();
+        streams.retain(|_, s| match s.ended_at() {
+            Some(at) if now.saturating_duration_since(at) >= limits.retention => {
+                s.forget();
+                false
+            }
+            _ => true,
+        });
+        if self.shared.total.load(Ordering::Relaxed) > limits.max_total_bytes {
+            let mut ended: Vec<(Instant, Token)> = streams
+                .iter()
+                .filter_map(|(t, s)| s.ended_at().map(|at| (at, *t)))
+                .collect();
+            ended.sort_unstable_by_key(|(at, _)| *at);
+            for (_, token) in ended {
+                if self.shared.total.load(Ordering::Relaxed) <= limits.max_total_bytes {
+                    break;
+                }
+                if let Some(s) = streams.remove(&token) {
+                    s.forget();
+                }
+            }
+        }
+        before - streams.len()
+    }
+}
+
+/// One held stream: its events and who reads them.
+pub struct Stream {
+    pub token: Token,
+    /// `sg1-<token>-`.
+    stem: Vec<u8>,
+    /// Keyed hash of the bound request headers of the original request.
+    pub binding: [u8; 32],
+    /// The stream's agent, for the envelopes the gateway writes into it.
+    agent: String,
+    shared: Arc<Shared>,
+    state: Mutex<State>,
+}
+
+struct State {
+    /// Whole events, each with its `id:` line; `events[0]` is event `first`.
+    events: VecDeque<Bytes>,
+    first: u64,
+    /// The seq the next event gets.
+    next: u64,
+    bytes: usize,
+    /// Events before this one were sent to the primary: only those may be evicted.
+    delivered: u64,
+    /// The generation of the attached primary; `None`: nobody attached since `away_since` (grace).
+    primary: Option<u64>,
+    generations: u64,
+    away_since: Instant,
+    phase: Held,
+    end: Option<End>,
+    ended_at: Instant,
+    /// Subscribers waiting for events.
+    readers: Vec<Waker>,
+    /// The writer waiting for room, a primary, or a cancel.
+    writer: Option<Waker>,
+    cancel: bool,
+}
+
+/// What the writer should do next (`Stream::writer_check`).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Go {
+    /// Read the upstream.
+    Read,
+    /// No room: the waker is woken when there is.
+    Wait,
+    /// End the run now: the stream has ended (with its `error` envelope, given here, when it ends it now).
+    Stop(End, Bytes),
+}
+
+/// A subscriber's place in a stream.
+#[derive(Debug)]
+pub struct Cursor {
+    /// The seq of the next event to send.
+    next: u64,
+    /// Set for a primary (the original's reconnection): its generation.
+    generation: Option<u64>,
+    pub replay_until: u64,
+}
+
+/// What a subscriber reads next.
+pub enum Read {
+    /// Whole events: their bytes, how many, and whether they were held before the subscriber attached
+    /// (replayed).
+    Events(Bytes, u64, bool),
+    /// The subscriber's position was evicted (only a watcher can fall behind).
+    Behind,
+    /// Nothing more: the stream ended.
+    End,
+}
+
+/// Why a subscriber could not attach.
+#[derive(Debug, PartialEq, Eq)]
+pub enum AttachError {
+    /// The position asked for is no longer held.
+    Gap,
+    /// The position asked for has not been written yet (not an id we sent).
+    Unknown,
+}
+
+impl Stream {
+    pub fn agent(&self) -> &str {
+        &self.agent
+    }
+
+    /// `sg1-<token>-`.
+    pub fn stem(&self) -> &[u8] {
+        &self.stem
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        lock(&self.state)
+    }
+
+    fn ended_at(&self) -> Option<Instant> {
+        let st = self.state();
+        st.end.map(|_| st.ended_at)
+    }
+
+    /// Before the writer reads the upstream: whether it may.
+    pub fn writer_check(&self, now: Instant, cx: &mut Context<'_>) -> Go {
+        let mut st = self.state();
+        if let Some(how) = st.end {
+            return Go::Stop(how, Bytes::new());
+        }
+        let stop = if st.cancel {
+            Some((End::Cancelled, "stream_cancelled", CANCELLED))
+        } else if st.primary.is_none() && now.saturating_duration_since(st.away_since) >= self.shared.limits.grace {
+            Some((End::Abandoned, "stream_abandoned", ABANDONED))
+        } else {
+            None
+        };
+        if let Some((how, kind, message)) = stop {
+            let mut out = Vec::new();
+            write_gateway_error(&mut out, &self.agent, kind, message);
+            let out = self.push(&mut st, &out, true);
+            self.end(&mut st, how);
+            return Go::Stop(how, out);
+        }
+        // Room, or the oldest event was delivered and may go.
+        if st.bytes < self.shared.limits.buffer_bytes || st.first < st.delivered {
+            return Go::Read;
+        }
+        st.writer = Some(cx.waker().clone());
+        Go::Wait
+    }
+
+    /// Registers the writer to be woken by a reconnection, a detach or a cancel while the upstream has nothing;
+    /// false when a cancel came meanwhile (check again).
+    pub fn writer_waits(&self, cx: &mut Context<'_>) -> bool {
+        let mut st = self.state();
+        if st.cancel && st.end.is_none() {
+            return false;
+        }
+        st.writer = Some(cx.waker().clone());
+        true
+    }
+
+    /// When the grace period of a stream nobody reads ends (`None` while a primary is attached).
+    pub fn grace_deadline(&self) -> Option<Instant> {
+        let st = self.state();
+        match (st.primary, st.end) {
+            (None, None) => Some(st.away_since + self.shared.limits.grace),
+            _ => None,
+        }
+    }
+
+    /// Appends the events of a translated frame (`data:` events without ids): gives each its id, holds them and
+    /// returns them as the client gets them. `by_primary`: the original body writes them to its client.
+    pub fn append(&self, frame: &[u8], by_primary: bool) -> Bytes {
+        let mut st = self.state();
+        let out = self.push(&mut st, frame, by_primary);
+        self.evict(&mut st);
+        out
+    }
+
+    /// The stream's end: `last` (the translator's last events, maybe none) is held, and the run is over.
+    pub fn finish(&self, last: &[u8], how: End, by_primary: bool) -> Bytes {
+        let mut st = self.state();
+        let out = self.push(&mut st, last, by_primary);
+        self.end(&mut st, how);
+        out
+    }
+
+    /// Asks the writer to end the run at once (`DELETE`).
+    pub fn cancel(&self) {
+        let mut st = self.state();
+        st.cancel = true;
+        if let Some(w) = st.writer.take() {
+            w.wake();
+        }
+    }
+
+    /// The original body's client went away: the grace period starts (if it was still the primary).
+    pub fn original_gone(&self) {
+        self.detach_primary(0);
+    }
+
+    /// Attaches a subscriber after event `after` (0: from the start). A primary (a reconnection) takes over
+    /// from any earlier one and ends the grace period.
+    pub fn attach(&self, after: u64, primary: bool) -> Result<Cursor, AttachError> {
+        let mut st = self.state();
+        if after >= st.next {
+            return Err(AttachError::Unknown);
+        }
+        if after + 1 < st.first {
+            return Err(AttachError::Gap);
+        }
+        let generation = primary.then(|| {
+            let g = st.generations;
+            st.generations += 1;
+            st.primary = Some(g);
+            // What it says it has was delivered (it may say less than we sent: those are kept).
+            st.delivered = after + 1;
+            if st.end.is_none() {
+                self.set_phase(&mut st, Held::Live);
+            }
+            if let Some(w) = st.writer.take() {
+                w.wake();
+            }
+            g
+        });
+        self.shared.metrics.subscribers.inc();
+        Ok(Cursor {
+            next: after + 1,
+            generation,
+            replay_until: st.next,
+        })
+    }
+
+    /// A subscriber goes away.
+    pub fn detach(&self, cursor: &Cursor) {
+        self.shared.metrics.subscribers.dec();
+        if let Some(g) = cursor.generation {
+            self.detach_primary(g);
+        }
+    }
+
+    fn detach_primary(&self, generation: u64) {
+        let mut st = self.state();
+        if st.primary != Some(generation) {
+            return;
+        }
+        st.primary = None;
+        st.away_since = Instant::now();
+        if st.end.is_none() {
+            self.set_phase(&mut st, Held::Grace);
+        }
+        if let Some(w) = st.writer.take() {
+            w.wake();
+        }
+    }
+
+    /// The subscriber's next events, or `Pending` with its waker registered.
+    pub fn poll_read(&self, cursor: &mut Cursor, cx: &mut Context<'_>) -> Poll<Read> {
+        let mut st = self.state();
+        if cursor.next < st.first {
+            return Poll::Ready(Read::Behind);
+        }
+        let at = (cursor.next - st.first) as usize;
+        if at >= st.events.len() {
+            if st.end.is_some() {
+                return Poll::Ready(Read::End);
+            }
+            st.readers.push(cx.waker().clone());
+            return Poll::Pending;
+        }
+        let replayed = cursor.next < cursor.replay_until;
+        let mut taken = 1;
+        let bytes = if at + 1 == st.events.len() {
+            st.events[at].clone()
+        } else {
+            let mut out = Vec::new();
+            taken = 0;
+            for e in st.events.range(at..) {
+                if taken > 0 && out.len() + e.len() > CATCH_UP_FRAME {
+                    break;
+                }
+                out.extend_from_slice(e);
+                taken += 1;
+            }
+            Bytes::from(out)
+        };
+        cursor.next += taken as u64;
+        if cursor.generation.is_some() && cursor.generation == st.primary {
+            st.delivered = st.delivered.max(cursor.next);
+            if let Some(w) = st.writer.take() {
+                w.wake();
+            }
+        }
+        Poll::Ready(Read::Events(bytes, taken as u64, replayed))
+    }
+
+    /// Gives each event of `frame` its id (and the first its `retry:`), holds them, wakes the readers.
+    fn push(&self, st: &mut State, frame: &[u8], by_primary: bool) -> Bytes {
+        if frame.is_empty() {
+            return Bytes::new();
+        }
+        let count = memmem::find_iter(frame, b"\n\n").count();
+        let mut out = Vec::with_capacity(frame.len() + count * (self.stem.len() + 26) + 16);
+        let mut starts = Vec::with_capacity(count);
+        let mut rest = frame;
+        while !rest.is_empty() {
+            let len = memmem::find(rest, b"\n\n").map_or(rest.len(), |i| i + 2);
+            starts.push(out.len());
+            write_id_line(&mut out, &self.stem, st.next);
+            if st.next == 1 {
+                out.extend_from_slice(format!("retry: {}\n", self.shared.limits.retry_ms).as_bytes());
+            }
+            out.extend_from_slice(&rest[..len]);
+            rest = &rest[len..];
+            st.next += 1;
+        }
+        let out = Bytes::from(out);
+        starts.push(out.len());
+        for w in starts.windows(2) {
+            st.events.push_back(out.slice(w[0]..w[1]));
+        }
+        st.bytes += out.len();
+        self.shared.total.fetch_add(out.len(), Ordering::Relaxed);
+        self.shared.metrics.held_bytes.add(out.len() as i64);
+        if by_primary && st.primary == Some(0) {
+            st.delivered = st.next;
+        }
+        for w in st.readers.drain(..) {
+            w.wake();
+        }
+        out
+    }
+
+    /// Drops the oldest delivered events while the stream holds more than `buffer_bytes`.
+    fn evict(&self, st: &mut State) {
+        let mut freed = 0;
+        while st.bytes > self.shared.limits.buffer_bytes && st.first < st.delivered {
+            let Some(e) = st.events.pop_front() else { break };
+            st.bytes -= e.len();
+            freed += e.len();
+            st.first += 1;
+        }
+        if freed > 0 {
+            self.shared.total.fetch_sub(freed, Ordering::Relaxed);
+            self.shared.metrics.held_bytes.sub(freed as i64);
+        }
+    }
+
+    fn end(&self, st: &mut State, how: End) {
+        if st.end.is_some() {
+            return;
+        }
+        st.end = Some(how);
+        st.ended_at = Instant::now();
+        self.set_phase(st, Held::Retained);
+        self.shared.metrics.ended(how);
+        for w in st.readers.drain(..) {
+            w.wake();
+        }
+        st.writer = None;
+    }
+
+    fn set_phase(&self, st: &mut State, phase: Held) {
+        if st.phase != phase {
+            self.shared.metrics.held(st.phase).dec();
+            self.shared.metrics.held(phase).inc();
+            st.phase = phase;
+        }
+    }
+
+    /// Releases what the stream holds (it leaves the hub).
+    fn forget(&self) {
+        let mut st = self.state();
+        let bytes = std::mem::take(&mut st.bytes);
+        st.events.clear();
+        st.first = st.next;
+        self.shared.total.fetch_sub(bytes, Ordering::Relaxed);
+        self.shared.metrics.held_bytes.sub(bytes as i64);
+        self.shared.metrics.held(st.phase).dec();
+        for w in st.readers.drain(..) {
+            w.wake();
+        }
+    }
+}
+
+/// The `message` of the envelope that ends a run nobody came back to.
+pub const ABANDONED: &str = "nobody reconnected within the grace period: the run was stopped";
+/// The `message` of the envelope that ends a cancelled run.
+pub const CANCELLED: &str = "the run was cancelled";
+/// The `message` of the envelope that closes a watcher that fell behind.
+pub const BEHIND: &str = "this watcher fell behind what the stream holds; attach again to continue";
+
+/// A poisoned lock only means another thread panicked mid-update of plain counters and queues: carry on.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}

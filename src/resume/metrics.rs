@@ -1,0 +1,194 @@
+//! The resume metric families: resumptions by outcome, what was replayed, what is held, the store's work.
+//! Never labelled by stream: a token in a label would open the stream to whoever reads the metrics.
+
+use prometheus::{
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+};
+
+use crate::telemetry::{counter, counters, gauge, latency_buckets, name, register};
+
+/// How a request naming one of our streams was answered (`resume_requests_total{outcome}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resumption {
+    Replayed,
+    Gap,
+    Unknown,
+    Denied,
+}
+
+impl Resumption {
+    pub const ALL: [Resumption; 4] = [
+        Resumption::Replayed,
+        Resumption::Gap,
+        Resumption::Unknown,
+        Resumption::Denied,
+    ];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Resumption::Replayed => "replayed",
+            Resumption::Gap => "gap",
+            Resumption::Unknown => "unknown",
+            Resumption::Denied => "denied",
+        }
+    }
+}
+
+/// Where a held stream is in its life (`resume_streams{state}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Held {
+    /// Its upstream is read, a primary subscriber attached.
+    Live,
+    /// Its upstream is read, nobody attached: dropped at the end of `resume.grace_secs`.
+    Grace,
+    /// Ended, readable until `resume.retention_secs`.
+    Retained,
+}
+
+impl Held {
+    pub const ALL: [Held; 3] = [Held::Live, Held::Grace, Held::Retained];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Held::Live => "live",
+            Held::Grace => "grace",
+            Held::Retained => "retained",
+        }
+    }
+}
+
+/// How a held stream's run ended (`resume_ended_total{how}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// The upstream ended (whatever it said).
+    Completed,
+    /// Nobody reconnected within the grace period: the upstream was dropped.
+    Abandoned,
+    /// `DELETE` on the stream's URL.
+    Cancelled,
+    /// Cut at the drain deadline.
+    Drained,
+    /// Its owning instance went away mid-run (seen by readers on another instance).
+    Lost,
+}
+
+impl End {
+    pub const ALL: [End; 5] = [End::Completed, End::Abandoned, End::Cancelled, End::Drained, End::Lost];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            End::Completed => "completed",
+            End::Abandoned => "abandoned",
+            End::Cancelled => "cancelled",
+            End::Drained => "drained",
+            End::Lost => "lost",
+        }
+    }
+}
+
+pub struct ResumeMetrics {
+    pub requests: [IntCounter; Resumption::ALL.len()],
+    pub replayed_events: IntCounter,
+    pub replayed_bytes: IntCounter,
+    pub streams: [IntGauge; Held::ALL.len()],
+    pub held_bytes: IntGauge,
+    pub subscribers: IntGauge,
+    pub ended: [IntCounter; End::ALL.len()],
+    pub watchers_closed: IntCounter,
+    pub store_ops: IntCounterVec,
+    pub store_seconds: HistogramVec,
+    pub unresumable: IntCounter,
+    /// Reconnect to first replayed byte.
+    pub first_replayed_byte: Histogram,
+}
+
+impl ResumeMetrics {
+    pub fn register(r: &Registry) -> prometheus::Result<Self> {
+        let streams = register(
+            r,
+            IntGaugeVec::new(
+                Opts::new(name("resume_streams"), "Resumable streams held, by state."),
+                &["state"],
+            )?,
+        )?;
+        Ok(Self {
+            requests: counters(
+                r,
+                "resume_requests_total",
+                "Requests naming one of our streams (Last-Event-ID or the stream's URL), by outcome.",
+                "outcome",
+                Resumption::ALL.map(Resumption::as_str),
+            )?,
+            replayed_events: counter(
+                r,
+                "resume_replayed_events_total",
+                "Held events sent again to a resuming or watching subscriber.",
+            )?,
+            replayed_bytes: counter(r, "resume_replayed_bytes_total", "Bytes of held events sent again.")?,
+            streams: Held::ALL.map(|s| streams.with_label_values(&[s.as_str()])),
+            held_bytes: gauge(r, "resume_held_bytes", "Bytes of events held for resumption.")?,
+            subscribers: gauge(
+                r,
+                "resume_subscribers",
+                "Subscribers reading held streams (resumed clients and watchers).",
+            )?,
+            ended: counters(
+                r,
+                "resume_ended_total",
+                "Resumable runs ended, by how.",
+                "how",
+                End::ALL.map(End::as_str),
+            )?,
+            watchers_closed: counter(
+                r,
+                "resume_watchers_closed_total",
+                "Watchers closed because they fell behind what the stream holds.",
+            )?,
+            store_ops: register(
+                r,
+                IntCounterVec::new(
+                    Opts::new(
+                        name("resume_store_operations_total"),
+                        "Shared-store operations, by operation and result.",
+                    ),
+                    &["op", "result"],
+                )?,
+            )?,
+            store_seconds: register(
+                r,
+                HistogramVec::new(
+                    HistogramOpts::new(name("resume_store_seconds"), "Shared-store operation latency.")
+                        .buckets(latency_buckets()),
+                    &["op"],
+                )?,
+            )?,
+            unresumable: counter(
+                r,
+                "resume_unresumable_total",
+                "Streams that stopped being resumable through the shared store (slow or down).",
+            )?,
+            first_replayed_byte: register(
+                r,
+                Histogram::with_opts(
+                    HistogramOpts::new(
+                        name("resume_first_byte_seconds"),
+                        "From a resuming request to its first replayed byte.",
+                    )
+                    .buckets(latency_buckets()),
+                )?,
+            )?,
+        })
+    }
+
+    pub fn resumption(&self, r: Resumption) {
+        self.requests[r as usize].inc();
+    }
+
+    pub fn held(&self, state: Held) -> &IntGauge {
+        &self.streams[state as usize]
+    }
+
+    pub fn ended(&self, how: End) {
+        self.ended[how as usize].inc();
+    }
+}

@@ -1,0 +1,149 @@
+//! Resumable translated streams (docs/RESUME.md): every envelope event gets an id naming its stream and
+//! position; the gateway holds the events, keeps the upstream through a client's disconnect, and answers a
+//! reconnect carrying `Last-Event-ID` itself, so the run goes on instead of starting again.
+//!
+//! - `id`: tokens and event ids (`sg1-<token>-<seq>`).
+//! - `hub`: the in-process store of held streams: events, subscribers' cursors, grace and retention.
+//! - `redis`: the same events mirrored to Redis/Valkey Streams, read by other instances.
+//! - `metrics`: the resume metric families.
+//!
+//! The body layer that writes into a stream is `proxy::body::hold`; the one that reads it, `proxy::body::follow`.
+
+pub mod hub;
+pub mod id;
+pub mod metrics;
+
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use http::{HeaderMap, HeaderName, Method};
+
+use crate::config::{self, duration};
+use hub::{Hub, Limits};
+use id::{EventId, Token};
+use metrics::ResumeMetrics;
+
+/// The `Last-Event-ID` request header.
+pub const LAST_EVENT_ID: &str = "last-event-id";
+/// The response header that gives a stream's URL.
+pub const STREAM_HEADER: &str = "x-gateway-stream";
+/// How often ended streams past their retention are forgotten.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// What a request asks of the resume layer.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Route {
+    /// Not ours: forwarded as usual.
+    Forward,
+    /// A reconnect: `Last-Event-ID` is one of our ids.
+    Resume(EventId),
+    /// `GET <prefix>/<token>`: a watcher, after `after` (0: from the start).
+    Watch(Token, u64),
+    /// `DELETE <prefix>/<token>`.
+    Cancel(Token),
+    /// Another method on a stream's URL.
+    MethodNotAllowed,
+    /// Anything else under the prefix.
+    NotFound,
+}
+
+/// Resumption for one gateway: the held streams, how requests are bound to them, and the metrics.
+pub struct Resumer {
+    pub hub: Hub,
+    pub metrics: Arc<ResumeMetrics>,
+    /// `resume.path_prefix`.
+    pub prefix: String,
+    key: [u8; 32],
+    bind: Vec<HeaderName>,
+}
+
+impl Resumer {
+    pub fn new(cfg: &config::Resume, metrics: Arc<ResumeMetrics>) -> Result<Self, String> {
+        let key = if cfg.binding_key.is_empty() {
+            let mut k = [0u8; 32];
+            getrandom::fill(&mut k).map_err(|e| format!("no randomness for resume.binding_key: {e}"))?;
+            k
+        } else {
+            blake3::derive_key("sse-gateway resume binding v1", cfg.binding_key.as_bytes())
+        };
+        let bind = cfg
+            .bind_headers
+            .iter()
+            .map(|h| HeaderName::from_bytes(h.as_bytes()).map_err(|e| format!("resume.bind_headers: {e}")))
+            .collect::<Result<_, _>>()?;
+        let limits = Limits {
+            buffer_bytes: cfg.buffer_bytes,
+            max_total_bytes: cfg.max_total_bytes,
+            grace: duration(cfg.grace_secs),
+            retention: duration(cfg.retention_secs),
+            retry_ms: cfg.retry_ms,
+        };
+        Ok(Self {
+            hub: Hub::new(limits, Arc::clone(&metrics)),
+            metrics,
+            prefix: cfg.path_prefix.clone(),
+            key,
+            bind,
+        })
+    }
+
+    /// The keyed hash of the bound headers' values (every value, in order; an absent header differs from an
+    /// empty one).
+    pub fn binding(&self, headers: &HeaderMap) -> [u8; 32] {
+        let mut h = blake3::Hasher::new_keyed(&self.key);
+        for name in &self.bind {
+            h.update(&(name.as_str().len() as u64).to_le_bytes());
+            h.update(name.as_str().as_bytes());
+            for v in headers.get_all(name) {
+                h.update(&[1]);
+                h.update(&(v.len() as u64).to_le_bytes());
+                h.update(v.as_bytes());
+            }
+            h.update(&[0]);
+        }
+        *h.finalize().as_bytes()
+    }
+
+    /// Whether the request is one the gateway answers from held streams.
+    pub fn route(&self, method: &Method, path: &str, headers: &HeaderMap) -> Route {
+        let last = headers
+            .get(LAST_EVENT_ID)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| EventId::parse(v.trim()));
+        if let Some(rest) = path.strip_prefix(self.prefix.as_str()) {
+            if rest.is_empty() || rest.starts_with('/') {
+                let Some(token) = rest.strip_prefix('/').and_then(Token::parse) else {
+                    return Route::NotFound;
+                };
+                return match *method {
+                    Method::GET => Route::Watch(token, last.filter(|l| l.token == token).map_or(0, |l| l.seq)),
+                    Method::DELETE => Route::Cancel(token),
+                    _ => Route::MethodNotAllowed,
+                };
+            }
+        }
+        match last {
+            Some(id) => Route::Resume(id),
+            None => Route::Forward,
+        }
+    }
+
+    /// A stream's URL (`<prefix>/<token>`).
+    pub fn url(&self, token: &Token) -> String {
+        format!("{}/{}", self.prefix, token.hex())
+    }
+
+    /// Forgets expired streams every second, for as long as the resumer lives.
+    pub fn spawn_sweeper(self: &Arc<Self>) {
+        let weak: Weak<Self> = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(SWEEP_EVERY);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(r) = weak.upgrade() else { return };
+                r.hub.sweep(Instant::now());
+            }
+        });
+    }
+}
