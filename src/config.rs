@@ -760,6 +760,10 @@ impl Settings {
     pub fn to_toml(&self) -> String {
         let mut shown = self.clone();
         shown.upstream.url = redact_userinfo(&self.upstream.url);
+        shown.resume.redis_url = redact_userinfo(&self.resume.redis_url);
+        if !shown.resume.binding_key.is_empty() {
+            shown.resume.binding_key = "<redacted>".into();
+        }
         toml::to_string(&shown).unwrap_or_else(|e| format!("# cannot render: {e}\n"))
     }
 

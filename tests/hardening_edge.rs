@@ -391,7 +391,8 @@ async fn streams_open_longer_than_the_idle_timeout_are_not_cut_on_http1_or_http2
 
 async fn pipelined_client_leaves(first_request_headers: &str) {
     let mut up = Emulator::open_until_closed().await;
-    let gw = TestGateway::start(&up.url(), |_| {}).await;
+    // No grace period: a translated stream's upstream is then dropped with its client, as without resumption.
+    let gw = TestGateway::start(&up.url(), |s| s.resume.grace_secs = 0.0).await;
     let two = format!(
         "GET /agent/run HTTP/1.1\r\nHost: x\r\n{first_request_headers}\r\nGET /second HTTP/1.1\r\nHost: x\r\n\r\n"
     );

@@ -13,6 +13,9 @@ use harness::prelude::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+/// Resumption's grace period off: a client's hang-up then drops its upstream at once, as before resumption.
+const NO_GRACE: (&str, &str) = ("SSE_GATEWAY__RESUME__GRACE_SECS", "0");
+
 /// A text delta event of about 1 KiB (escaped newline, multi-byte characters).
 fn delta_event(i: u64) -> Vec<u8> {
     let d = format!(
@@ -66,7 +69,8 @@ async fn thousand_clients_hanging_up_at_random_points_release_upstreams_within_1
     const CONCURRENCY: usize = 200;
     const CLOSE_BOUND: Duration = Duration::from_secs(1);
     let up = beside_control(|conn| endless(conn, Duration::from_millis(100), Duration::from_secs(30))).await;
-    let gw = Process::against(&up.url(), &[]);
+    // No grace period: resumable streams release their upstream with their client, as before resumption.
+    let gw = Process::against(&up.url(), &[NO_GRACE]);
     // Warm up (runtime threads, upstream client), then take the baseline.
     run_control(gw.addr).await.expect("warm-up stream");
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -409,7 +413,8 @@ async fn client_hang_up_while_the_upstream_is_silent_releases_it_within_1s() {
     // are left at their default (15 s), so they cannot be what notices.
     const CLIENTS: usize = 20;
     let up = beside_control(|conn| then_silence(conn, Duration::from_secs(20))).await;
-    let gw = Process::against(&up.url(), &[]);
+    // No grace period: resumable streams release their upstream with their client, as before resumption.
+    let gw = Process::against(&up.url(), &[NO_GRACE]);
     let mut gone = Vec::new();
     for i in 0..CLIENTS {
         let path = format!("/idle/{i}");
@@ -466,7 +471,8 @@ async fn http2_streams_cancelled_at_random_points_release_upstreams_within_1s() 
         endless(conn, Duration::from_millis(40), Duration::from_secs(30)).await;
     })
     .await;
-    let gw = Process::against(&up.url(), &[]);
+    // No grace period: resumable streams release their upstream with their client, as before resumption.
+    let gw = Process::against(&up.url(), &[NO_GRACE]);
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .http2_only(true)
         .build_http::<Full<Bytes>>();

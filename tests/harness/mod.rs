@@ -44,7 +44,7 @@ pub mod prelude {
     pub use super::process::{rss_kib, Process, RssSampler};
     pub use super::server::TestGateway;
     pub use super::sse::{
-        blocks, delta, envelope_values, envelopes, error_type, is_final, kind, parse_stream, sse_data, Out,
+        blocks, delta, envelope_values, envelopes, error_type, is_final, kind, parse_stream, sse_data, without_ids, Out,
     };
     pub use super::upstream::{find, sse_head, Closed, ConnLog, Emulator, Ending, Recorded, Step, UpConn, Upstream};
     pub use super::PATIENCE;

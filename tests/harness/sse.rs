@@ -63,13 +63,22 @@ pub enum Out {
 }
 
 /// Parses a translated stream strictly: events end with a blank line, every `data:` line is `[DONE]` or a JSON
-/// object with string `type`, string `agent`, boolean `final` and string `delta`. Returns the events in order.
+/// object with string `type`, string `agent`, boolean `final` and string `delta`; ids, when the stream has them,
+/// are one stream's `sg1-<token>-<seq>` with seq 1, 2, 3… and only the first event has `retry:`. Returns the
+/// events in order.
 pub fn parse_stream(bytes: &[u8]) -> Result<Vec<Out>, String> {
     let text = std::str::from_utf8(bytes).map_err(|e| format!("output is not UTF-8: {e}"))?;
     let mut out = Vec::new();
+    let mut ids = Ids::default();
     for event in events(text) {
         for line in event?.split('\n') {
-            if let Some(c) = line.strip_prefix(':') {
+            if let Some(id) = line.strip_prefix("id: ") {
+                ids.next(id)?;
+            } else if let Some(ms) = line.strip_prefix("retry: ") {
+                if ids.seq != 1 || ms.parse::<u64>().is_err() {
+                    return Err(format!("retry: {ms:?} not on the first event"));
+                }
+            } else if let Some(c) = line.strip_prefix(':') {
                 out.push(Out::Comment(c.trim().to_owned()));
             } else if let Some(d) = line.strip_prefix("data: ") {
                 if d == "[DONE]" {
@@ -92,6 +101,36 @@ pub fn parse_stream(bytes: &[u8]) -> Result<Vec<Out>, String> {
         }
     }
     Ok(out)
+}
+
+/// The ids of one translated stream: one token, consecutive positions from 1.
+#[derive(Default)]
+pub struct Ids {
+    pub token: Option<String>,
+    pub seq: u64,
+}
+
+impl Ids {
+    /// Checks the next id.
+    pub fn next(&mut self, id: &str) -> Result<(), String> {
+        let (token, seq) = split_id(id).ok_or_else(|| format!("id {id:?} is not sg1-<32 hex>-<seq>"))?;
+        if self.token.get_or_insert_with(|| token.to_owned()) != token {
+            return Err(format!("id {id:?} names another stream"));
+        }
+        if seq != self.seq + 1 {
+            return Err(format!("id {id:?} after position {}", self.seq));
+        }
+        self.seq = seq;
+        Ok(())
+    }
+}
+
+/// An id of ours as (token, seq).
+pub fn split_id(id: &str) -> Option<(&str, u64)> {
+    let (token, seq) = id.strip_prefix("sg1-")?.split_once('-')?;
+    let hex = token.len() == 32 && token.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    hex.then_some(())?;
+    Some((token, seq.parse().ok()?))
 }
 
 /// `s` cut to at most `max` bytes (at a character boundary), with its length when cut.
@@ -161,4 +200,22 @@ pub fn blocks(envs: &[Value]) -> Vec<(String, String, String)> {
     }
     out.extend(open);
     out
+}
+
+/// A translated stream with its resume lines (`id:`, `retry:`) taken out, after checking them as
+/// [`parse_stream`] does: what the translator itself wrote, byte for byte.
+pub fn without_ids(bytes: &[u8]) -> Vec<u8> {
+    let text = String::from_utf8_lossy(bytes);
+    let mut ids = Ids::default();
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        if let Some(id) = line.strip_prefix("id: ") {
+            ids.next(id.trim_end()).unwrap_or_else(|e| panic!("{e}"));
+        } else if line.starts_with("retry: ") {
+            assert_eq!(ids.seq, 1, "retry: only on the first event");
+        } else {
+            out.push_str(line);
+        }
+    }
+    out.into_bytes()
 }
