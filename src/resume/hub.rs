@@ -507,3 +507,170 @@ pub const BEHIND: &str = "this watcher fell behind what the stream holds; attach
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hub(buffer_bytes: usize, grace_ms: u64) -> Hub {
+        let limits = Limits {
+            buffer_bytes,
+            max_total_bytes: 4 * buffer_bytes,
+            grace: Duration::from_millis(grace_ms),
+            retention: Duration::from_secs(300),
+            retry_ms: 1000,
+        };
+        Hub::new(
+            limits,
+            Arc::new(ResumeMetrics::register(&prometheus::Registry::new()).unwrap()),
+        )
+    }
+
+    fn event(n: usize) -> Vec<u8> {
+        format!("data: {{\"delta\":\"{}\"}}\n\n", "x".repeat(n)).into_bytes()
+    }
+
+    fn read_all(s: &Stream, c: &mut Cursor) -> (Vec<u8>, bool) {
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut out = Vec::new();
+        loop {
+            match s.poll_read(c, &mut cx) {
+                Poll::Ready(Read::Events(b, _, _)) => out.extend_from_slice(&b),
+                Poll::Ready(Read::Behind) => return (out, true),
+                Poll::Ready(Read::End) | Poll::Pending => return (out, false),
+            }
+        }
+    }
+
+    #[test]
+    fn each_event_gets_the_next_id_and_the_first_the_retry() {
+        let h = hub(1 << 16, 1000);
+        let s = h.create([0; 32], "a").unwrap();
+        let stem = String::from_utf8(s.stem().to_vec()).unwrap();
+        let mut two = event(1);
+        two.extend(event(2));
+        let out = s.append(&two, true);
+        let want = format!(
+            "id: {stem}1\nretry: 1000\n{}id: {stem}2\n{}",
+            String::from_utf8(event(1)).unwrap(),
+            String::from_utf8(event(2)).unwrap()
+        );
+        assert_eq!(String::from_utf8(out.to_vec()).unwrap(), want);
+        let mut c = s.attach(1, false).unwrap();
+        let (after_one, _) = read_all(&s, &mut c);
+        assert!(after_one.starts_with(format!("id: {stem}2\n").as_bytes()));
+        assert_eq!(s.attach(3, false).unwrap_err(), AttachError::Unknown);
+    }
+
+    #[test]
+    fn only_delivered_events_are_evicted_and_the_writer_waits_for_the_rest() {
+        let h = hub(1000, 60_000);
+        let s = h.create([0; 32], "a").unwrap();
+        let mut cx = Context::from_waker(Waker::noop());
+        // The original client got these: they may go.
+        for _ in 0..10 {
+            s.append(&event(200), true);
+        }
+        assert!(
+            s.state().bytes <= 1000 + 300,
+            "delivered events are evicted past the buffer"
+        );
+        assert_eq!(s.attach(0, false).unwrap_err(), AttachError::Gap);
+        // Its client gone, a pump writes what nobody was sent: kept, until the writer must wait.
+        s.original_gone();
+        let delivered = s.state().next - 1;
+        while s.writer_check(Instant::now(), &mut cx) == Go::Read {
+            s.append(&event(200), false);
+        }
+        let end = s.state().next - 1;
+        assert!(end > delivered + 3);
+        // The reconnection reads from where it was, every event: no gap.
+        let mut c = s.attach(delivered, true).unwrap();
+        let (got, behind) = read_all(&s, &mut c);
+        assert!(!behind);
+        assert_eq!(memmem::find_iter(&got, b"\n\n").count() as u64, end - delivered);
+        assert_eq!(
+            s.writer_check(Instant::now(), &mut cx),
+            Go::Read,
+            "delivered: room again"
+        );
+    }
+
+    #[test]
+    fn a_watcher_left_behind_is_told_so() {
+        let h = hub(1000, 60_000);
+        let s = h.create([0; 32], "a").unwrap();
+        let mut w = s.attach(0, false).unwrap();
+        for _ in 0..20 {
+            s.append(&event(200), true);
+        }
+        assert!(matches!(
+            s.poll_read(&mut w, &mut Context::from_waker(Waker::noop())),
+            Poll::Ready(Read::Behind)
+        ));
+        s.detach(&w);
+    }
+
+    #[test]
+    fn nobody_back_within_the_grace_period_ends_the_run_with_an_envelope() {
+        let h = hub(1 << 16, 50);
+        let s = h.create([0; 32], "a").unwrap();
+        s.append(&event(1), true);
+        s.original_gone();
+        let deadline = s.grace_deadline().unwrap();
+        let mut cx = Context::from_waker(Waker::noop());
+        assert_eq!(s.writer_check(deadline - Duration::from_millis(1), &mut cx), Go::Read);
+        let Go::Stop(End::Abandoned, last) = s.writer_check(deadline, &mut cx) else {
+            panic!("not abandoned at the deadline");
+        };
+        assert!(String::from_utf8_lossy(&last).contains("stream_abandoned"));
+        // A reconnection after it reads the held events, then that envelope, then the end.
+        let mut c = s.attach(0, true).unwrap();
+        let (got, _) = read_all(&s, &mut c);
+        assert!(got.ends_with(&last));
+        assert!(s.grace_deadline().is_none());
+    }
+
+    #[test]
+    fn a_reconnection_stops_the_grace_period_and_a_cancel_ends_the_run() {
+        let h = hub(1 << 16, 0);
+        let s = h.create([0; 32], "a").unwrap();
+        s.append(&event(1), true);
+        s.original_gone();
+        let c = s.attach(1, true).unwrap();
+        assert!(s.grace_deadline().is_none());
+        let mut cx = Context::from_waker(Waker::noop());
+        assert_eq!(s.writer_check(Instant::now(), &mut cx), Go::Read);
+        s.cancel();
+        assert!(matches!(
+            s.writer_check(Instant::now(), &mut cx),
+            Go::Stop(End::Cancelled, _)
+        ));
+        s.detach(&c);
+    }
+
+    #[test]
+    fn ended_streams_go_after_their_retention_and_the_oldest_first_past_the_total() {
+        let h = hub(1 << 16, 0);
+        // Each stream keeps about one 60 KB event (its buffer is 64 KiB); six of them pass the 256 KiB total.
+        let ended: Vec<_> = (0..5)
+            .map(|_| {
+                let s = h.create([0; 32], "a").unwrap();
+                s.append(&event(60_000), true);
+                s.finish(&[], End::Completed, true);
+                s
+            })
+            .collect();
+        let live = h.create([0; 32], "a").unwrap();
+        live.append(&event(60_000), true);
+        assert_eq!(h.sweep(Instant::now()), 2, "the two oldest ended streams go");
+        assert!(h.get(&ended[0].token).is_none() && h.get(&ended[1].token).is_none());
+        assert!(h.get(&ended[2].token).is_some());
+        assert_eq!(
+            h.sweep(Instant::now() + Duration::from_secs(301)),
+            3,
+            "past their retention"
+        );
+        assert!(h.get(&live.token).is_some(), "a live stream is never forgotten");
+    }
+}
