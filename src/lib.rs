@@ -11,7 +11,7 @@
 //! envelope/   stage: envelopes within the byte budget (header, chunker, JSON text)
 //! legacy/     stage: legacy items -> envelope pieces (tags, escapes, raw dialect, scopes)
 //! translate/  the sans-I/O facade: feed(bytes) -> SSE bytes
-//! config, telemetry, demo, admin, proxy, cli: the daemon around it
+//! config, telemetry, demo, admin, resume, proxy, cli: the daemon around it
 //! ```
 //!
 //! Nothing up to `translate/` uses tokio, hyper or prometheus.
@@ -29,5 +29,6 @@ pub mod config;
 pub mod telemetry;
 pub mod demo;
 pub mod admin;
+pub mod resume;
 pub mod proxy;
 pub mod cli;

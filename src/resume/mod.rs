@@ -1,0 +1,3 @@
+//! Resumable streams.
+
+pub mod redis;
