@@ -12,6 +12,7 @@
 pub mod hub;
 pub mod id;
 pub mod metrics;
+pub mod redis;
 
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};

@@ -1,0 +1,497 @@
+//! The Redis store of resumable streams against a real `redis-server` (Debian's, started per test): replay
+//! from each position, gap, unknown, denied, follow, owner lost, cancel, primary cursor, Redis killed
+//! mid-stream, queue overflow, and a write burst in few round trips. Two stores on one server stand for two
+//! gateway instances: `a` owns and writes, `b` reads.
+
+#[path = "harness/redis_server.rs"]
+mod redis_server;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use redis_server::RedisServer;
+use sse_gateway::resume::redis::{
+    End, OpenError, ReadError, RedisOptions, RedisStore, RemoteReader, RemoteState, StoreObserver,
+};
+
+/// Bound on anything a test waits for: reaching it is a failure.
+const PATIENCE: Duration = Duration::from_secs(10);
+
+/// Counts round trips by operation and result, and streams given up.
+#[derive(Default)]
+struct Counts {
+    ops: Mutex<HashMap<&'static str, (u64, u64)>>,
+    unresumable: AtomicUsize,
+}
+
+impl StoreObserver for Counts {
+    fn op(&self, op: &'static str, ok: bool, _seconds: f64) {
+        let mut ops = self.ops.lock().unwrap();
+        let e = ops.entry(op).or_default();
+        if ok {
+            e.0 += 1;
+        } else {
+            e.1 += 1;
+        }
+    }
+    fn unresumable(&self) {
+        self.unresumable.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl Counts {
+    fn ok(&self, op: &str) -> u64 {
+        self.ops.lock().unwrap().get(op).map_or(0, |e| e.0)
+    }
+    fn total(&self) -> u64 {
+        self.ops.lock().unwrap().values().map(|e| e.0 + e.1).sum()
+    }
+}
+
+/// Fails the test if `fut` takes longer than `limit`.
+async fn within<T>(limit: Duration, what: &str, fut: impl Future<Output = T>) -> T {
+    tokio::time::timeout(limit, fut)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: not within {limit:?}"))
+}
+
+fn opts() -> RedisOptions {
+    RedisOptions {
+        heartbeat: Duration::from_millis(300),
+        op_timeout: Duration::from_millis(450),
+        ttl: Duration::from_secs(60),
+        ..RedisOptions::default()
+    }
+}
+
+fn token() -> String {
+    format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..))
+}
+
+fn binding(n: u8) -> [u8; 32] {
+    [n; 32]
+}
+
+/// Event `seq` of stream `token`, as the gateway writes it.
+fn event(token: &str, seq: u64) -> String {
+    format!(
+        "id: sg1-{token}-{seq}\ndata: {{\"type\":\"text\",\"n\":{seq},\"pad\":\"{}\"}}\n\n",
+        "x".repeat(seq as usize % 7)
+    )
+}
+
+fn events(token: &str, seqs: impl IntoIterator<Item = u64>) -> String {
+    seqs.into_iter().map(|s| event(token, s)).collect()
+}
+
+/// Events `seqs` back to back in one frame, with where each starts.
+fn frame(token: &str, seqs: std::ops::RangeInclusive<u64>) -> (Bytes, Vec<u32>) {
+    let mut buf = String::new();
+    let mut starts = Vec::new();
+    for s in seqs {
+        starts.push(buf.len() as u32);
+        buf.push_str(&event(token, s));
+    }
+    (Bytes::from(buf), starts)
+}
+
+fn append(store: &RedisStore, token: &str, seqs: std::ops::RangeInclusive<u64>) -> bool {
+    let first = *seqs.start();
+    let (f, starts) = frame(token, seqs);
+    store.append(token, first, f, &starts)
+}
+
+/// A server and two stores on it: `a` (the owner's instance) and `b` (another instance).
+struct Two {
+    server: RedisServer,
+    a: RedisStore,
+    b: RedisStore,
+    a_counts: Arc<Counts>,
+}
+
+async fn two(opts: RedisOptions) -> Option<Two> {
+    let server = RedisServer::start()?;
+    let a_counts = Arc::new(Counts::default());
+    let a = RedisStore::connect(&server.url(), opts.clone(), a_counts.clone())
+        .await
+        .expect("connect a");
+    let b = RedisStore::connect(&server.url(), opts, Arc::new(Counts::default()))
+        .await
+        .expect("connect b");
+    Some(Two { server, a, b, a_counts })
+}
+
+/// Opens `token` on `store` once the owner's first write has landed.
+async fn open_when_visible(store: &RedisStore, token: &str, b: [u8; 32], after: Option<u64>) -> RemoteReader {
+    within(PATIENCE, "stream visible", async {
+        loop {
+            match store.open(token, b, after).await {
+                Err(OpenError::Unknown) => tokio::time::sleep(Duration::from_millis(5)).await,
+                r => return r.expect("open"),
+            }
+        }
+    })
+    .await
+}
+
+/// Reads until the end: the text, the seq after each `next`, and how it ended.
+async fn read_all(reader: &mut RemoteReader) -> (String, Vec<u64>, Result<(), ReadError>) {
+    within(PATIENCE, "read to the end", async {
+        let mut text = String::new();
+        let mut lasts = Vec::new();
+        loop {
+            match reader.next().await {
+                Ok(Some((bytes, last))) => {
+                    text.push_str(std::str::from_utf8(&bytes).expect("utf-8"));
+                    lasts.push(last);
+                }
+                Ok(None) => return (text, lasts, Ok(())),
+                Err(e) => return (text, lasts, Err(e)),
+            }
+        }
+    })
+    .await
+}
+
+/// Polls the owner's view of `token` until `f` holds.
+async fn remote_state_until(store: &RedisStore, token: &str, what: &str, f: impl Fn(&RemoteState) -> bool) {
+    within(PATIENCE, what, async {
+        loop {
+            let s = store.remote_state(token).await.expect("remote_state");
+            if f(&s) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replays_from_the_start_and_from_each_position() {
+    let Some(t) = two(opts()).await else { return };
+    let tok = token();
+    t.a.create(&tok, binding(1));
+    assert!(append(&t.a, &tok, 1..=1));
+    assert!(append(&t.a, &tok, 2..=4));
+    assert!(append(&t.a, &tok, 5..=6));
+    t.a.finish(&tok, 6, End::Completed);
+
+    let mut r = open_when_visible(&t.b, &tok, binding(1), None).await;
+    let (text, lasts, end) = read_all(&mut r).await;
+    end.expect("a finished stream ends with Ok(None)");
+    assert_eq!(text, events(&tok, 1..=6));
+    assert_eq!(lasts.last(), Some(&6));
+    assert!(lasts.windows(2).all(|w| w[0] < w[1]), "{lasts:?}");
+    assert!(r.next().await.expect("after the end").is_none(), "stays at its end");
+
+    for after in 0..=6 {
+        let mut r = t.b.open(&tok, binding(1), Some(after)).await.expect("open after");
+        let (text, _, end) = read_all(&mut r).await;
+        end.expect("ends");
+        assert_eq!(text, events(&tok, after + 1..=6), "after {after}");
+    }
+    // Past the end of a finished stream: nothing, then the end.
+    let mut r = t.b.open(&tok, binding(1), Some(9)).await.expect("open past the end");
+    assert!(r.next().await.expect("next").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trimmed_position_is_a_gap() {
+    let Some(t) = two(RedisOptions {
+        max_events: 10,
+        ..opts()
+    })
+    .await
+    else {
+        return;
+    };
+    let tok = token();
+    t.a.create(&tok, binding(1));
+    // A reader at the start before anything is written: trimmed under it, it must say so.
+    let mut early = open_when_visible(&t.b, &tok, binding(1), None).await;
+    for first in (1..=500).step_by(10) {
+        assert!(append(&t.a, &tok, first..=first + 9));
+    }
+    t.a.finish(&tok, 500, End::Completed);
+
+    let mut last = open_when_visible(&t.b, &tok, binding(1), Some(499)).await;
+    let (text, _, end) = read_all(&mut last).await;
+    end.expect("ends");
+    assert_eq!(text, event(&tok, 500));
+
+    for after in [None, Some(0), Some(1)] {
+        match t.b.open(&tok, binding(1), after).await {
+            Err(OpenError::Gap { first }) => assert!(first > 2, "first stored {first}"),
+            other => panic!("after {after:?}: expected a gap, got {other:?}"),
+        }
+    }
+    match within(PATIENCE, "early reader", early.next()).await {
+        Err(ReadError::Gap { expected: 1, first }) => assert!(first > 1),
+        other => panic!("expected a gap under the reader, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_and_denied() {
+    let Some(t) = two(opts()).await else { return };
+    let tok = token();
+    assert!(matches!(
+        t.b.open(&tok, binding(1), None).await,
+        Err(OpenError::Unknown)
+    ));
+    assert!(matches!(t.b.cancel(&tok, binding(1)).await, Err(OpenError::Unknown)));
+    assert!(!append(&t.a, &tok, 1..=1), "append to a stream never created");
+
+    t.a.create(&tok, binding(1));
+    open_when_visible(&t.b, &tok, binding(1), None).await;
+    assert!(matches!(t.b.open(&tok, binding(2), None).await, Err(OpenError::Denied)));
+    assert!(matches!(t.b.cancel(&tok, binding(2)).await, Err(OpenError::Denied)));
+    let s = t.a.remote_state(&tok).await.expect("remote_state");
+    assert!(!s.cancelled, "a denied cancel is not a cancel");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_gets_later_events_in_order() {
+    let Some(t) = two(opts()).await else { return };
+    let tok = token();
+    t.a.create(&tok, binding(1));
+    let mut r = open_when_visible(&t.b, &tok, binding(1), None).await;
+    let reading = tokio::spawn(async move { read_all(&mut r).await });
+    for seq in 1..=20 {
+        assert!(append(&t.a, &tok, seq..=seq));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // A pause longer than a follower's block, then a frame of several events.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(append(&t.a, &tok, 21..=25));
+    t.a.finish(&tok, 25, End::Completed);
+    let (text, lasts, end) = within(PATIENCE, "follower", reading).await.expect("reader task");
+    end.expect("ends");
+    assert_eq!(text, events(&tok, 1..=25));
+    assert!(lasts.len() > 1, "followed live, not read once at the end: {lasts:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_owner_ends_readers_with_lost_after_every_stored_event() {
+    let Some(Two { server, a, b, .. }) = two(opts()).await else {
+        return;
+    };
+    let tok = token();
+    a.create(&tok, binding(1));
+    assert!(append(&a, &tok, 1..=3));
+    assert!(append(&a, &tok, 4..=5));
+    let mut r = open_when_visible(&b, &tok, binding(1), None).await;
+    let mut got = String::new();
+    within(PATIENCE, "the stored events", async {
+        while !got.ends_with(&event(&tok, 5)) {
+            let (bytes, _) = r.next().await.expect("next").expect("live");
+            got.push_str(std::str::from_utf8(&bytes).unwrap());
+        }
+    })
+    .await;
+    assert_eq!(got, events(&tok, 1..=5));
+
+    // The owner instance goes away mid-stream: its heartbeat stops.
+    drop(a);
+    let died = Instant::now();
+    let (more, _, end) = read_all(&mut r).await;
+    assert_eq!(more, "");
+    assert!(matches!(end, Err(ReadError::Lost)), "{end:?}");
+    let took = died.elapsed();
+    assert!(took < Duration::from_secs(4), "lost seen after {took:?}");
+    eprintln!("owner lost seen by the follower after {took:?}");
+
+    // A reader that comes afterwards gets every stored event, then Lost too.
+    let mut late = b.open(&tok, binding(1), None).await.expect("open");
+    let (text, _, end) = read_all(&mut late).await;
+    assert_eq!(text, events(&tok, 1..=5));
+    assert!(matches!(end, Err(ReadError::Lost)), "{end:?}");
+    drop(server);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_is_seen_by_remote_state() {
+    let Some(t) = two(opts()).await else { return };
+    let tok = token();
+    t.a.create(&tok, binding(1));
+    open_when_visible(&t.b, &tok, binding(1), None).await;
+    assert_eq!(t.a.remote_state(&tok).await.expect("state"), RemoteState::default());
+    t.b.cancel(&tok, binding(1)).await.expect("cancel");
+    remote_state_until(&t.a, &tok, "cancel seen", |s| s.cancelled).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_cursor_is_seen_by_remote_state() {
+    let Some(t) = two(opts()).await else { return };
+    let tok = token();
+    t.a.create(&tok, binding(1));
+    assert!(append(&t.a, &tok, 1..=4));
+    let mut r = open_when_visible(&t.b, &tok, binding(1), Some(2)).await;
+    assert_eq!(t.a.remote_state(&tok).await.expect("state").primary_cursor, None);
+    r.set_primary();
+    remote_state_until(&t.a, &tok, "cursor 2 reported", |s| s.primary_cursor == Some(2)).await;
+    let (bytes, last) = within(PATIENCE, "next", r.next()).await.expect("next").expect("events");
+    assert_eq!(
+        (std::str::from_utf8(&bytes).unwrap(), last),
+        (events(&tok, 3..=4).as_str(), 4)
+    );
+    remote_state_until(&t.a, &tok, "cursor 4 reported", |s| s.primary_cursor == Some(4)).await;
+    // The reader goes: its report expires within 3 heartbeats.
+    drop(r);
+    let gone = Instant::now();
+    remote_state_until(&t.a, &tok, "report expired", |s| s.primary_cursor.is_none()).await;
+    assert!(gone.elapsed() < Duration::from_secs(3), "{:?}", gone.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overflowing_queue_gives_the_stream_up() {
+    let Some(t) = two(RedisOptions { queue: 4, ..opts() }).await else {
+        return;
+    };
+    let tok = token();
+    t.a.create(&tok, binding(1));
+    assert!(append(&t.a, &tok, 1..=2));
+    assert!(!append(&t.a, &tok, 3..=7), "5 events at once exceed a queue of 4");
+    assert_eq!(t.a_counts.unresumable.load(Ordering::SeqCst), 1);
+    assert!(!append(&t.a, &tok, 8..=8), "stays given up");
+    t.a.finish(&tok, 8, End::Completed);
+    assert_eq!(t.a_counts.unresumable.load(Ordering::SeqCst), 1, "told once");
+    // Readers elsewhere: what was stored, then Lost, not a silent end.
+    let mut r = open_when_visible(&t.b, &tok, binding(1), None).await;
+    let (text, _, end) = read_all(&mut r).await;
+    assert!(events(&tok, 1..=2).starts_with(&text), "{text}");
+    assert!(matches!(end, Err(ReadError::Lost)), "{end:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_killed_mid_stream_gives_streams_up_without_blocking() {
+    let Some(mut t) = two(opts()).await else { return };
+    let tok = token();
+    t.a.create(&tok, binding(1));
+    let mut r = open_when_visible(&t.b, &tok, binding(1), None).await;
+    for seq in 1..=20 {
+        assert!(append(&t.a, &tok, seq..=seq));
+    }
+    let (first, _) = within(PATIENCE, "first events", r.next())
+        .await
+        .expect("next")
+        .expect("events");
+    assert!(!first.is_empty());
+
+    assert_eq!(t.a_counts.unresumable.load(Ordering::SeqCst), 0);
+    t.server.kill();
+    let killed = Instant::now();
+    let mut seq = 21;
+    let mut slowest = Duration::ZERO;
+    loop {
+        let started = Instant::now();
+        let ok = append(&t.a, &tok, seq..=seq);
+        slowest = slowest.max(started.elapsed());
+        if !ok {
+            break;
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(5),
+            "append still true {:?} after the kill",
+            killed.elapsed()
+        );
+        seq += 1;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    eprintln!(
+        "append false {:?} after the kill; slowest append {slowest:?}",
+        killed.elapsed()
+    );
+    assert!(slowest < Duration::from_millis(50), "append blocked for {slowest:?}");
+    assert!(t.a_counts.unresumable.load(Ordering::SeqCst) >= 1);
+    assert!(!append(&t.a, &tok, seq + 1..=seq + 1), "stays false");
+
+    // Every other call answers within its timeout, with an error, and nothing panics.
+    let bound = Duration::from_secs(3);
+    assert!(within(bound, "remote_state", t.a.remote_state(&tok)).await.is_err());
+    assert!(matches!(
+        within(bound, "open", t.b.open(&tok, binding(1), None)).await,
+        Err(OpenError::Store(_))
+    ));
+    assert!(matches!(
+        within(bound, "cancel", t.b.cancel(&tok, binding(1))).await,
+        Err(OpenError::Store(_))
+    ));
+    let mut drained = false;
+    for _ in 0..100 {
+        match within(bound, "reader", r.next()).await {
+            Ok(Some(_)) => {}
+            Ok(None) => panic!("a silent end"),
+            Err(_) => {
+                drained = true;
+                break;
+            }
+        }
+    }
+    assert!(drained, "the reader ends with an error");
+    // A stream created while Redis is down is given up too, soon.
+    let other = token();
+    t.a.create(&other, binding(1));
+    within(PATIENCE, "new stream given up", async {
+        let mut s = 1;
+        while append(&t.a, &other, s..=s) {
+            s += 1;
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    t.a.finish(&tok, seq, End::Completed);
+    t.a.finish(&other, 1, End::Completed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_is_written_in_few_round_trips() {
+    const STREAMS: u64 = 50;
+    const PER_STREAM: u64 = 200;
+    let Some(t) = two(opts()).await else { return };
+    let tokens: Vec<String> = (0..STREAMS).map(|_| token()).collect();
+    let started = Instant::now();
+    for tok in &tokens {
+        t.a.create(tok, binding(1));
+    }
+    // One event per frame, the streams interleaved: the worst case for batching.
+    for seq in 1..=PER_STREAM {
+        for tok in &tokens {
+            assert!(
+                append(&t.a, tok, seq..=seq),
+                "append never refuses in a burst within the queue"
+            );
+        }
+    }
+    for tok in &tokens {
+        t.a.finish(tok, PER_STREAM, End::Completed);
+    }
+    let queued = started.elapsed();
+    // The writer keeps the order of what was queued: the last stream's end readable elsewhere means every
+    // event is written.
+    let last = tokens.last().expect("a stream");
+    let mut r = open_when_visible(&t.b, last, binding(1), Some(PER_STREAM)).await;
+    assert!(within(PATIENCE, "end", r.next()).await.expect("next").is_none());
+    let written = started.elapsed();
+    let total = STREAMS * PER_STREAM;
+    let writes = t.a_counts.ok("write");
+    eprintln!(
+        "burst: {total} events over {STREAMS} streams queued in {queued:?}, written in {written:?} \
+         ({:.0} events/s) with {writes} write round trips ({} ops in all)",
+        total as f64 / written.as_secs_f64(),
+        t.a_counts.total()
+    );
+    assert!(writes * 20 < total, "{writes} round trips for {total} events");
+    assert_eq!(t.a_counts.unresumable.load(Ordering::SeqCst), 0);
+    for tok in &tokens {
+        let mut r = t.b.open(tok, binding(1), None).await.expect("open");
+        let (text, _, end) = read_all(&mut r).await;
+        end.expect("ends");
+        assert_eq!(text, events(tok, 1..=PER_STREAM));
+    }
+}
