@@ -20,36 +20,18 @@ use tokio::time::{Instant, Sleep};
 
 use super::forward::UpstreamBody;
 
-/// The `kind` label of `client_errors_total`: requests that failed through the client's fault, kept apart from
-/// the upstream's so that no client can raise upstream-health alerts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ClientErrorKind {
-    /// The request body broke its framing (answered 400).
-    BadBody,
-    /// The request body stalled past `server.body_read_timeout_secs` (answered 408).
-    BodyTimeout,
-    /// The client closed its connection before its request body ended.
-    BodyIncomplete,
-    /// An HTTP/1.1 request with no `Host` header or more than one (answered 400).
-    BadHost,
-}
-
-impl ClientErrorKind {
-    /// In declaration order, so `k as usize` indexes it.
-    pub const ALL: [ClientErrorKind; 4] = [
-        ClientErrorKind::BadBody,
-        ClientErrorKind::BodyTimeout,
-        ClientErrorKind::BodyIncomplete,
-        ClientErrorKind::BadHost,
-    ];
-
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            ClientErrorKind::BadBody => "bad_body",
-            ClientErrorKind::BodyTimeout => "body_timeout",
-            ClientErrorKind::BodyIncomplete => "body_incomplete",
-            ClientErrorKind::BadHost => "bad_host",
-        }
+label_enum! {
+    /// The `kind` label of `client_errors_total`: requests that failed through the client's fault, kept apart
+    /// from the upstream's so that no client can raise upstream-health alerts.
+    pub enum ClientErrorKind {
+        /// The request body broke its framing (answered 400).
+        BadBody = "bad_body",
+        /// The request body stalled past `server.body_read_timeout_secs` (answered 408).
+        BodyTimeout = "body_timeout",
+        /// The client closed its connection before its request body ended.
+        BodyIncomplete = "body_incomplete",
+        /// An HTTP/1.1 request with no `Host` header or more than one (answered 400).
+        BadHost = "bad_host",
     }
 }
 

@@ -33,21 +33,19 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 /// not read must not hold the exit.
 const DRAIN_CUT_GRACE: Duration = Duration::from_secs(2);
 
-/// The `kind` label of `accept_errors_total`: why the public listener failed to accept a connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AcceptErrorKind {
-    /// EMFILE: the process is at its open-file limit (`ulimit -n`, `LimitNOFILE`).
-    Emfile,
-    /// ENFILE: the system-wide open-file table is full.
-    Enfile,
-    /// Anything else (a connection reset before it was accepted, out of memory, ...).
-    Other,
+label_enum! {
+    /// The `kind` label of `accept_errors_total`: why the public listener failed to accept a connection.
+    pub enum AcceptErrorKind {
+        /// EMFILE: the process is at its open-file limit (`ulimit -n`, `LimitNOFILE`).
+        Emfile = "emfile",
+        /// ENFILE: the system-wide open-file table is full.
+        Enfile = "enfile",
+        /// Anything else (a connection reset before it was accepted, out of memory, ...).
+        Other = "other",
+    }
 }
 
 impl AcceptErrorKind {
-    /// In declaration order, so `k as usize` indexes it.
-    pub const ALL: [AcceptErrorKind; 3] = [AcceptErrorKind::Emfile, AcceptErrorKind::Enfile, AcceptErrorKind::Other];
-
     /// Classifies a failed `accept`.
     pub fn of(e: &std::io::Error) -> Self {
         // libc's EMFILE and ENFILE, which have the same values on Linux, the BSDs and macOS (std has no
@@ -64,14 +62,6 @@ impl AcceptErrorKind {
     /// Out of file descriptors: no connection can be accepted until one is closed.
     pub const fn is_fd_exhaustion(self) -> bool {
         matches!(self, AcceptErrorKind::Emfile | AcceptErrorKind::Enfile)
-    }
-
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            AcceptErrorKind::Emfile => "emfile",
-            AcceptErrorKind::Enfile => "enfile",
-            AcceptErrorKind::Other => "other",
-        }
     }
 }
 
