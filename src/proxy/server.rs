@@ -120,23 +120,17 @@ impl Gateway {
     /// first when it is not).
     pub async fn bind(settings: Settings, registry: Registry) -> Result<Self, ServeError> {
         let metrics = Arc::new(Metrics::register(&registry)?);
-        let health = Arc::new(Health::register(&registry)?);
-        let accept_errors = AcceptErrors::register(&registry)?;
-        let shared = Arc::new(Shared::new(&settings, metrics).map_err(ServeError::Upstream)?);
-        let addr = settings.listen_addr();
-        let listener = TcpListener::bind(addr)
-            .await
-            .map_err(|source| ServeError::Bind { addr, source })?;
-        let addr = settings.admin_addr();
-        let admin_listener = TcpListener::bind(addr)
-            .await
-            .map_err(|source| ServeError::Bind { addr, source })?;
+        let bind = |addr| async move {
+            TcpListener::bind(addr)
+                .await
+                .map_err(|source| ServeError::Bind { addr, source })
+        };
         Ok(Self {
-            listener,
-            admin_listener,
-            shared,
-            health,
-            accept_errors,
+            health: Arc::new(Health::register(&registry)?),
+            accept_errors: AcceptErrors::register(&registry)?,
+            shared: Arc::new(Shared::new(&settings, metrics).map_err(ServeError::Upstream)?),
+            listener: bind(settings.listen_addr()).await?,
+            admin_listener: bind(settings.admin_addr()).await?,
             registry,
             settings,
         })
@@ -157,16 +151,8 @@ impl Gateway {
     /// Serves until `shutdown` resolves, then drains: readiness off at once, no new connections, open streams
     /// run to their end for up to the drain timeout.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
-        let Gateway {
-            listener,
-            admin_listener,
-            shared,
-            health,
-            accept_errors,
-            registry,
-            settings,
-        } = self;
-        let admin_task = tokio::spawn(admin::serve(admin_listener, registry, Arc::clone(&health)));
+        let (health, settings) = (self.health, self.settings);
+        let admin_task = tokio::spawn(admin::serve(self.admin_listener, self.registry, Arc::clone(&health)));
         let builder = Arc::new(connection_builder(&settings));
         let limits = ConnLimits {
             first_request: duration(settings.server.header_read_timeout_secs),
@@ -182,7 +168,7 @@ impl Gateway {
             let (stream, peer) = tokio::select! {
                 biased;
                 () = &mut shutdown => break,
-                accepted = listener.accept() => match accepted {
+                accepted = self.listener.accept() => match accepted {
                     Ok(a) => {
                         if health.set_accepting(true) {
                             tracing::info!("accepting connections again: ready");
@@ -190,7 +176,7 @@ impl Gateway {
                         a
                     }
                     Err(e) => {
-                        accept_failed(&e, &health, &accept_errors);
+                        accept_failed(&e, &health, &self.accept_errors);
                         tokio::time::sleep(ACCEPT_BACKOFF).await;
                         continue;
                     }
@@ -198,19 +184,18 @@ impl Gateway {
             };
             // Latency over throughput: each envelope is its own small write.
             let _ = stream.set_nodelay(true);
-            let conn = serve_connection(
+            tokio::spawn(serve_connection(
                 Arc::clone(&builder),
                 stream,
                 peer,
-                Arc::clone(&shared),
+                Arc::clone(&self.shared),
                 limits,
                 drain_rx.clone(),
                 cut_rx.clone(),
-            );
-            tokio::spawn(conn);
+            ));
         }
         health.set_draining(true);
-        drop(listener);
+        drop(self.listener);
         let drain = duration(settings.server.drain_timeout_secs);
         tracing::info!(
             drain_timeout_secs = drain.as_secs_f64(),
