@@ -47,6 +47,19 @@ macro_rules! label_enum {
     };
 }
 
+/// A `Body` impl's `is_end_stream` and `size_hint`, those of the body in field `$inner`.
+macro_rules! body_hints_from {
+    ($inner:ident) => {
+        fn is_end_stream(&self) -> bool {
+            self.$inner.is_end_stream()
+        }
+
+        fn size_hint(&self) -> ::http_body::SizeHint {
+            self.$inner.size_hint()
+        }
+    };
+}
+
 // The daemon around the core.
 pub mod config;
 pub mod telemetry;

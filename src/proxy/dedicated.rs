@@ -16,7 +16,7 @@ use atomic_waker::AtomicWaker;
 
 use bytes::Bytes;
 use http::{Request, Response};
-use http_body::{Body, Frame, SizeHint};
+use http_body::{Body, Frame};
 use hyper::body::Incoming;
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
@@ -182,13 +182,7 @@ impl Body for UpstreamIncoming {
         Poll::Pending
     }
 
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
-    }
+    body_hints_from!(body);
 }
 
 #[cfg(test)]

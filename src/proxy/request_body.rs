@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::StatusCode;
-use http_body::{Body, Frame, SizeHint};
+use http_body::{Body, Frame};
 use thiserror::Error;
 use tokio::time::{Instant, Sleep};
 
@@ -193,13 +193,7 @@ impl Body for ClientBody {
         }
     }
 
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
+    body_hints_from!(inner);
 }
 
 #[cfg(test)]

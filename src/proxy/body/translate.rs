@@ -7,7 +7,7 @@ use std::task::{ready, Context, Poll};
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
-use http_body::{Body, Frame, SizeHint};
+use http_body::{Body, Frame};
 
 use super::{Drain, Ending, Gather, Layer, Polled, Totals};
 use crate::envelope::EnvelopeKind;
@@ -175,10 +175,6 @@ impl<B: Gather> Body for Translate<B> {
 
     fn is_end_stream(&self) -> bool {
         self.done
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        SizeHint::default()
     }
 }
 
