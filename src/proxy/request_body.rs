@@ -58,21 +58,15 @@ impl ClientBodyError {
 
 /// Whether a body error is the client's connection ending (as opposed to bytes that break the framing).
 fn left_mid_body(e: &hyper::Error) -> bool {
-    if e.is_incomplete_message() {
-        return true;
-    }
-    let mut source = e.source();
-    while let Some(s) = source {
-        if let Some(io) = s.downcast_ref::<std::io::Error>() {
-            use std::io::ErrorKind::*;
-            return matches!(
+    use std::io::ErrorKind::*;
+    let io = std::iter::successors(e.source(), |&s| s.source()).find_map(|s| s.downcast_ref::<std::io::Error>());
+    e.is_incomplete_message()
+        || io.is_some_and(|io| {
+            matches!(
                 io.kind(),
                 UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe
-            );
-        }
-        source = s.source();
-    }
-    false
+            )
+        })
 }
 
 /// The status and error code the gateway answers a client fault with.
@@ -86,14 +80,9 @@ pub fn answer(kind: ClientErrorKind) -> (StatusCode, &'static str) {
 
 /// The client's fault, if an error (or one of its causes) is a request body failure.
 pub fn client_fault(e: &(dyn StdError + 'static)) -> Option<ClientErrorKind> {
-    let mut cur = Some(e);
-    while let Some(err) = cur {
-        if let Some(c) = err.downcast_ref::<ClientBodyError>() {
-            return Some(c.kind());
-        }
-        cur = err.source();
-    }
-    None
+    std::iter::successors(Some(e), |&err| err.source())
+        .find_map(|err| err.downcast_ref::<ClientBodyError>())
+        .map(ClientBodyError::kind)
 }
 
 /// Whether the client's request body has failed, shared with the response body: once the upstream has answered,

@@ -2,6 +2,7 @@
 //! described for the error envelope, and turned into the error that aborts a client response.
 
 use std::borrow::Cow;
+use std::io::ErrorKind;
 
 use thiserror::Error;
 
@@ -65,22 +66,14 @@ fn body_error_kind(e: &hyper::Error) -> UpstreamErrorKind {
     if e.is_timeout() {
         return UpstreamErrorKind::Timeout;
     }
-    if e.is_parse() {
-        return UpstreamErrorKind::Protocol;
+    let bad_framing = std::iter::successors(std::error::Error::source(e), |&err| err.source())
+        .filter_map(|err| err.downcast_ref::<std::io::Error>())
+        .any(|io| matches!(io.kind(), ErrorKind::InvalidData | ErrorKind::InvalidInput));
+    if e.is_parse() || bad_framing {
+        UpstreamErrorKind::Protocol
+    } else {
+        UpstreamErrorKind::Reset
     }
-    let mut source = std::error::Error::source(e);
-    while let Some(err) = source {
-        if let Some(io) = err.downcast_ref::<std::io::Error>() {
-            if matches!(
-                io.kind(),
-                std::io::ErrorKind::InvalidData | std::io::ErrorKind::InvalidInput
-            ) {
-                return UpstreamErrorKind::Protocol;
-            }
-        }
-        source = err.source();
-    }
-    UpstreamErrorKind::Reset
 }
 
 /// A short, payload-free description of an upstream body failure for the error envelope.
