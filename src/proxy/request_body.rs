@@ -87,30 +87,20 @@ pub fn client_fault(e: &(dyn StdError + 'static)) -> Option<ClientErrorKind> {
 
 /// Whether the client's request body has failed, shared with the response body: once the upstream has answered,
 /// hyper hands the response body only a generic error when the request body breaks, so the response side asks
-/// here whose fault the broken exchange was.
-#[derive(Debug, Clone)]
+/// here whose fault the broken exchange was. It holds `kind as u8 + 1`, or 0 for none yet.
+#[derive(Debug, Clone, Default)]
 pub struct ClientFault(Arc<AtomicU8>);
 
-impl Default for ClientFault {
-    fn default() -> Self {
-        Self(Arc::new(AtomicU8::new(Self::NONE)))
-    }
-}
-
 impl ClientFault {
-    /// No fault yet.
-    const NONE: u8 = u8::MAX;
-
     /// Records the client's fault.
     pub fn mark(&self, kind: ClientErrorKind) {
-        self.0.store(kind as u8, Ordering::Relaxed);
+        self.0.store(kind as u8 + 1, Ordering::Relaxed);
     }
 
     /// The client's fault, if its request body failed.
     pub fn get(&self) -> Option<ClientErrorKind> {
-        ClientErrorKind::ALL
-            .get(usize::from(self.0.load(Ordering::Relaxed)))
-            .copied()
+        let marked = usize::from(self.0.load(Ordering::Relaxed));
+        ClientErrorKind::ALL.get(marked.checked_sub(1)?).copied()
     }
 }
 
