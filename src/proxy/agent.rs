@@ -72,14 +72,13 @@ pub fn choose(body_agent: Option<&str>, headers: &HeaderMap, agent_header: &Head
             }
         }
     };
-    let agent = body_agent
+    choice.agent = body_agent
         .and_then(|id| consider(Source::Body, id.as_bytes()))
         .or_else(|| {
             headers
                 .get(agent_header)
                 .and_then(|v| consider(Source::Header, v.as_bytes()))
         });
-    choice.agent = agent;
     choice
 }
 
