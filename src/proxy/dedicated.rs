@@ -45,10 +45,8 @@ pub async fn send(io: TokioIo<TcpStream>, req: Request<ClientBody>) -> hyper::Re
 
 /// Polls the connection; once it is done it is dropped (how it ended reaches the response or its body).
 fn poll_conn(conn: &mut Option<Conn>, cx: &mut Context<'_>) {
-    if let Some(c) = conn {
-        if Pin::new(c).poll(cx).is_ready() {
-            *conn = None;
-        }
+    if conn.as_mut().is_some_and(|c| Pin::new(c).poll(cx).is_ready()) {
+        *conn = None;
     }
 }
 

@@ -35,8 +35,12 @@ impl StreamError {
     /// A short, payload-free description for the error envelope.
     pub fn message(&self) -> Cow<'static, str> {
         match self {
-            StreamError::Upstream(e) => Cow::Owned(upstream_error_message(e)),
-            StreamError::IdleTimeout => Cow::Borrowed(IDLE_MESSAGE),
+            StreamError::Upstream(e) if e.is_incomplete_message() => {
+                "upstream connection closed before the response ended".into()
+            }
+            StreamError::Upstream(e) if e.is_timeout() => "upstream timed out".into(),
+            StreamError::Upstream(e) => format!("upstream connection failed: {e}").into(),
+            StreamError::IdleTimeout => IDLE_MESSAGE.into(),
         }
     }
 
@@ -73,17 +77,6 @@ fn body_error_kind(e: &hyper::Error) -> UpstreamErrorKind {
         UpstreamErrorKind::Protocol
     } else {
         UpstreamErrorKind::Reset
-    }
-}
-
-/// A short, payload-free description of an upstream body failure for the error envelope.
-fn upstream_error_message(e: &hyper::Error) -> String {
-    if e.is_incomplete_message() {
-        "upstream connection closed before the response ended".into()
-    } else if e.is_timeout() {
-        "upstream timed out".into()
-    } else {
-        format!("upstream connection failed: {e}")
     }
 }
 
