@@ -141,10 +141,7 @@ fn run_serve(args: &ServeArgs) -> ExitCode {
     telemetry::init_tracing(&settings.log);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
-        Err(e) => {
-            eprintln!("sse-gateway: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(e) => return failure(format_args!("cannot start the runtime: {e}")),
     };
     let demo_mode = args.demo || settings.upstream.url.is_empty();
     if demo_mode {
@@ -162,18 +159,12 @@ fn run_serve(args: &ServeArgs) -> ExitCode {
                          canned demo output (set upstream.url or --upstream to proxy a backend)"
                     );
                 }
-                Err(e) => {
-                    eprintln!("sse-gateway: cannot start the demo backend: {e}");
-                    return ExitCode::FAILURE;
-                }
+                Err(e) => return failure(format_args!("cannot start the demo backend: {e}")),
             }
         }
         let gateway = match Gateway::bind(settings.clone(), prometheus::Registry::new()).await {
             Ok(g) => g,
-            Err(e) => {
-                eprintln!("sse-gateway: {e}");
-                return ExitCode::FAILURE;
-            }
+            Err(e) => return failure(e),
         };
         println!("{}", banner(gateway.local_addr(), gateway.admin_addr()));
         if demo_mode {
@@ -191,6 +182,12 @@ fn run_serve(args: &ServeArgs) -> ExitCode {
     })
 }
 
+/// Says why the command failed; exit status 1.
+fn failure(why: impl std::fmt::Display) -> ExitCode {
+    eprintln!("sse-gateway: {why}");
+    ExitCode::FAILURE
+}
+
 fn config_error(e: &ConfigError) -> ExitCode {
     eprintln!("sse-gateway: invalid configuration: {e}");
     ExitCode::from(EXIT_CONFIG)
@@ -199,23 +196,20 @@ fn config_error(e: &ConfigError) -> ExitCode {
 /// Resolves on SIGTERM or SIGINT.
 async fn shutdown_signal() {
     #[cfg(unix)]
-    {
+    let terminate = async {
         use tokio::signal::unix::{signal, SignalKind};
         match signal(SignalKind::terminate()) {
             Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {},
-                    _ = tokio::signal::ctrl_c() => {},
-                }
+                term.recv().await;
             }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
+            Err(_) => std::future::pending().await,
         }
-    }
+    };
     #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = terminate => {},
+        _ = tokio::signal::ctrl_c() => {},
     }
     tracing::info!("shutdown signal received");
 }
@@ -241,10 +235,7 @@ fn run_translate(args: &TranslateArgs) -> ExitCode {
     let input: Box<dyn Read> = match &args.file {
         Some(p) if p.as_os_str() != "-" => match std::fs::File::open(p) {
             Ok(f) => Box::new(f),
-            Err(e) => {
-                eprintln!("sse-gateway: cannot read {}: {e}", p.display());
-                return ExitCode::FAILURE;
-            }
+            Err(e) => return failure(format_args!("cannot read {}: {e}", p.display())),
         },
         _ => Box::new(io::stdin().lock()),
     };
@@ -252,10 +243,7 @@ fn run_translate(args: &TranslateArgs) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         // `sse-gateway translate log.sse | head` is not a failure.
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("sse-gateway: translate: {e}");
-            ExitCode::FAILURE
-        }
+        Err(e) => failure(format_args!("translate: {e}")),
     }
 }
 

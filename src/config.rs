@@ -147,26 +147,16 @@ impl Default for Upstream {
     }
 }
 
-/// Which upstream connection a request goes on (also the `connection` label of `upstream_requests_total`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum UpstreamConnection {
-    /// The shared pool.
-    Pooled,
-    /// A connection of its own, read by the response body itself: no task hand-off per upstream chunk, so
-    /// the chunks already read go to the client together. Closed when the response ends.
-    Dedicated,
-}
-
-impl UpstreamConnection {
-    /// In declaration order, so `c as usize` indexes it.
-    pub const ALL: [UpstreamConnection; 2] = [UpstreamConnection::Pooled, UpstreamConnection::Dedicated];
-
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            UpstreamConnection::Pooled => "pooled",
-            UpstreamConnection::Dedicated => "dedicated",
-        }
+label_enum! {
+    /// Which upstream connection a request goes on (also the `connection` label of `upstream_requests_total`).
+    #[derive(Serialize, Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    pub enum UpstreamConnection {
+        /// The shared pool.
+        Pooled = "pooled",
+        /// A connection of its own, read by the response body itself: no task hand-off per upstream chunk, so
+        /// the chunks already read go to the client together. Closed when the response ends.
+        Dedicated = "dedicated",
     }
 }
 

@@ -66,7 +66,10 @@ pub fn instructions(public: SocketAddr) -> String {
 
 async fn answer(req: Request<Incoming>) -> Result<Response<DemoBody>, Infallible> {
     if req.method() != Method::POST || req.uri().path() != "/agent/run" {
-        let mut r = Response::new(DemoBody::once("the demo backend answers POST /agent/run\n"));
+        let mut r = Response::new(DemoBody::new(
+            ["the demo backend answers POST /agent/run\n"],
+            Duration::ZERO,
+        ));
         *r.status_mut() = StatusCode::NOT_FOUND;
         return Ok(r);
     }
@@ -75,19 +78,12 @@ async fn answer(req: Request<Incoming>) -> Result<Response<DemoBody>, Infallible
         .await
         .map(|c| c.to_bytes())
         .unwrap_or_default();
-    let parsed: serde_json::Value = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
-    let query = parsed
-        .get("query")
-        .and_then(|q| q.as_str())
-        .unwrap_or("What is the weather in Paris?")
-        .to_owned();
-    let agent = parsed
-        .get("agent_uuid")
-        .and_then(|q| q.as_str())
-        .map(str::to_owned)
-        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-    let events = legacy_stream(&agent, &query);
-    let mut r = Response::new(DemoBody::events(events, EVENT_PAUSE));
+    let parsed: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    let query = parsed["query"].as_str().unwrap_or("What is the weather in Paris?");
+    let agent = parsed["agent_uuid"]
+        .as_str()
+        .map_or_else(|| uuid::Uuid::new_v4().to_string(), str::to_owned);
+    let mut r = Response::new(DemoBody::new(legacy_stream(&agent, query), EVENT_PAUSE));
     r.headers_mut().insert(
         header::CONTENT_TYPE,
         header::HeaderValue::from_static("text/event-stream"),
@@ -239,17 +235,9 @@ pub struct DemoBody {
 }
 
 impl DemoBody {
-    fn once(text: &'static str) -> Self {
+    fn new(events: impl IntoIterator<Item = impl Into<Bytes>>, pause: Duration) -> Self {
         Self {
-            events: VecDeque::from([Bytes::from_static(text.as_bytes())]),
-            pause: Duration::ZERO,
-            sleep: None,
-        }
-    }
-
-    fn events(events: Vec<String>, pause: Duration) -> Self {
-        Self {
-            events: events.into_iter().map(Bytes::from).collect(),
+            events: events.into_iter().map(Into::into).collect(),
             pause,
             sleep: None,
         }

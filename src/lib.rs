@@ -24,6 +24,42 @@ pub mod envelope;
 pub mod legacy;
 pub mod translate;
 
+/// Declares the enum of a metric label's values, each variant with its value: `ALL` lists the variants in
+/// declaration order (so `v as usize` indexes it) and `as_str` gives the value.
+macro_rules! label_enum {
+    ($(#[$meta:meta])* $vis:vis enum $name:ident { $($(#[$vmeta:meta])* $variant:ident = $value:literal,)+ }) => {
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        $(#[$meta])*
+        $vis enum $name {
+            $($(#[$vmeta])* $variant,)+
+        }
+
+        impl $name {
+            /// In declaration order, so `v as usize` indexes it.
+            pub const ALL: [$name; [$($value),+].len()] = [$($name::$variant),+];
+
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $value,)+
+                }
+            }
+        }
+    };
+}
+
+/// A `Body` impl's `is_end_stream` and `size_hint`, those of the body in field `$inner`.
+macro_rules! body_hints_from {
+    ($inner:ident) => {
+        fn is_end_stream(&self) -> bool {
+            self.$inner.is_end_stream()
+        }
+
+        fn size_hint(&self) -> ::http_body::SizeHint {
+            self.$inner.size_hint()
+        }
+    };
+}
+
 // The daemon around the core.
 pub mod config;
 pub mod telemetry;

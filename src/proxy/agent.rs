@@ -9,24 +9,13 @@ use serde::Deserialize;
 
 use crate::envelope::ids;
 
-/// Where a client-supplied agent id came from; the `source` label of `rejected_agent_ids_total`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Source {
-    /// The configured agent header (`translate.agent_header`).
-    Header,
-    /// `agent_uuid` of a small JSON request body.
-    Body,
-}
-
-impl Source {
-    /// In declaration order, so `s as usize` indexes it.
-    pub const ALL: [Source; 2] = [Source::Header, Source::Body];
-
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Source::Header => "header",
-            Source::Body => "body",
-        }
+label_enum! {
+    /// Where a client-supplied agent id came from; the `source` label of `rejected_agent_ids_total`.
+    pub enum Source {
+        /// The configured agent header (`translate.agent_header`).
+        Header = "header",
+        /// `agent_uuid` of a small JSON request body.
+        Body = "body",
     }
 }
 
@@ -83,14 +72,13 @@ pub fn choose(body_agent: Option<&str>, headers: &HeaderMap, agent_header: &Head
             }
         }
     };
-    let agent = body_agent
+    choice.agent = body_agent
         .and_then(|id| consider(Source::Body, id.as_bytes()))
         .or_else(|| {
             headers
                 .get(agent_header)
                 .and_then(|v| consider(Source::Header, v.as_bytes()))
         });
-    choice.agent = agent;
     choice
 }
 

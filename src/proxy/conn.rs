@@ -10,7 +10,7 @@ use std::task::{ready, Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body::{Body, Frame, SizeHint};
+use http_body::{Body, Frame};
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
@@ -235,13 +235,7 @@ impl Body for Tracked {
         Pin::new(&mut this.body).poll_frame(cx)
     }
 
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
-    }
+    body_hints_from!(body);
 }
 
 /// Resolves when the client has closed (or reset) its side while a request is in flight. hyper notices that

@@ -16,7 +16,7 @@ use atomic_waker::AtomicWaker;
 
 use bytes::Bytes;
 use http::{Request, Response};
-use http_body::{Body, Frame, SizeHint};
+use http_body::{Body, Frame};
 use hyper::body::Incoming;
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
@@ -45,10 +45,8 @@ pub async fn send(io: TokioIo<TcpStream>, req: Request<ClientBody>) -> hyper::Re
 
 /// Polls the connection; once it is done it is dropped (how it ended reaches the response or its body).
 fn poll_conn(conn: &mut Option<Conn>, cx: &mut Context<'_>) {
-    if let Some(c) = conn {
-        if Pin::new(c).poll(cx).is_ready() {
-            *conn = None;
-        }
+    if conn.as_mut().is_some_and(|c| Pin::new(c).poll(cx).is_ready()) {
+        *conn = None;
     }
 }
 
@@ -182,13 +180,7 @@ impl Body for UpstreamIncoming {
         Poll::Pending
     }
 
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
-    }
+    body_hints_from!(body);
 }
 
 #[cfg(test)]

@@ -48,43 +48,21 @@ pub enum ForwardError {
     Busy(usize),
 }
 
-/// The `kind` label of `upstream_errors_total`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum UpstreamErrorKind {
-    /// TCP connect failed or timed out.
-    Connect,
-    /// No response head within `upstream.response_timeout_secs`.
-    Timeout,
-    /// The response body failed mid-stream.
-    Reset,
-    /// Any other HTTP-level failure before the response head.
-    Protocol,
-    /// The upstream answered with a 5xx status.
-    Status,
-    /// An event stream ended without `[DONE]` or the backend's failure JSON.
-    Truncated,
-}
-
-impl UpstreamErrorKind {
-    /// In declaration order, so `k as usize` indexes it.
-    pub const ALL: [UpstreamErrorKind; 6] = [
-        UpstreamErrorKind::Connect,
-        UpstreamErrorKind::Timeout,
-        UpstreamErrorKind::Reset,
-        UpstreamErrorKind::Protocol,
-        UpstreamErrorKind::Status,
-        UpstreamErrorKind::Truncated,
-    ];
-
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            UpstreamErrorKind::Connect => "connect",
-            UpstreamErrorKind::Timeout => "timeout",
-            UpstreamErrorKind::Reset => "reset",
-            UpstreamErrorKind::Protocol => "protocol",
-            UpstreamErrorKind::Status => "status",
-            UpstreamErrorKind::Truncated => "truncated",
-        }
+label_enum! {
+    /// The `kind` label of `upstream_errors_total`.
+    pub enum UpstreamErrorKind {
+        /// TCP connect failed or timed out.
+        Connect = "connect",
+        /// No response head within `upstream.response_timeout_secs`.
+        Timeout = "timeout",
+        /// The response body failed mid-stream.
+        Reset = "reset",
+        /// Any other HTTP-level failure before the response head.
+        Protocol = "protocol",
+        /// The upstream answered with a 5xx status.
+        Status = "status",
+        /// An event stream ended without `[DONE]` or the backend's failure JSON.
+        Truncated = "truncated",
     }
 }
 

@@ -65,13 +65,9 @@ pub fn set_forwarded(headers: &mut HeaderMap, peer: IpAddr, host: Option<&str>, 
     }
     if !(trust && headers.contains_key(&X_FORWARDED_HOST)) {
         match host.and_then(|h| HeaderValue::from_str(h).ok()) {
-            Some(v) => {
-                headers.insert(X_FORWARDED_HOST, v);
-            }
-            None => {
-                headers.remove(X_FORWARDED_HOST);
-            }
-        }
+            Some(v) => headers.insert(X_FORWARDED_HOST, v),
+            None => headers.remove(X_FORWARDED_HOST),
+        };
     }
 }
 

@@ -136,13 +136,8 @@ impl Metrics {
     }
 
     pub fn request(&self, m: Mode, status: http::StatusCode) {
-        let class = match status.as_u16() / 100 {
-            1 => "1xx",
-            2 => "2xx",
-            3 => "3xx",
-            4 => "4xx",
-            _ => "5xx",
-        };
+        // Codes 600 to 999, which hyper lets through, count as 5xx.
+        let class = ["1xx", "2xx", "3xx", "4xx", "5xx"][usize::from(status.as_u16() / 100).clamp(1, 5) - 1];
         self.requests.with_label_values(&[m.as_str(), class]).inc();
     }
 }

@@ -7,24 +7,12 @@ use thiserror::Error;
 use super::headers::X_STREAM_FORMAT;
 use crate::config::StreamFormat;
 
-/// What the gateway did with a response body; the `mode` label.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    Translate,
-    Passthrough,
-    Shadow,
-}
-
-impl Mode {
-    /// In declaration order, so `m as usize` indexes it.
-    pub const ALL: [Mode; 3] = [Mode::Translate, Mode::Passthrough, Mode::Shadow];
-
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Mode::Translate => "translate",
-            Mode::Passthrough => "passthrough",
-            Mode::Shadow => "shadow",
-        }
+label_enum! {
+    /// What the gateway did with a response body; the `mode` label.
+    pub enum Mode {
+        Translate = "translate",
+        Passthrough = "passthrough",
+        Shadow = "shadow",
     }
 }
 

@@ -14,42 +14,24 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::StatusCode;
-use http_body::{Body, Frame, SizeHint};
+use http_body::{Body, Frame};
 use thiserror::Error;
 use tokio::time::{Instant, Sleep};
 
 use super::forward::UpstreamBody;
 
-/// The `kind` label of `client_errors_total`: requests that failed through the client's fault, kept apart from
-/// the upstream's so that no client can raise upstream-health alerts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ClientErrorKind {
-    /// The request body broke its framing (answered 400).
-    BadBody,
-    /// The request body stalled past `server.body_read_timeout_secs` (answered 408).
-    BodyTimeout,
-    /// The client closed its connection before its request body ended.
-    BodyIncomplete,
-    /// An HTTP/1.1 request with no `Host` header or more than one (answered 400).
-    BadHost,
-}
-
-impl ClientErrorKind {
-    /// In declaration order, so `k as usize` indexes it.
-    pub const ALL: [ClientErrorKind; 4] = [
-        ClientErrorKind::BadBody,
-        ClientErrorKind::BodyTimeout,
-        ClientErrorKind::BodyIncomplete,
-        ClientErrorKind::BadHost,
-    ];
-
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            ClientErrorKind::BadBody => "bad_body",
-            ClientErrorKind::BodyTimeout => "body_timeout",
-            ClientErrorKind::BodyIncomplete => "body_incomplete",
-            ClientErrorKind::BadHost => "bad_host",
-        }
+label_enum! {
+    /// The `kind` label of `client_errors_total`: requests that failed through the client's fault, kept apart
+    /// from the upstream's so that no client can raise upstream-health alerts.
+    pub enum ClientErrorKind {
+        /// The request body broke its framing (answered 400).
+        BadBody = "bad_body",
+        /// The request body stalled past `server.body_read_timeout_secs` (answered 408).
+        BodyTimeout = "body_timeout",
+        /// The client closed its connection before its request body ended.
+        BodyIncomplete = "body_incomplete",
+        /// An HTTP/1.1 request with no `Host` header or more than one (answered 400).
+        BadHost = "bad_host",
     }
 }
 
@@ -76,21 +58,15 @@ impl ClientBodyError {
 
 /// Whether a body error is the client's connection ending (as opposed to bytes that break the framing).
 fn left_mid_body(e: &hyper::Error) -> bool {
-    if e.is_incomplete_message() {
-        return true;
-    }
-    let mut source = e.source();
-    while let Some(s) = source {
-        if let Some(io) = s.downcast_ref::<std::io::Error>() {
-            use std::io::ErrorKind::*;
-            return matches!(
+    use std::io::ErrorKind::*;
+    let io = std::iter::successors(e.source(), |&s| s.source()).find_map(|s| s.downcast_ref::<std::io::Error>());
+    e.is_incomplete_message()
+        || io.is_some_and(|io| {
+            matches!(
                 io.kind(),
                 UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe
-            );
-        }
-        source = s.source();
-    }
-    false
+            )
+        })
 }
 
 /// The status and error code the gateway answers a client fault with.
@@ -104,42 +80,27 @@ pub fn answer(kind: ClientErrorKind) -> (StatusCode, &'static str) {
 
 /// The client's fault, if an error (or one of its causes) is a request body failure.
 pub fn client_fault(e: &(dyn StdError + 'static)) -> Option<ClientErrorKind> {
-    let mut cur = Some(e);
-    while let Some(err) = cur {
-        if let Some(c) = err.downcast_ref::<ClientBodyError>() {
-            return Some(c.kind());
-        }
-        cur = err.source();
-    }
-    None
+    std::iter::successors(Some(e), |&err| err.source())
+        .find_map(|err| err.downcast_ref::<ClientBodyError>())
+        .map(ClientBodyError::kind)
 }
 
 /// Whether the client's request body has failed, shared with the response body: once the upstream has answered,
 /// hyper hands the response body only a generic error when the request body breaks, so the response side asks
-/// here whose fault the broken exchange was.
-#[derive(Debug, Clone)]
+/// here whose fault the broken exchange was. It holds `kind as u8 + 1`, or 0 for none yet.
+#[derive(Debug, Clone, Default)]
 pub struct ClientFault(Arc<AtomicU8>);
 
-impl Default for ClientFault {
-    fn default() -> Self {
-        Self(Arc::new(AtomicU8::new(Self::NONE)))
-    }
-}
-
 impl ClientFault {
-    /// No fault yet.
-    const NONE: u8 = u8::MAX;
-
     /// Records the client's fault.
     pub fn mark(&self, kind: ClientErrorKind) {
-        self.0.store(kind as u8, Ordering::Relaxed);
+        self.0.store(kind as u8 + 1, Ordering::Relaxed);
     }
 
     /// The client's fault, if its request body failed.
     pub fn get(&self) -> Option<ClientErrorKind> {
-        ClientErrorKind::ALL
-            .get(usize::from(self.0.load(Ordering::Relaxed)))
-            .copied()
+        let marked = usize::from(self.0.load(Ordering::Relaxed));
+        ClientErrorKind::ALL.get(marked.checked_sub(1)?).copied()
     }
 }
 
@@ -211,13 +172,7 @@ impl Body for ClientBody {
         }
     }
 
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
+    body_hints_from!(inner);
 }
 
 #[cfg(test)]

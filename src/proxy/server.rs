@@ -35,21 +35,19 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 /// not read must not hold the exit.
 const DRAIN_CUT_GRACE: Duration = Duration::from_secs(2);
 
-/// The `kind` label of `accept_errors_total`: why the public listener failed to accept a connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AcceptErrorKind {
-    /// EMFILE: the process is at its open-file limit (`ulimit -n`, `LimitNOFILE`).
-    Emfile,
-    /// ENFILE: the system-wide open-file table is full.
-    Enfile,
-    /// Anything else (a connection reset before it was accepted, out of memory, ...).
-    Other,
+label_enum! {
+    /// The `kind` label of `accept_errors_total`: why the public listener failed to accept a connection.
+    pub enum AcceptErrorKind {
+        /// EMFILE: the process is at its open-file limit (`ulimit -n`, `LimitNOFILE`).
+        Emfile = "emfile",
+        /// ENFILE: the system-wide open-file table is full.
+        Enfile = "enfile",
+        /// Anything else (a connection reset before it was accepted, out of memory, ...).
+        Other = "other",
+    }
 }
 
 impl AcceptErrorKind {
-    /// In declaration order, so `k as usize` indexes it.
-    pub const ALL: [AcceptErrorKind; 3] = [AcceptErrorKind::Emfile, AcceptErrorKind::Enfile, AcceptErrorKind::Other];
-
     /// Classifies a failed `accept`.
     pub fn of(e: &std::io::Error) -> Self {
         // libc's EMFILE and ENFILE, which have the same values on Linux, the BSDs and macOS (std has no
@@ -66,14 +64,6 @@ impl AcceptErrorKind {
     /// Out of file descriptors: no connection can be accepted until one is closed.
     pub const fn is_fd_exhaustion(self) -> bool {
         matches!(self, AcceptErrorKind::Emfile | AcceptErrorKind::Enfile)
-    }
-
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            AcceptErrorKind::Emfile => "emfile",
-            AcceptErrorKind::Enfile => "enfile",
-            AcceptErrorKind::Other => "other",
-        }
     }
 }
 
@@ -134,8 +124,6 @@ impl Gateway {
     /// first when it is not).
     pub async fn bind(settings: Settings, registry: Registry) -> Result<Self, ServeError> {
         let metrics = Arc::new(Metrics::register(&registry)?);
-        let health = Arc::new(Health::register(&registry)?);
-        let accept_errors = AcceptErrors::register(&registry)?;
         let resumer = if settings.resume.enabled {
             let m = Arc::new(ResumeMetrics::register(&registry)?);
             let r = Arc::new(Resumer::new(&settings.resume, m).map_err(ServeError::Resume)?);
@@ -144,21 +132,17 @@ impl Gateway {
         } else {
             None
         };
-        let shared = Arc::new(Shared::new(&settings, metrics, resumer).map_err(ServeError::Upstream)?);
-        let addr = settings.listen_addr();
-        let listener = TcpListener::bind(addr)
-            .await
-            .map_err(|source| ServeError::Bind { addr, source })?;
-        let addr = settings.admin_addr();
-        let admin_listener = TcpListener::bind(addr)
-            .await
-            .map_err(|source| ServeError::Bind { addr, source })?;
+        let bind = |addr| async move {
+            TcpListener::bind(addr)
+                .await
+                .map_err(|source| ServeError::Bind { addr, source })
+        };
         Ok(Self {
-            listener,
-            admin_listener,
-            shared,
-            health,
-            accept_errors,
+            health: Arc::new(Health::register(&registry)?),
+            accept_errors: AcceptErrors::register(&registry)?,
+            shared: Arc::new(Shared::new(&settings, metrics, resumer).map_err(ServeError::Upstream)?),
+            listener: bind(settings.listen_addr()).await?,
+            admin_listener: bind(settings.admin_addr()).await?,
             registry,
             settings,
         })
@@ -179,16 +163,8 @@ impl Gateway {
     /// Serves until `shutdown` resolves, then drains: readiness off at once, no new connections, open streams
     /// run to their end for up to the drain timeout.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
-        let Gateway {
-            listener,
-            admin_listener,
-            shared,
-            health,
-            accept_errors,
-            registry,
-            settings,
-        } = self;
-        let admin_task = tokio::spawn(admin::serve(admin_listener, registry, Arc::clone(&health)));
+        let (health, settings) = (self.health, self.settings);
+        let admin_task = tokio::spawn(admin::serve(self.admin_listener, self.registry, Arc::clone(&health)));
         let builder = Arc::new(connection_builder(&settings));
         let limits = ConnLimits {
             first_request: duration(settings.server.header_read_timeout_secs),
@@ -204,7 +180,7 @@ impl Gateway {
             let (stream, peer) = tokio::select! {
                 biased;
                 () = &mut shutdown => break,
-                accepted = listener.accept() => match accepted {
+                accepted = self.listener.accept() => match accepted {
                     Ok(a) => {
                         if health.set_accepting(true) {
                             tracing::info!("accepting connections again: ready");
@@ -212,7 +188,7 @@ impl Gateway {
                         a
                     }
                     Err(e) => {
-                        accept_failed(&e, &health, &accept_errors);
+                        accept_failed(&e, &health, &self.accept_errors);
                         tokio::time::sleep(ACCEPT_BACKOFF).await;
                         continue;
                     }
@@ -220,19 +196,18 @@ impl Gateway {
             };
             // Latency over throughput: each envelope is its own small write.
             let _ = stream.set_nodelay(true);
-            let conn = serve_connection(
+            tokio::spawn(serve_connection(
                 Arc::clone(&builder),
                 stream,
                 peer,
-                Arc::clone(&shared),
+                Arc::clone(&self.shared),
                 limits,
                 drain_rx.clone(),
                 cut_rx.clone(),
-            );
-            tokio::spawn(conn);
+            ));
         }
         health.set_draining(true);
-        drop(listener);
+        drop(self.listener);
         let drain = duration(settings.server.drain_timeout_secs);
         tracing::info!(
             drain_timeout_secs = drain.as_secs_f64(),

@@ -7,82 +7,41 @@ use prometheus::{
 
 use crate::telemetry::{counter, counters, gauge, latency_buckets, name, register};
 
-/// How a request naming one of our streams was answered (`resume_requests_total{outcome}`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Resumption {
-    Replayed,
-    Gap,
-    Unknown,
-    Denied,
-}
-
-impl Resumption {
-    pub const ALL: [Resumption; 4] = [
-        Resumption::Replayed,
-        Resumption::Gap,
-        Resumption::Unknown,
-        Resumption::Denied,
-    ];
-
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Resumption::Replayed => "replayed",
-            Resumption::Gap => "gap",
-            Resumption::Unknown => "unknown",
-            Resumption::Denied => "denied",
-        }
+label_enum! {
+    /// How a request naming one of our streams was answered (`resume_requests_total{outcome}`).
+    pub enum Resumption {
+        Replayed = "replayed",
+        Gap = "gap",
+        Unknown = "unknown",
+        Denied = "denied",
     }
 }
 
-/// Where a held stream is in its life (`resume_streams{state}`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Held {
-    /// Its upstream is read, a primary subscriber attached.
-    Live,
-    /// Its upstream is read, nobody attached: dropped at the end of `resume.grace_secs`.
-    Grace,
-    /// Ended, readable until `resume.retention_secs`.
-    Retained,
-}
-
-impl Held {
-    pub const ALL: [Held; 3] = [Held::Live, Held::Grace, Held::Retained];
-
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Held::Live => "live",
-            Held::Grace => "grace",
-            Held::Retained => "retained",
-        }
+label_enum! {
+    /// Where a held stream is in its life (`resume_streams{state}`).
+    pub enum Held {
+        /// Its upstream is read, a primary subscriber attached.
+        Live = "live",
+        /// Its upstream is read, nobody attached: dropped at the end of `resume.grace_secs`.
+        Grace = "grace",
+        /// Ended, readable until `resume.retention_secs`.
+        Retained = "retained",
     }
 }
 
-/// How a held stream's run ended (`resume_ended_total{how}`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum End {
-    /// The upstream ended (whatever it said).
-    Completed,
-    /// Nobody reconnected within the grace period: the upstream was dropped.
-    Abandoned,
-    /// `DELETE` on the stream's URL.
-    Cancelled,
-    /// Cut at the drain deadline.
-    Drained,
-    /// Its owning instance went away mid-run (seen by readers on another instance).
-    Lost,
-}
-
-impl End {
-    pub const ALL: [End; 5] = [End::Completed, End::Abandoned, End::Cancelled, End::Drained, End::Lost];
-
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            End::Completed => "completed",
-            End::Abandoned => "abandoned",
-            End::Cancelled => "cancelled",
-            End::Drained => "drained",
-            End::Lost => "lost",
-        }
+label_enum! {
+    /// How a held stream's run ended (`resume_ended_total{how}`).
+    pub enum End {
+        /// The upstream ended (whatever it said).
+        Completed = "completed",
+        /// Nobody reconnected within the grace period: the upstream was dropped.
+        Abandoned = "abandoned",
+        /// `DELETE` on the stream's URL.
+        Cancelled = "cancelled",
+        /// Cut at the drain deadline.
+        Drained = "drained",
+        /// Its owning instance went away mid-run (seen by readers on another instance).
+        Lost = "lost",
     }
 }
 

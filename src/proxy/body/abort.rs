@@ -53,10 +53,7 @@ impl<B> Abort<B> {
         if a.flushes.poll_flushed_since(a.epoch, cx).is_pending() && a.wait.as_mut().poll(cx).is_pending() {
             return Poll::Pending;
         }
-        match self.aborting.take() {
-            Some(a) => Poll::Ready(Some(Err(a.error))),
-            None => Poll::Ready(None),
-        }
+        Poll::Ready(self.aborting.take().map(|a| Err(a.error)))
     }
 }
 

@@ -2,6 +2,7 @@
 //! described for the error envelope, and turned into the error that aborts a client response.
 
 use std::borrow::Cow;
+use std::io::ErrorKind;
 
 use thiserror::Error;
 
@@ -34,8 +35,12 @@ impl StreamError {
     /// A short, payload-free description for the error envelope.
     pub fn message(&self) -> Cow<'static, str> {
         match self {
-            StreamError::Upstream(e) => Cow::Owned(upstream_error_message(e)),
-            StreamError::IdleTimeout => Cow::Borrowed(IDLE_MESSAGE),
+            StreamError::Upstream(e) if e.is_incomplete_message() => {
+                "upstream connection closed before the response ended".into()
+            }
+            StreamError::Upstream(e) if e.is_timeout() => "upstream timed out".into(),
+            StreamError::Upstream(e) => format!("upstream connection failed: {e}").into(),
+            StreamError::IdleTimeout => IDLE_MESSAGE.into(),
         }
     }
 
@@ -65,32 +70,13 @@ fn body_error_kind(e: &hyper::Error) -> UpstreamErrorKind {
     if e.is_timeout() {
         return UpstreamErrorKind::Timeout;
     }
-    if e.is_parse() {
-        return UpstreamErrorKind::Protocol;
-    }
-    let mut source = std::error::Error::source(e);
-    while let Some(err) = source {
-        if let Some(io) = err.downcast_ref::<std::io::Error>() {
-            if matches!(
-                io.kind(),
-                std::io::ErrorKind::InvalidData | std::io::ErrorKind::InvalidInput
-            ) {
-                return UpstreamErrorKind::Protocol;
-            }
-        }
-        source = err.source();
-    }
-    UpstreamErrorKind::Reset
-}
-
-/// A short, payload-free description of an upstream body failure for the error envelope.
-fn upstream_error_message(e: &hyper::Error) -> String {
-    if e.is_incomplete_message() {
-        "upstream connection closed before the response ended".into()
-    } else if e.is_timeout() {
-        "upstream timed out".into()
+    let bad_framing = std::iter::successors(std::error::Error::source(e), |&err| err.source())
+        .filter_map(|err| err.downcast_ref::<std::io::Error>())
+        .any(|io| matches!(io.kind(), ErrorKind::InvalidData | ErrorKind::InvalidInput));
+    if e.is_parse() || bad_framing {
+        UpstreamErrorKind::Protocol
     } else {
-        format!("upstream connection failed: {e}")
+        UpstreamErrorKind::Reset
     }
 }
 

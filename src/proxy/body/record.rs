@@ -14,32 +14,14 @@ use crate::proxy::drain::DrainCut;
 use crate::proxy::forward::UpstreamErrorKind;
 use crate::proxy::metrics::Metrics;
 
-/// How a stream ended; the `outcome` label. Recorded exactly once per stream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    Completed,
-    UpstreamError,
-    ClientGone,
-    /// Still open at the drain deadline (`server.drain_timeout_secs` after SIGTERM) and ended by the gateway.
-    Drained,
-}
-
-impl Outcome {
-    /// In declaration order, so `o as usize` indexes it.
-    pub const ALL: [Outcome; 4] = [
-        Outcome::Completed,
-        Outcome::UpstreamError,
-        Outcome::ClientGone,
-        Outcome::Drained,
-    ];
-
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Completed => "completed",
-            Outcome::UpstreamError => "upstream_error",
-            Outcome::ClientGone => "client_gone",
-            Outcome::Drained => "drained",
-        }
+label_enum! {
+    /// How a stream ended; the `outcome` label. Recorded exactly once per stream.
+    pub enum Outcome {
+        Completed = "completed",
+        UpstreamError = "upstream_error",
+        ClientGone = "client_gone",
+        /// Still open at the drain deadline (`server.drain_timeout_secs` after SIGTERM) and ended by the gateway.
+        Drained = "drained",
     }
 }
 

@@ -11,7 +11,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body::{Body, Frame, SizeHint};
+use http_body::{Body, Frame};
 use tokio::time::{Instant, Sleep};
 
 use super::{Drain, Ending, Gather, Layer, Polled, StreamError, Totals};
@@ -99,13 +99,7 @@ impl<B: Gather> Body for Idle<B> {
         polled
     }
 
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
+    body_hints_from!(inner);
 }
 
 impl<B: Gather> Gather for Idle<B> {
@@ -153,13 +147,7 @@ impl<L: Layer> Body for Keepalive<L> {
         polled
     }
 
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
+    body_hints_from!(inner);
 }
 
 impl<L: Layer> Drain for Keepalive<L> {

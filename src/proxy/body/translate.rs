@@ -7,7 +7,7 @@ use std::task::{ready, Context, Poll};
 use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
-use http_body::{Body, Frame, SizeHint};
+use http_body::{Body, Frame};
 
 use super::{Drain, Ending, Gather, Layer, Polled, Totals};
 use crate::envelope::EnvelopeKind;
@@ -61,29 +61,20 @@ impl<B: Gather> Translate<B> {
         // buffer it already has instead of allocating a new one.
         let mut out = Vec::with_capacity(first.len() + first.len() / 2 + ENVELOPE_HEADROOM);
         let mut size = first.len();
-        let taken = t.feed_bounded(&first, &mut out, TRANSLATED_FRAME_LIMIT);
-        let mut carry = None;
-        if taken < first.len() {
-            // The frame is full: the rest waits, and nothing more is read (backpressure).
-            carry = Some(first.slice(taken..));
-        } else {
-            drop(first);
+        // A full frame: the rest waits, and nothing more is read (backpressure).
+        let mut carry = feed(t, first, &mut out);
+        if carry.is_none() {
             while let Some(data) = self.inner.poll_more(cx) {
                 size += data.len();
-                match carry.take() {
+                carry = match carry.take() {
                     Some(held) => {
                         let mut joined = BytesMut::with_capacity(held.len() + data.len());
                         joined.extend_from_slice(&held);
                         joined.extend_from_slice(&data);
-                        carry = Some(joined.freeze());
+                        Some(joined.freeze())
                     }
-                    None => {
-                        let n = t.feed_bounded(&data, &mut out, TRANSLATED_FRAME_LIMIT);
-                        if n < data.len() {
-                            carry = Some(data.slice(n..));
-                        }
-                    }
-                }
+                    None => feed(t, data, &mut out),
+                };
             }
         }
         self.carry = carry;
@@ -110,6 +101,13 @@ impl<B: Gather> Translate<B> {
     }
 }
 
+/// Translates `input` into `out` up to `TRANSLATED_FRAME_LIMIT`; returns the input left for the next frame. The
+/// input is dropped before this returns when all of it was taken.
+fn feed(t: &mut Translator<StreamObserver>, input: Bytes, out: &mut Vec<u8>) -> Option<Bytes> {
+    let taken = t.feed_bounded(&input, out, TRANSLATED_FRAME_LIMIT);
+    (taken < input.len()).then(|| input.slice(taken..))
+}
+
 impl<B: Gather> Body for Translate<B> {
     type Data = Bytes;
     type Error = super::StreamError;
@@ -121,13 +119,9 @@ impl<B: Gather> Body for Translate<B> {
                 return Poll::Ready(None);
             }
             if let Some(carry) = this.carry.take() {
-                let t = &mut this.translator;
                 let mut out = Vec::new();
-                let taken = t.feed_bounded(&carry, &mut out, TRANSLATED_FRAME_LIMIT);
-                if taken < carry.len() {
-                    this.carry = Some(carry.slice(taken..));
-                }
-                t.observer_mut().flush();
+                this.carry = feed(&mut this.translator, carry, &mut out);
+                this.translator.observer_mut().flush();
                 if out.is_empty() {
                     continue;
                 }
@@ -175,10 +169,6 @@ impl<B: Gather> Body for Translate<B> {
 
     fn is_end_stream(&self) -> bool {
         self.done
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        SizeHint::default()
     }
 }
 
