@@ -58,6 +58,23 @@ pub fn latency_buckets() -> Vec<f64> {
     exponential_buckets(0.000_01, 4.0, 12).unwrap_or_default()
 }
 
+/// An error with its causes, `outer: cause: root cause`, so a log line tells "connection refused" from
+/// "no free local port" or a reset (hyper's own messages name only the outermost kind).
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut msg = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let part = s.to_string();
+        // Errors that print their source themselves would repeat it.
+        if !msg.ends_with(&part) {
+            msg.push_str(": ");
+            msg.push_str(&part);
+        }
+        source = s.source();
+    }
+    msg
+}
+
 /// Installs the global tracing subscriber (logs go to stderr; stdout is for the startup banner).
 pub fn init_tracing(log: &Log) {
     let filter = std::env::var("RUST_LOG")

@@ -27,6 +27,7 @@ use tracing::Instrument;
 
 use crate::config::{duration, Settings, StreamFormat};
 use crate::resume::{self, Resumer};
+pub use crate::telemetry::error_chain;
 use crate::translate::{self, Translator};
 use body::{ResponseBody, StreamInfo, StreamSettings};
 use forward::{ForwardError, Upstream, UpstreamBody, UpstreamErrorKind};
@@ -133,7 +134,7 @@ async fn proxy(
         match r.route(req.method(), req.uri().path(), req.headers()) {
             resume::Route::Forward => {}
             // Never forwarded: the upstream would start the run again.
-            route => return reconnect::answer(r, route, req.headers(), shared, request_start),
+            route => return reconnect::answer(r, route, req.headers(), shared, request_start).await,
         }
     }
     let wants = match negotiate::requested(req.headers(), req.uri(), shared.default_format) {
@@ -252,7 +253,7 @@ async fn proxy(
         h.insert(X_STREAM_FORMAT, HeaderValue::from_static("json"));
     }
     let held = match (&shared.resumer, binding) {
-        (Some(r), Some(b)) if mode == Mode::Translate && event_stream => r.hub.create(b, &agent).inspect(|s| {
+        (Some(r), Some(b)) if mode == Mode::Translate && event_stream => r.create(b, &agent).inspect(|s| {
             if let Ok(v) = HeaderValue::from_str(&r.url(&s.token)) {
                 parts.headers.insert(resume::STREAM_HEADER, v);
             }
@@ -369,23 +370,6 @@ fn forward_failed(metrics: &Metrics, e: ForwardError) -> Response<ResponseBody> 
     }
     tracing::warn!(error = %error_chain(&e), status = status.as_u16(), "no upstream response");
     gateway_error(metrics, status, code, &e.to_string())
-}
-
-/// An error with its causes, `outer: cause: root cause`, so a log line tells "connection refused" from
-/// "no free local port" or a reset (hyper's own messages name only the outermost kind).
-pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut msg = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let part = s.to_string();
-        // Errors that print their source themselves would repeat it.
-        if !msg.ends_with(&part) {
-            msg.push_str(": ");
-            msg.push_str(&part);
-        }
-        source = s.source();
-    }
-    msg
 }
 
 /// A response made by the gateway itself: a small JSON body `{"error": code, "message": ...}`.

@@ -1,5 +1,6 @@
 //! Requests the gateway answers from held streams instead of forwarding (docs/RESUME.md): a reconnect with one
-//! of our `Last-Event-ID`s, a watcher's `GET` and a `DELETE` on a stream's URL.
+//! of our `Last-Event-ID`s, a watcher's `GET` and a `DELETE` on a stream's URL. A stream this instance holds is
+//! read from its hub; another instance's, from the shared store (`resume.store = "redis"`).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -7,30 +8,31 @@ use std::time::Instant;
 use http::header::{self, HeaderValue};
 use http::{HeaderMap, Response, StatusCode};
 
-use super::body::{Follow, ResponseBody};
+use super::body::{Follow, RemoteFollow, ResponseBody};
 use super::headers::{X_ACCEL_BUFFERING, X_STREAM_FORMAT};
-use super::{gateway_error, Shared};
+use super::negotiate::Mode;
+use super::{error_chain, gateway_error, Shared};
 use crate::resume::hub::AttachError;
 use crate::resume::id::Token;
 use crate::resume::metrics::Resumption;
+use crate::resume::redis::OpenError;
 use crate::resume::{Resumer, Route, STREAM_HEADER};
 
 /// Answers a request `Resumer::route` did not send upstream.
-pub fn answer(
+pub async fn answer(
     r: &Resumer,
     route: Route,
     headers: &HeaderMap,
     shared: &Shared,
     asked: Instant,
 ) -> Response<ResponseBody> {
-    let m = &shared.metrics;
     let (token, after, primary) = match route {
         Route::Resume(id) => (id.token, id.seq, true),
         Route::Watch(token, after) => (token, after, false),
-        Route::Cancel(token) => return cancel(r, &token, headers, shared),
+        Route::Cancel(token) => return cancel(r, &token, headers, shared).await,
         Route::MethodNotAllowed => {
             let mut resp = gateway_error(
-                m,
+                &shared.metrics,
                 StatusCode::METHOD_NOT_ALLOWED,
                 "method_not_allowed",
                 "a stream's URL takes GET or DELETE",
@@ -42,66 +44,112 @@ pub fn answer(
         Route::NotFound | Route::Forward => return not_found(shared),
     };
     let Some(stream) = r.hub.get(&token) else {
-        r.metrics.resumption(Resumption::Unknown);
-        return gateway_error(
-            m,
-            StatusCode::GONE,
-            "resume_unknown",
-            "no such stream is held (unknown or expired)",
-        );
+        return remote(r, &token, after, primary, headers, shared, asked).await;
     };
     if stream.binding != r.binding(headers) {
-        r.metrics.resumption(Resumption::Denied);
-        tracing::debug!("resume refused: bound headers differ");
-        return not_found(shared);
+        return refused(r, shared, Resumption::Denied);
     }
     let cursor = match stream.attach(after, primary) {
         Ok(c) => c,
-        Err(AttachError::Gap) => {
-            r.metrics.resumption(Resumption::Gap);
+        Err(AttachError::Gap) => return refused(r, shared, Resumption::Gap),
+        Err(AttachError::Unknown) => return refused(r, shared, Resumption::Unknown),
+    };
+    let follow = Follow::new(stream, cursor, Arc::clone(&r.metrics), asked);
+    let body = ResponseBody::follow(follow, shared.keepalive, Arc::clone(&shared.metrics));
+    replaying(r, &token, shared, primary, body)
+}
+
+/// A stream this instance does not hold, read from the shared store.
+async fn remote(
+    r: &Resumer,
+    token: &Token,
+    after: u64,
+    primary: bool,
+    headers: &HeaderMap,
+    shared: &Shared,
+    asked: Instant,
+) -> Response<ResponseBody> {
+    let Some(store) = r.hub.mirror() else {
+        return refused(r, shared, Resumption::Unknown);
+    };
+    let mut reader = match store.open(&token.hex(), r.binding(headers), Some(after)).await {
+        Ok(reader) => reader,
+        Err(OpenError::Unknown) => return refused(r, shared, Resumption::Unknown),
+        Err(OpenError::Gap { .. }) => return refused(r, shared, Resumption::Gap),
+        Err(OpenError::Denied) => return refused(r, shared, Resumption::Denied),
+        Err(OpenError::Store(e)) => {
+            tracing::warn!(error = %error_chain(&e), "resume: the shared store failed");
             return gateway_error(
-                m,
-                StatusCode::GONE,
-                "resume_gap",
-                "the stream no longer holds the events after that id",
+                &shared.metrics,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "resume_unavailable",
+                "the shared stream store is unavailable; try again",
             );
         }
-        Err(AttachError::Unknown) => {
-            r.metrics.resumption(Resumption::Unknown);
-            return gateway_error(m, StatusCode::GONE, "resume_unknown", "the stream has not sent that id");
-        }
     };
+    if primary {
+        reader.set_primary();
+    }
+    let follow = RemoteFollow::new(reader, Arc::clone(&r.metrics), asked);
+    let body = ResponseBody::remote(follow, shared.keepalive, Arc::clone(&shared.metrics));
+    replaying(r, token, shared, primary, body)
+}
+
+/// The answer to a request for a stream that cannot be read, counted by why.
+fn refused(r: &Resumer, shared: &Shared, why: Resumption) -> Response<ResponseBody> {
+    r.metrics.resumption(why);
+    let m = &shared.metrics;
+    match why {
+        Resumption::Gap => gateway_error(
+            m,
+            StatusCode::GONE,
+            "resume_gap",
+            "the stream no longer holds the events after that id",
+        ),
+        Resumption::Unknown => gateway_error(
+            m,
+            StatusCode::GONE,
+            "resume_unknown",
+            "no such stream is held (unknown or expired), or it has not sent that id",
+        ),
+        // Other bound headers: as if there were no such stream (the 404).
+        Resumption::Denied | Resumption::Replayed => not_found(shared),
+    }
+}
+
+/// The head of a stream read back.
+fn replaying(r: &Resumer, token: &Token, shared: &Shared, primary: bool, body: ResponseBody) -> Response<ResponseBody> {
     r.metrics.resumption(Resumption::Replayed);
     tracing::info!(primary, "stream resumed from held events");
-    m.request(super::negotiate::Mode::Translate, StatusCode::OK);
-    let url = r.url(&stream.token);
-    let follow = Follow::new(stream, cursor, Arc::clone(&r.metrics), asked);
-    let mut resp = Response::new(ResponseBody::follow(follow, shared.keepalive, Arc::clone(m)));
+    shared.metrics.request(Mode::Translate, StatusCode::OK);
+    let mut resp = Response::new(body);
     let h = resp.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     h.insert(X_ACCEL_BUFFERING, HeaderValue::from_static("no"));
     h.insert(X_STREAM_FORMAT, HeaderValue::from_static("json"));
-    if let Ok(v) = HeaderValue::from_str(&url) {
+    if let Ok(v) = HeaderValue::from_str(&r.url(token)) {
         h.insert(STREAM_HEADER, v);
     }
     resp
 }
 
-fn cancel(r: &Resumer, token: &Token, headers: &HeaderMap, shared: &Shared) -> Response<ResponseBody> {
-    match r.hub.get(token) {
-        Some(stream) if stream.binding == r.binding(headers) => {
-            stream.cancel();
-            tracing::info!("stream cancelled by DELETE");
-            shared
-                .metrics
-                .request(super::negotiate::Mode::Passthrough, StatusCode::NO_CONTENT);
-            let mut resp = Response::new(ResponseBody::full(bytes::Bytes::new()));
-            *resp.status_mut() = StatusCode::NO_CONTENT;
-            resp
-        }
-        _ => not_found(shared),
+async fn cancel(r: &Resumer, token: &Token, headers: &HeaderMap, shared: &Shared) -> Response<ResponseBody> {
+    let binding = r.binding(headers);
+    let cancelled = match (r.hub.get(token), r.hub.mirror()) {
+        (Some(stream), _) => (stream.binding == binding).then(|| stream.cancel()).is_some(),
+        // Its owner sees the request within a second.
+        (None, Some(store)) => store.cancel(&token.hex(), binding).await.is_ok(),
+        (None, None) => false,
+    };
+    if !cancelled {
+        return not_found(shared);
     }
+    tracing::info!("stream cancelled by DELETE");
+    shared.metrics.request(Mode::Passthrough, StatusCode::NO_CONTENT);
+    let mut resp = Response::new(ResponseBody::full(bytes::Bytes::new()));
+    *resp.status_mut() = StatusCode::NO_CONTENT;
+    resp
 }
 
 fn not_found(shared: &Shared) -> Response<ResponseBody> {

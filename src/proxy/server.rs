@@ -126,9 +126,7 @@ impl Gateway {
         let metrics = Arc::new(Metrics::register(&registry)?);
         let resumer = if settings.resume.enabled {
             let m = Arc::new(ResumeMetrics::register(&registry)?);
-            let r = Arc::new(Resumer::new(&settings.resume, m).map_err(ServeError::Resume)?);
-            r.spawn_sweeper();
-            Some(r)
+            Some(Resumer::start(&settings.resume, m).await.map_err(ServeError::Resume)?)
         } else {
             None
         };

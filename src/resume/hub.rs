@@ -23,6 +23,7 @@ use memchr::memmem;
 
 use super::id::{stem, write_id_line, Token};
 use super::metrics::{End, Held, ResumeMetrics};
+use super::redis::RedisStore;
 use crate::envelope::write_gateway_error;
 
 /// The bounds and times of held streams (`resume.*`).
@@ -44,6 +45,8 @@ struct Shared {
     metrics: Arc<ResumeMetrics>,
     /// Bytes held over all streams.
     total: AtomicUsize,
+    /// Where events are mirrored for other instances (`resume.store = "redis"`).
+    mirror: Option<RedisStore>,
 }
 
 /// Every held stream of this process, by token.
@@ -53,15 +56,20 @@ pub struct Hub {
 }
 
 impl Hub {
-    pub fn new(limits: Limits, metrics: Arc<ResumeMetrics>) -> Self {
+    pub fn new(limits: Limits, metrics: Arc<ResumeMetrics>, mirror: Option<RedisStore>) -> Self {
         Self {
             streams: Mutex::new(HashMap::new()),
             shared: Arc::new(Shared {
                 limits,
                 metrics,
                 total: AtomicUsize::new(0),
+                mirror,
             }),
         }
+    }
+
+    pub fn mirror(&self) -> Option<&RedisStore> {
+        self.shared.mirror.as_ref()
     }
 
     pub fn limits(&self) -> &Limits {
@@ -73,8 +81,13 @@ impl Hub {
     pub fn create(&self, binding: [u8; 32], agent: &str) -> Option<Arc<Stream>> {
         let token = Token::random()?;
         let now = Instant::now();
+        let hex = token.hex();
+        if let Some(m) = &self.shared.mirror {
+            m.create(&hex, binding);
+        }
         let stream = Arc::new(Stream {
             token,
+            hex,
             stem: stem(&token),
             binding,
             agent: agent.to_owned(),
@@ -94,6 +107,7 @@ impl Hub {
                 readers: Vec::new(),
                 writer: None,
                 cancel: false,
+                mirrored: self.shared.mirror.is_some(),
             }),
         });
         self.shared.metrics.held(Held::Live).inc();
@@ -140,6 +154,8 @@ impl Hub {
 /// One held stream: its events and who reads them.
 pub struct Stream {
     pub token: Token,
+    /// The token in hex: the stream's name in the mirror.
+    pub hex: String,
     /// `sg1-<token>-`.
     stem: Vec<u8>,
     /// Keyed hash of the bound request headers of the original request.
@@ -171,6 +187,9 @@ struct State {
     /// The writer waiting for room, a primary, or a cancel.
     writer: Option<Waker>,
     cancel: bool,
+    /// Events still go to the mirror (false once it fell behind or failed: the stream is then resumable only
+    /// here).
+    mirrored: bool,
 }
 
 /// What the writer should do next (`Stream::writer_check`).
@@ -307,6 +326,24 @@ impl Stream {
         }
     }
 
+    /// Whether the run has ended.
+    pub fn has_ended(&self) -> bool {
+        self.state().end.is_some()
+    }
+
+    /// A primary reading on another instance reported its cursor (the last event it got): the run is not
+    /// abandoned, and what it got may be evicted here.
+    pub fn remote_primary(&self, cursor: u64) {
+        let mut st = self.state();
+        if st.primary.is_none() {
+            st.away_since = Instant::now();
+        }
+        st.delivered = st.delivered.max(cursor.saturating_add(1).min(st.next));
+        if let Some(w) = st.writer.take() {
+            w.wake();
+        }
+    }
+
     /// The original body's client went away: the grace period starts (if it was still the primary).
     pub fn original_gone(&self) {
         self.detach_primary(0);
@@ -428,6 +465,13 @@ impl Stream {
             st.next += 1;
         }
         let out = Bytes::from(out);
+        if st.mirrored {
+            if let Some(m) = &self.shared.mirror {
+                let offsets: Vec<u32> = starts.iter().map(|&o| o as u32).collect();
+                let first = st.next - starts.len() as u64;
+                st.mirrored = m.append(&self.hex, first, out.clone(), &offsets);
+            }
+        }
         starts.push(out.len());
         for w in starts.windows(2) {
             st.events.push_back(out.slice(w[0]..w[1]));
@@ -465,6 +509,9 @@ impl Stream {
         }
         st.end = Some(how);
         st.ended_at = Instant::now();
+        if let (true, Some(m)) = (st.mirrored, &self.shared.mirror) {
+            m.finish(&self.hex, st.next - 1, how);
+        }
         self.set_phase(st, Held::Retained);
         self.shared.metrics.ended(how);
         for w in st.readers.drain(..) {
@@ -523,6 +570,7 @@ mod tests {
         Hub::new(
             limits,
             Arc::new(ResumeMetrics::register(&prometheus::Registry::new()).unwrap()),
+            None,
         )
     }
 

@@ -19,8 +19,9 @@ use std::time::{Duration, Instant};
 
 use http::{HeaderMap, HeaderName, Method};
 
-use crate::config::{self, duration};
-use hub::{Hub, Limits};
+use self::redis::{RedisOptions, RedisStore, StoreObserver};
+use crate::config::{self, duration, StoreKind};
+use hub::{Hub, Limits, Stream};
 use id::{EventId, Token};
 use metrics::ResumeMetrics;
 
@@ -59,7 +60,32 @@ pub struct Resumer {
 }
 
 impl Resumer {
-    pub fn new(cfg: &config::Resume, metrics: Arc<ResumeMetrics>) -> Result<Self, String> {
+    /// With the Redis store, connects to it first: a gateway that cannot reach it at start stops with an error
+    /// (afterwards, an unreachable store only makes streams not resumable elsewhere).
+    pub async fn start(cfg: &config::Resume, metrics: Arc<ResumeMetrics>) -> Result<Arc<Self>, String> {
+        let mirror = match cfg.store {
+            StoreKind::Memory => None,
+            StoreKind::Redis => {
+                let opts = RedisOptions {
+                    key_prefix: cfg.redis_key_prefix.clone(),
+                    max_events: cfg.redis_max_events,
+                    ttl: duration(cfg.grace_secs + cfg.retention_secs).max(Duration::from_secs(1)),
+                    ..RedisOptions::default()
+                };
+                let observer: Arc<dyn StoreObserver> = Arc::clone(&metrics) as _;
+                let url = config::redact_userinfo(&cfg.redis_url);
+                let store = RedisStore::connect(&cfg.redis_url, opts, observer)
+                    .await
+                    .map_err(|e| format!("resume.redis_url {url}: {}", crate::telemetry::error_chain(&e)))?;
+                Some(store)
+            }
+        };
+        let r = Arc::new(Self::new(cfg, metrics, mirror)?);
+        r.spawn_sweeper();
+        Ok(r)
+    }
+
+    pub fn new(cfg: &config::Resume, metrics: Arc<ResumeMetrics>, mirror: Option<RedisStore>) -> Result<Self, String> {
         let key = if cfg.binding_key.is_empty() {
             let mut k = [0u8; 32];
             getrandom::fill(&mut k).map_err(|e| format!("no randomness for resume.binding_key: {e}"))?;
@@ -80,7 +106,7 @@ impl Resumer {
             retry_ms: cfg.retry_ms,
         };
         Ok(Self {
-            hub: Hub::new(limits, Arc::clone(&metrics)),
+            hub: Hub::new(limits, Arc::clone(&metrics), mirror),
             metrics,
             prefix: cfg.path_prefix.clone(),
             key,
@@ -129,13 +155,23 @@ impl Resumer {
         }
     }
 
+    /// A new resumable stream for a translated response (see `Hub::create`); with a mirror, the owner also
+    /// watches what other instances ask of it (a primary reading there, a cancel).
+    pub fn create(&self, binding: [u8; 32], agent: &str) -> Option<Arc<Stream>> {
+        let stream = self.hub.create(binding, agent)?;
+        if let Some(store) = self.hub.mirror() {
+            tokio::spawn(watch_remote(Arc::downgrade(&stream), store.clone()));
+        }
+        Some(stream)
+    }
+
     /// A stream's URL (`<prefix>/<token>`).
     pub fn url(&self, token: &Token) -> String {
         format!("{}/{}", self.prefix, token.hex())
     }
 
     /// Forgets expired streams every second, for as long as the resumer lives.
-    pub fn spawn_sweeper(self: &Arc<Self>) {
+    fn spawn_sweeper(self: &Arc<Self>) {
         let weak: Weak<Self> = Arc::downgrade(self);
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(SWEEP_EVERY);
@@ -146,5 +182,40 @@ impl Resumer {
                 r.hub.sweep(Instant::now());
             }
         });
+    }
+}
+
+/// How often the owner of a mirrored stream asks what other instances want of it.
+const REMOTE_EVERY: Duration = Duration::from_secs(1);
+
+/// Until the run ends: applies a remote primary's cursor (the run is not abandoned) and a remote cancel.
+async fn watch_remote(stream: Weak<Stream>, store: RedisStore) {
+    loop {
+        tokio::time::sleep(REMOTE_EVERY).await;
+        let Some(s) = stream.upgrade().filter(|s| !s.has_ended()) else {
+            return;
+        };
+        // A failed read is counted by the store's observer; the next tick tries again.
+        let Ok(remote) = store.remote_state(&s.hex).await else {
+            continue;
+        };
+        if remote.cancelled {
+            s.cancel();
+        }
+        if let Some(cursor) = remote.primary_cursor {
+            s.remote_primary(cursor);
+        }
+    }
+}
+
+impl StoreObserver for ResumeMetrics {
+    fn op(&self, op: &'static str, ok: bool, seconds: f64) {
+        let result = if ok { "ok" } else { "error" };
+        self.store_ops.with_label_values(&[op, result]).inc();
+        self.store_seconds.with_label_values(&[op]).observe(seconds);
+    }
+
+    fn unresumable(&self) {
+        self.unresumable.inc();
     }
 }

@@ -1,6 +1,8 @@
 //! Following: a subscriber's stream read from the hub — a reconnection (the original's primary again) or a
-//! watcher — replaying what it missed, then the events as the writer holds them, then the stream's end.
+//! watcher — replaying what it missed, then the events as the writer holds them, then the stream's end; and
+//! `RemoteFollow`, the same read from the shared store on an instance that does not hold the stream.
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -13,7 +15,8 @@ use super::{Drain, Ending, Layer, Polled, Totals};
 use crate::envelope::write_gateway_error;
 use crate::proxy::drain::{write_draining_envelope, DrainCut, DRAINING_MESSAGE};
 use crate::resume::hub::{Cursor, Read, Stream, BEHIND};
-use crate::resume::metrics::ResumeMetrics;
+use crate::resume::metrics::{End, ResumeMetrics};
+use crate::resume::redis::{ReadError, RemoteReader};
 
 /// One subscriber of a held stream.
 pub struct Follow {
@@ -110,3 +113,124 @@ impl Drop for Follow {
         self.stream.detach(&self.cursor);
     }
 }
+
+/// The next read of a remote reader, which gives the reader back with what it read.
+type NextRead = Pin<Box<dyn Future<Output = (RemoteReader, Result<Option<(Bytes, u64)>, ReadError>)> + Send>>;
+
+/// A subscriber on an instance that does not hold the stream: its events read from the shared store, the run's
+/// loss (its owner died) said by an `error` envelope, never a silent end.
+pub struct RemoteFollow {
+    next: Option<NextRead>,
+    metrics: Arc<ResumeMetrics>,
+    asked: Option<Instant>,
+    /// The last events sent, for the agent of an envelope the gateway writes.
+    last: Bytes,
+}
+
+impl RemoteFollow {
+    pub fn new(reader: RemoteReader, metrics: Arc<ResumeMetrics>, asked: Instant) -> Self {
+        Self {
+            next: Some(Self::read(reader)),
+            metrics,
+            asked: Some(asked),
+            last: Bytes::new(),
+        }
+    }
+
+    fn read(mut reader: RemoteReader) -> NextRead {
+        Box::pin(async move {
+            let r = reader.next().await;
+            (reader, r)
+        })
+    }
+
+    /// The last envelope's agent (the stream's agent is not stored with its events).
+    fn agent(&self) -> String {
+        let last_data = self
+            .last
+            .split(|&b| b == b'\n')
+            .rev()
+            .find_map(|l| l.strip_prefix(b"data: "));
+        last_data
+            .and_then(|d| serde_json::from_slice::<serde_json::Value>(d).ok())
+            .and_then(|v| v.get("agent").and_then(|a| a.as_str()).map(str::to_owned))
+            .unwrap_or_default()
+    }
+}
+
+impl Body for RemoteFollow {
+    type Data = Bytes;
+    type Error = super::StreamError;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Polled {
+        let this = self.get_mut();
+        let Some(next) = this.next.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let (reader, read) = std::task::ready!(next.as_mut().poll(cx));
+        this.next = None;
+        let bytes = match read {
+            Ok(Some((bytes, _))) => {
+                this.next = Some(Self::read(reader));
+                this.metrics
+                    .replayed_events
+                    .inc_by(memchr::memmem::find_iter(&bytes, b"\n\n").count() as u64);
+                this.metrics.replayed_bytes.inc_by(bytes.len() as u64);
+                this.last = bytes.clone();
+                bytes
+            }
+            Ok(None) => return Poll::Ready(None),
+            Err(e) => {
+                let (kind, message) = match e {
+                    ReadError::Lost => {
+                        this.metrics.ended(End::Lost);
+                        ("upstream_lost", LOST)
+                    }
+                    ReadError::Gap { .. } => {
+                        this.metrics.watchers_closed.inc();
+                        ("watcher_behind", BEHIND)
+                    }
+                    ReadError::Store(_) => ("resume_store_failed", STORE_FAILED),
+                };
+                tracing::warn!(kind, "remote stream read ended");
+                let mut out = Vec::new();
+                write_gateway_error(&mut out, &this.agent(), kind, message);
+                Bytes::from(out)
+            }
+        };
+        if let Some(asked) = this.asked.take() {
+            this.metrics.first_replayed_byte.observe(asked.elapsed().as_secs_f64());
+        }
+        Poll::Ready(Some(Ok(Frame::data(bytes))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.next.is_none()
+    }
+}
+
+impl Drain for RemoteFollow {
+    fn cut_for_drain(&mut self) -> DrainCut {
+        if self.next.take().is_none() {
+            return DrainCut::Nothing;
+        }
+        let mut out = Vec::new();
+        write_draining_envelope(&mut out, &self.agent(), DRAINING_MESSAGE);
+        DrainCut::Final(Bytes::from(out))
+    }
+}
+
+impl Layer for RemoteFollow {
+    fn ending(&mut self) -> Ending {
+        Ending::Completed
+    }
+
+    fn totals(&self) -> Totals {
+        Totals::default()
+    }
+}
+
+/// The `message` of the envelope that ends a remote read whose run's owner went away.
+const LOST: &str = "the gateway instance running this stream went away; its stored events were all sent";
+/// The `message` of the envelope that ends a remote read the store failed.
+const STORE_FAILED: &str = "the shared stream store failed; reconnect to continue";

@@ -59,7 +59,7 @@ use crate::translate::{StreamEnd, Translator};
 pub use abort::Abort;
 pub use coalesce::{Coalesce, Gather};
 pub use errors::StreamError;
-pub use follow::Follow;
+pub use follow::{Follow, RemoteFollow};
 pub use hold::Hold;
 pub use original::Original;
 pub use record::{Outcome, Record};
@@ -78,6 +78,9 @@ pub type Translated = Record<Keepalive<Hold<Translate<Input>>>>;
 /// A held stream read by a reconnection or a watcher.
 pub type Followed = Keepalive<Follow>;
 
+/// A stream held by another instance, read from the shared store.
+pub type RemoteFollowed = Keepalive<RemoteFollow>;
+
 /// A stream of the upstream's own bytes (pass-through and shadow modes).
 pub type Passed = Abort<Record<Original<Input>>>;
 
@@ -87,6 +90,7 @@ pub enum ResponseBody {
     Translated(Box<Translated>),
     Passed(Box<Passed>),
     Followed(Box<Followed>),
+    Remote(Box<RemoteFollowed>),
 }
 
 /// What the adapter knows about the stream it carries.
@@ -154,6 +158,11 @@ impl ResponseBody {
         ResponseBody::Followed(Box::new(Keepalive::new(follow, keepalive, metrics)))
     }
 
+    /// A subscriber of a stream another instance holds, with keepalives.
+    pub fn remote(follow: RemoteFollow, keepalive: Option<Duration>, metrics: Arc<Metrics>) -> Self {
+        ResponseBody::Remote(Box::new(Keepalive::new(follow, keepalive, metrics)))
+    }
+
     /// A body read from the upstream (which the drain deadline cuts), rather than one made by the gateway.
     pub fn is_upstream(&self) -> bool {
         !matches!(self, ResponseBody::Full(_))
@@ -166,6 +175,7 @@ impl ResponseBody {
             ResponseBody::Translated(b) => b.cut_for_drain(),
             ResponseBody::Passed(b) => b.cut_for_drain(),
             ResponseBody::Followed(b) => b.cut_for_drain(),
+            ResponseBody::Remote(b) => b.cut_for_drain(),
         }
     }
 }
@@ -188,6 +198,9 @@ impl Body for ResponseBody {
             ResponseBody::Followed(b) => Pin::new(&mut **b)
                 .poll_frame(cx)
                 .map(|o| o.map(|r| r.map_err(StreamError::into_body_error))),
+            ResponseBody::Remote(b) => Pin::new(&mut **b)
+                .poll_frame(cx)
+                .map(|o| o.map(|r| r.map_err(StreamError::into_body_error))),
         }
     }
 
@@ -197,6 +210,7 @@ impl Body for ResponseBody {
             ResponseBody::Translated(b) => b.is_end_stream(),
             ResponseBody::Passed(b) => b.is_end_stream(),
             ResponseBody::Followed(b) => b.is_end_stream(),
+            ResponseBody::Remote(b) => b.is_end_stream(),
         }
     }
 
@@ -206,6 +220,7 @@ impl Body for ResponseBody {
             ResponseBody::Translated(b) => b.size_hint(),
             ResponseBody::Passed(b) => b.size_hint(),
             ResponseBody::Followed(b) => b.size_hint(),
+            ResponseBody::Remote(b) => b.size_hint(),
         }
     }
 }
