@@ -472,18 +472,40 @@ def main() -> int:
     if r.get("status") == "success":
         present = {s["metric"]["__name__"] for s in r["data"]["result"]}
     queries = [(n, substitute(e), False) for n, e in dashboard_queries()] + [(n, e, True) for n, e in rule_queries()]
+    # Resumable streams (issue 15): the sse_gateway_resume_* names come from docs/RESUME.md
+    # (lib/consistency.py resume checks them against it). NOTE: the implementation lands
+    # separately, so until the daemon exports any resume family these queries are only
+    # parsed. Once it does, every name must be scraped, except the store families
+    # (sse_gateway_resume_store_*), which may appear only with resume.store = "redis" (not
+    # run here: these gateways use the memory store). Resume queries need not return data:
+    # labelled children appear at the first resumption, and nothing resumes here.
+    resume_live = any(n.startswith("sse_gateway_resume_") for n in present)
+    resume_pending = set()
     empty, broken, missing = [], [], []
     for name, expr, is_rule in queries:
         names = metric_names(expr)
-        gone = sorted(n for n in names if n not in present)
+        is_resume = any(n.startswith("sse_gateway_resume_") for n in names)
+        gone = sorted(
+            n
+            for n in names
+            if n not in present
+            and not (n.startswith("sse_gateway_resume_") and (not resume_live or n.startswith("sse_gateway_resume_store_")))
+        )
         if gone:
             missing.append(f"{name}: {gone}")
+        resume_pending |= {n for n in names if n.startswith("sse_gateway_resume_") and n not in present}
         q = with_bool(expr) if is_rule else expr
         res = prom.query(q)
         if res.get("status") != "success":
             broken.append(f"{name}: {res.get('error')}")
-        elif not res["data"]["result"]:
+        elif not res["data"]["result"] and not is_resume:
             empty.append(f"{name}: {q}")
+    print(
+        "note resume metrics: "
+        + ("the daemon exports resume families" if resume_live else "the daemon exports no resume family yet (issue 15)")
+        + (f"; not scraped here: {sorted(resume_pending)}" if resume_pending else ""),
+        flush=True,
+    )
     n_dash = sum(1 for q in queries if not q[2])
     check(f"all {len(queries)} PromQL expressions parse ({n_dash} dashboard, {len(queries) - n_dash} rules)", not broken, "\n       ".join(broken))
     check("every metric the dashboard and rules name exists", not missing, "\n       ".join(missing) or f"{len(present)} families scraped")

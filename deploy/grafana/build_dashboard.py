@@ -566,6 +566,142 @@ def build() -> dict:
         8,
     )
 
+    # ------------------------------------------------------------------ resumable streams
+    # Metric names and labels: docs/RESUME.md ("Metrics"). lib/consistency.py checks every
+    # sse_gateway_resume_* name and label used here against that list.
+    L.row(
+        "Resumable streams",
+        "Reconnects with Last-Event-ID answered by the gateway, the streams and bytes it holds for them, "
+        "and the shared store (resume.store = \"redis\"). See docs/RESUME.md.",
+    )
+    L.add(
+        timeseries(
+            "Resumptions by outcome",
+            "Reconnects answered by the gateway per second: replayed (held events sent, then live), gap "
+            "(410: the position is no longer held), unknown (410: token unknown or expired, e.g. another "
+            "instance on the memory store), denied (404: Authorization/Cookie differ from the original).",
+            targets(
+                (
+                    f"sum by (outcome) (rate(sse_gateway_resume_requests_total{sel()}[{RATE}]))",
+                    "{{outcome}}",
+                )
+            ),
+            unit="reqps",
+            stack=True,
+        ),
+        8,
+        8,
+    )
+    L.add(
+        timeseries(
+            "Events replayed",
+            "Held events sent again to reconnecting clients and watchers, per second.",
+            targets((f"sum(rate(sse_gateway_resume_replayed_events_total{sel()}[{RATE}]))", "events")),
+            unit="ops",
+        ),
+        8,
+        8,
+    )
+    L.add(
+        timeseries(
+            "Bytes replayed",
+            "Bytes of held events sent again to reconnecting clients and watchers, per second.",
+            targets((f"sum(rate(sse_gateway_resume_replayed_bytes_total{sel()}[{RATE}]))", "replayed")),
+            unit="Bps",
+        ),
+        8,
+        8,
+    )
+    L.add(
+        timeseries(
+            "Streams held by state",
+            "live: a client is attached; grace: none attached, the upstream kept for resume.grace_secs; "
+            "retained: finished, readable for resume.retention_secs.",
+            targets((f"sum by (state) (sse_gateway_resume_streams{sel()})", "{{state}}")),
+            stack=True,
+        ),
+        8,
+        8,
+    )
+    L.add(
+        timeseries(
+            "Bytes held",
+            "Event bytes held for resumption, per instance (bounded by resume.max_total_bytes each; the "
+            "oldest finished streams are evicted first).",
+            targets((f"sum by (instance) (sse_gateway_resume_held_bytes{sel()})", "{{instance}}")),
+            unit="bytes",
+        ),
+        8,
+        8,
+    )
+    L.add(
+        timeseries(
+            "Subscribers",
+            "Clients reading held streams (originals, reconnections and watchers), per instance.",
+            targets((f"sum by (instance) (sse_gateway_resume_subscribers{sel()})", "{{instance}}")),
+        ),
+        8,
+        8,
+    )
+    L.add(
+        timeseries(
+            "Held streams ended, watchers closed",
+            "Held streams ending per second by how (completed, abandoned: nobody back within the grace "
+            "period, cancelled: DELETE, lost: the owning instance died), and watchers closed for falling "
+            "behind the buffer (watcher_behind).",
+            targets(
+                (f"sum by (how) (rate(sse_gateway_resume_ended_total{sel()}[{RATE}]))", "{{how}}"),
+                (f"sum(rate(sse_gateway_resume_watchers_closed_total{sel()}[{RATE}]))", "watchers closed"),
+            ),
+            unit="ops",
+        ),
+        8,
+        8,
+    )
+    L.add(
+        timeseries(
+            "Store operations and errors",
+            "Operations on the resume store per second, by operation and result; any error line above zero "
+            "means streams may be marked not resumable.",
+            targets(
+                (
+                    f"sum by (op, result) (rate(sse_gateway_resume_store_operations_total{sel()}[{RATE}]))",
+                    "{{op}} {{result}}",
+                )
+            ),
+            unit="ops",
+        ),
+        8,
+        8,
+    )
+    L.add(
+        timeseries(
+            "Store latency p99",
+            "p99 duration of resume store operations, by operation (Redis/Valkey round trips, pipelined "
+            "writes included). Writes never delay live streams; slow reads delay replays.",
+            targets(*quantiles("sse_gateway_resume_store_seconds", by="op", qs=(0.99,))),
+            unit="s",
+        ),
+        8,
+        8,
+    )
+    L.add(
+        timeseries(
+            "Unresumable streams",
+            "Streams marked not resumable per second because the store failed (they go on live, but a "
+            "client that disconnects cannot resume them), per instance.",
+            targets(
+                (
+                    f"sum by (instance) (rate(sse_gateway_resume_unresumable_total{sel()}[{RATE}]))",
+                    "{{instance}}",
+                )
+            ),
+            unit="ops",
+        ),
+        24,
+        7,
+    )
+
     variables = [
         {
             "type": "datasource",
@@ -615,7 +751,7 @@ def build() -> dict:
         "title": "sse-gateway",
         "uid": "sse-gateway",
         "description": "sse-gateway: legacy agent SSE to JSON envelopes. RED view of streams, latency, "
-        "fragmentation and chunking, errors, traffic. Source: deploy/grafana/build_dashboard.py.",
+        "fragmentation and chunking, errors, traffic, resumable streams. Source: deploy/grafana/build_dashboard.py.",
         "tags": ["sse-gateway", "sse", "proxy"],
         "editable": True,
         "graphTooltip": 1,
