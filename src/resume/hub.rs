@@ -454,13 +454,23 @@ impl Stream {
         let mut starts = Vec::with_capacity(count);
         let mut rest = frame;
         while !rest.is_empty() {
-            let len = memmem::find(rest, b"\n\n").map_or(rest.len(), |i| i + 2);
+            // The event without its blank line, then its id: fetch-event-source takes an id as the stream's
+            // position as soon as it reads it, so an id before the data would let a cut between them lose the
+            // event.
+            let (event, len) = match memmem::find(rest, b"\n\n") {
+                Some(i) => (&rest[..=i], i + 2),
+                None => (rest, rest.len()),
+            };
             starts.push(out.len());
+            out.extend_from_slice(event);
+            if !event.ends_with(b"\n") {
+                out.push(b'\n');
+            }
             write_id_line(&mut out, &self.stem, st.next);
             if st.next == 1 {
                 out.extend_from_slice(format!("retry: {}\n", self.shared.limits.retry_ms).as_bytes());
             }
-            out.extend_from_slice(&rest[..len]);
+            out.push(b'\n');
             rest = &rest[len..];
             st.next += 1;
         }
@@ -598,15 +608,16 @@ mod tests {
         let mut two = event(1);
         two.extend(event(2));
         let out = s.append(&two, true);
+        let data = |n| String::from_utf8(event(n)).unwrap().trim_end().to_owned();
         let want = format!(
-            "id: {stem}1\nretry: 1000\n{}id: {stem}2\n{}",
-            String::from_utf8(event(1)).unwrap(),
-            String::from_utf8(event(2)).unwrap()
+            "{}\nid: {stem}1\nretry: 1000\n\n{}\nid: {stem}2\n\n",
+            data(1),
+            data(2)
         );
         assert_eq!(String::from_utf8(out.to_vec()).unwrap(), want);
         let mut c = s.attach(1, false).unwrap();
         let (after_one, _) = read_all(&s, &mut c);
-        assert!(after_one.starts_with(format!("id: {stem}2\n").as_bytes()));
+        assert!(after_one.ends_with(format!("id: {stem}2\n\n").as_bytes()));
         assert_eq!(s.attach(3, false).unwrap_err(), AttachError::Unknown);
     }
 
