@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Installs the third-party SSE clients that tests/external_clients.rs runs
-# against the gateway: eventsource-parser (npm) and httpx-sse (PyPI).
+# Installs the third-party clients that the real-client tests run against the gateway:
+# - tests/external_clients.rs: eventsource-parser (npm) and httpx-sse (PyPI);
+# - tests/resume_clients.rs: headless Chromium (Debian's `chromium`) and @microsoft/fetch-event-source (npm,
+#   version pinned in tests/external/node/package.json and package-lock.json).
+# Those tests fail under CI=true when a client is missing, and are skipped with a note elsewhere.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if command -v npm >/dev/null; then
-  (cd tests/external/node && npm install --no-audit --no-fund --loglevel=error)
+  (cd tests/external/node && npm ci --no-audit --no-fund --loglevel=error)
 else
   echo "external-clients: npm not found" >&2
 fi
@@ -12,4 +15,17 @@ if command -v python3 >/dev/null; then
   python3 -m pip install --quiet --disable-pip-version-check httpx httpx-sse
 else
   echo "external-clients: python3 not found" >&2
+fi
+if [ -x /usr/bin/chromium ] || [ -n "${CHROMIUM:-}" ]; then
+  :
+elif command -v apt-get >/dev/null; then
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >/dev/null
+else
+  echo "external-clients: chromium missing and apt-get not found" >&2
+fi
+if [ -x /usr/bin/chromium ]; then
+  /usr/bin/chromium --version 2>/dev/null || true
 fi

@@ -8,7 +8,8 @@
 //! Shared by the levels: one seeded PRNG ([`rng`]), the backend's escapes ([`escape`]), one legacy-backend emulator ([`upstream`]: a closure per
 //! connection, or a list of steps), the clients ([`client`]), one SSE output reader ([`sse`]), one metrics reader
 //! ([`metrics`]), a small legacy corpus with its expected blocks ([`legacy`]) and the checks of faulted streams
-//! ([`faults`]), where two sequences first differ ([`diff`]), a real `redis-server` ([`redis_server`]).
+//! ([`faults`]), where two sequences first differ ([`diff`]), a real `redis-server` ([`redis_server`]); for the
+//! real-client tests, a relay that cuts event streams mid-way ([`relay`]) and headless Chromium ([`browser`]).
 //!
 //! Each test crate includes it with `mod harness;` and imports what it uses (`use harness::prelude::*` brings the
 //! server and process levels' usual names); the benches include single files by path.
@@ -30,6 +31,8 @@ pub mod process;
 pub mod faults;
 pub mod diff;
 pub mod redis_server;
+pub mod relay;
+pub mod browser;
 
 /// Generous bound on anything a test waits for: reaching it is a failure, not a measurement.
 pub const PATIENCE: Duration = Duration::from_secs(30);

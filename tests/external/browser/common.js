@@ -1,0 +1,42 @@
+// What a test page saw, reported to the test (tests/resume_clients.rs) with one POST /report on the page's
+// origin: {done, reason, events: [{t, id, data, retry}], opens: [{t, status, stream}], errors, notes}.
+// The page ends on `[DONE]`, or when it gives up (the `timeout_ms` query parameter, default 25000).
+export function collector() {
+  const started = performance.now();
+  const t = () => Math.round(performance.now() - started);
+  const report = { done: false, reason: '', events: [], opens: [], errors: [], notes: [] };
+  let sent = false;
+  const c = {
+    open(status, stream) {
+      report.opens.push({ t: t(), status, stream });
+    },
+    message(id, data, retry) {
+      report.events.push({ t: t(), id, data, retry });
+    },
+    error(what) {
+      report.errors.push(`${t()} ms: ${what}`);
+    },
+    note(what) {
+      report.notes.push(`${t()} ms: ${what}`);
+    },
+    get finished() {
+      return sent;
+    },
+    finish(done, reason) {
+      if (sent) return;
+      sent = true;
+      report.done = done;
+      report.reason = reason || '';
+      fetch('/report', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(report),
+      }).catch((e) => console.error(`report failed: ${e}`));
+    },
+  };
+  window.addEventListener('error', (e) => c.error(`page error: ${e.message}`));
+  window.addEventListener('unhandledrejection', (e) => c.error(`unhandled rejection: ${e.reason}`));
+  const timeout = Number(new URLSearchParams(location.search).get('timeout_ms') || 25000);
+  setTimeout(() => c.finish(false, `the page gave up after ${timeout} ms without [DONE]`), timeout);
+  return c;
+}

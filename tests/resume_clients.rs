@@ -1,0 +1,461 @@
+//! Resumable streams (issue 15, docs/RESUME.md) with real clients: headless Chromium's own `EventSource`, and the
+//! npm package `@microsoft/fetch-event-source` (as the legacy web app uses it, a `POST`) running in Chromium.
+//!
+//! Each test serves a page and one agent run, same-origin: the legacy-backend emulator serves the page, its scripts
+//! and the run, and the browser reaches it through a [`CuttingRelay`] in front of the gateway (the gateway proxies
+//! the page through as it would the legacy web app's). The run is paced (about 90 events over about 5 s), so that
+//! the relay's cuts, or the page hiding its tab, land in the middle of it. The page assembles the text of the
+//! `text` envelopes and POSTs everything it saw to `/report`, which the emulator records. Every test asserts:
+//!
+//! - the page saw `[DONE]`, and its text equals the uninterrupted stream's text;
+//! - every event carried an id `sg1-<32 hex>-<seq>` of one stream, seq 1, 2, 3, … in order: no duplicate, no gap;
+//! - the emulator saw exactly one request for the run (the reconnects were answered by the gateway);
+//! - the relay made every planned cut (otherwise the test would not have tested anything).
+//!
+//! They fail on a gateway without resumption: the stream carries no ids, a reconnect is forwarded, and the agent runs
+//! again from the start.
+//!
+//! What they assume of the implementation (docs/RESUME.md), beyond ids, replay and one upstream request: the default
+//! settings (`TestGateway` with no resume keys set) resume; the first response carries
+//! `X-Gateway-Stream: /_gateway/streams/<token>` and the event of seq 1 carries `retry: 1000`; the page, its scripts
+//! and `POST /report` are proxied to the backend as any request; a reconnect's `Last-Event-ID` comes with the same
+//! method, path and body (`POST` for fetch-event-source, `GET` for EventSource) and no bound header (no cookie, no
+//! authorization).
+//!
+//! And one thing about the event layout: fetch-event-source 2.0.1 sets its `Last-Event-ID` as soon as it parses an
+//! `id:` line (`getMessages` in its `parse.js`), before the blank line that dispatches the event. With the `id:` line
+//! first, a cut inside an event loses that event on resume: the client asks for the events after it. The `id:` line
+//! must be the event's last field (`data: …\nid: …\n\n`), which leaves only the final newline as a window.
+//!
+//! Chromium (`chromium`, a Debian package) and the npm package are installed by `.ci/external-clients.sh`; when either
+//! is missing the tests are skipped with a note, except under `CI=true`, where they fail.
+
+mod harness;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use harness::browser::{available_or_skip, chromium_path, npm_package_installed, Chromium, NODE_MODULES};
+use harness::legacy::{attr, fmt_escape};
+use harness::prelude::*;
+use harness::relay::CuttingRelay;
+use serde_json::{json, Value};
+use sse_gateway::translate::{translate_all, Options};
+
+/// The agent run's path.
+const RUN: &str = "/agent/run";
+/// Where the pages and their scripts are.
+const PAGES: &str = "tests/external/browser";
+/// The npm package under test.
+const FES: &str = "@microsoft/fetch-event-source";
+/// How long a page runs before it reports anyway (it reports at once on `[DONE]`).
+const PAGE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Events per run, and the pause after each.
+const PIECES: usize = 90;
+const PACE: Duration = Duration::from_millis(55);
+
+/// One Chromium at a time: the machine has two cores, and the runs are paced in real time.
+static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The legacy backend's run: `meta_init`, one text block of [`PIECES`] deltas (with multi-byte characters, so that
+/// cuts land inside them too), `meta_final`, `[DONE]`; one SSE event per item.
+fn run_items() -> Vec<String> {
+    let meta = json!({"format": "xml", "user_query": "write a long answer", "agent_uuid": "agent-resume",
+                      "parent_agent_uuid": null, "model": "m"});
+    let mut items = vec![
+        format!("<meta_init data=\"{}\"></meta_init>", attr(&meta.to_string())),
+        "<content-block-text>".to_owned(),
+    ];
+    for i in 0..PIECES {
+        let piece = match i % 10 {
+            3 => format!("word{i} 😀 "),
+            6 => format!("字{i}\n"),
+            8 => format!("\"q{i}\" <&> "),
+            _ => format!("word{i} "),
+        };
+        items.push(fmt_escape(&piece));
+    }
+    items.push("</content-block-text>".to_owned());
+    let fin = json!({"stop_reason": "end_turn", "total_steps": 1});
+    items.push(format!("<meta_final data=\"{}\"></meta_final>", attr(&fin.to_string())));
+    items.push("[DONE]".to_owned());
+    items
+}
+
+/// The text of the `text` envelopes of a translated stream's `data:` payloads, in order.
+fn text_of<'a>(payloads: impl IntoIterator<Item = &'a str>) -> String {
+    payloads
+        .into_iter()
+        .filter(|d| *d != "[DONE]")
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter(|v| kind(v) == "text")
+        .map(|v| delta(&v).to_owned())
+        .collect()
+}
+
+/// A static file's bytes and content type, for a request path under `/app/`: a page or `common.js` from [`PAGES`],
+/// or under `/app/fes/` a file of the package's ESM build (whose imports name no extension: `./fetch`).
+fn static_file(path: &str) -> Option<(Vec<u8>, &'static str)> {
+    let file: PathBuf = if let Some(f) = path.strip_prefix("/app/fes/") {
+        let f = if f.ends_with(".js") {
+            f.to_owned()
+        } else {
+            format!("{f}.js")
+        };
+        Path::new(NODE_MODULES).join(FES).join("lib/esm").join(f)
+    } else {
+        Path::new(PAGES).join(path.strip_prefix("/app/")?)
+    };
+    if file.components().any(|c| c == std::path::Component::ParentDir) {
+        return None;
+    }
+    let bytes = std::fs::read(&file).ok()?;
+    let ty = match file.extension().and_then(|e| e.to_str()) {
+        Some("html") => "text/html; charset=utf-8",
+        Some("js") => "text/javascript; charset=utf-8",
+        _ => "application/octet-stream",
+    };
+    Some((bytes, ty))
+}
+
+/// The emulator's answer to each request: the paced run on [`RUN`], static files under `/app/`, `204` to the
+/// page's `POST /report` (recorded, as every request), `404` otherwise.
+fn answer(req: &Recorded, items: &[String]) -> Vec<Step> {
+    let path = req.target.split('?').next().unwrap_or("");
+    if path == RUN {
+        let mut steps = vec![sse_head()];
+        for item in items {
+            steps.push(Step::WriteAll(format!("data: {item}\n\n").into_bytes()));
+            steps.push(Step::Pause(PACE));
+        }
+        steps.push(Step::EndChunks);
+        return steps;
+    }
+    if path == "/report" {
+        return vec![Step::head(204, &[], false)];
+    }
+    match static_file(path) {
+        Some((bytes, ty)) => {
+            let len = bytes.len().to_string();
+            vec![
+                Step::head(
+                    200,
+                    &[
+                        ("Content-Type", ty),
+                        ("Content-Length", &len),
+                        ("Cache-Control", "no-store"),
+                    ],
+                    false,
+                ),
+                Step::WriteAll(bytes),
+            ]
+        }
+        None => vec![
+            Step::head(404, &[("Content-Length", "9")], false),
+            Step::write_all(b"not found"),
+        ],
+    }
+}
+
+/// The emulator, the gateway (default settings), and the relay in front of it with its plan of cuts.
+struct Setup {
+    up: Emulator,
+    gw: TestGateway,
+    relay: CuttingRelay,
+    /// The text of the uninterrupted stream.
+    expected_text: String,
+    planned_cuts: usize,
+}
+
+impl Setup {
+    async fn start(cuts: &[usize]) -> Setup {
+        let items = run_items();
+        let legacy: Vec<u8> = items
+            .iter()
+            .flat_map(|i| format!("data: {i}\n\n").into_bytes())
+            .collect();
+        let translated = translate_all(Options::default(), "unused", &legacy).0;
+        let expected_text = text_of(sse_data(&translated).iter().map(String::as_str));
+        assert!(expected_text.contains("word89"), "the run's text: {expected_text:?}");
+        let up = Emulator::start(move |req| answer(req, &items)).await;
+        let gw = TestGateway::start(&up.url(), |_| {}).await;
+        let relay = CuttingRelay::start(gw.addr, cuts).await;
+        Setup {
+            up,
+            gw,
+            relay,
+            expected_text,
+            planned_cuts: cuts.len(),
+        }
+    }
+
+    /// Opens `page` (a path under `/app/`) in headless Chromium through the relay and waits (bounded) for its
+    /// report; panics with Chromium's console when none comes.
+    async fn run_page(&self, chromium: &Path, page: &str) -> Value {
+        let sep = if page.contains('?') { '&' } else { '?' };
+        let url = self
+            .relay
+            .url(&format!("/app/{page}{sep}timeout_ms={}", PAGE_TIMEOUT.as_millis()));
+        let browser = Chromium::open(chromium, &url);
+        let deadline = Instant::now() + PAGE_TIMEOUT + PATIENCE;
+        let report = loop {
+            if let Some(r) = self.up.recorded().into_iter().find(|r| r.target == "/report") {
+                break r;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{page}: no report from the page in {:?}; requests the backend saw: {:?}\nchromium:\n{}",
+                PAGE_TIMEOUT + PATIENCE,
+                self.up
+                    .recorded()
+                    .iter()
+                    .map(|r| format!("{} {}", r.method, r.target))
+                    .collect::<Vec<_>>(),
+                browser.console(40)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        // A stray reconnect after the end would show up here.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let console = browser.console(20);
+        drop(browser);
+        let mut v: Value = serde_json::from_slice(&report.body).unwrap_or_else(|e| {
+            panic!(
+                "{page}: report is not JSON ({e}): {}",
+                String::from_utf8_lossy(&report.body)
+            )
+        });
+        v["console"] = console.into();
+        v
+    }
+
+    /// Everything wrong with what the page saw, the relay did and the backend was asked.
+    fn problems(&self, report: &Value, check_headers: bool) -> Vec<String> {
+        let mut problems = Vec::new();
+        let events = report["events"].as_array().cloned().unwrap_or_default();
+        let ids: Vec<&str> = events.iter().map(|e| e["id"].as_str().unwrap_or("")).collect();
+        let data: Vec<&str> = events.iter().map(|e| e["data"].as_str().unwrap_or("")).collect();
+
+        // 1. One upstream request for the run: every reconnect was answered by the gateway.
+        let runs: Vec<Recorded> = self
+            .up
+            .recorded()
+            .into_iter()
+            .filter(|r| r.target.split('?').next() == Some(RUN))
+            .collect();
+        if runs.len() != 1 {
+            let each: Vec<String> = runs
+                .iter()
+                .map(|r| {
+                    format!(
+                        "{} {} (Last-Event-ID: {:?})",
+                        r.method,
+                        r.target,
+                        r.header("last-event-id")
+                    )
+                })
+                .collect();
+            problems.push(format!(
+                "the backend saw {} requests for the run, want 1 (the agent ran again): {each:?}",
+                runs.len()
+            ));
+        }
+
+        // 2. The page saw the end, and the uninterrupted stream's text.
+        if report["done"] != json!(true) {
+            problems.push(format!("the page did not see [DONE]: {}", report["reason"]));
+        }
+        let text = text_of(data.iter().copied());
+        if text != self.expected_text {
+            let (got, want): (Vec<char>, Vec<char>) = (text.chars().collect(), self.expected_text.chars().collect());
+            let at = harness::diff::first_difference(&got, &want);
+            let snippet = |c: &[char]| c[at.min(c.len())..(at + 40).min(c.len())].iter().collect::<String>();
+            let restarts = text.matches("word0 ").count();
+            problems.push(format!(
+                "assembled text differs from the uninterrupted stream's: {} chars, want {}; first difference at char \
+                 {at}: got {:?}, want {:?}; the text starts over {} time(s)",
+                got.len(),
+                want.len(),
+                snippet(&got),
+                snippet(&want),
+                restarts.saturating_sub(1)
+            ));
+        }
+
+        // 3. Ids: one stream, seq 1, 2, 3, … (no duplicate, no gap).
+        let mut token: Option<&str> = None;
+        let mut id_problems = Vec::new();
+        for (i, id) in ids.iter().enumerate() {
+            let want_seq = i as u64 + 1;
+            match parse_id(id) {
+                None => id_problems.push(format!("event {want_seq} has id {id:?}, not sg1-<32 hex>-<seq>")),
+                Some((t, seq)) => {
+                    if *token.get_or_insert(t) != t {
+                        id_problems.push(format!("event {want_seq} ({id}) is of another stream"));
+                    }
+                    if seq < want_seq {
+                        id_problems.push(format!("event {want_seq} has seq {seq}: a duplicate"));
+                    } else if seq > want_seq {
+                        id_problems.push(format!("event {want_seq} has seq {seq}: a gap"));
+                    }
+                }
+            }
+        }
+        if !id_problems.is_empty() {
+            let n = id_problems.len();
+            id_problems.truncate(3);
+            problems.push(format!(
+                "{n} of {} events break the id sequence, e.g. {}",
+                ids.len(),
+                id_problems.join("; ")
+            ));
+        }
+
+        // 4. What fetch-event-source can see of the contract: the stream's URL header and the first event's retry.
+        if check_headers {
+            let first = &report["opens"][0];
+            let want = token.map(|t| format!("/_gateway/streams/{t}"));
+            if first["stream"].as_str() != want.as_deref() || want.is_none() {
+                problems.push(format!(
+                    "the first response's X-Gateway-Stream is {}, want /_gateway/streams/<the ids' token>",
+                    first["stream"]
+                ));
+            }
+            if let Some(e) = events.first() {
+                if parse_id(ids[0]).map(|(_, s)| s) == Some(1) && e["retry"] != json!(1000) {
+                    problems.push(format!("the first event's retry is {}, want 1000", e["retry"]));
+                }
+            }
+        }
+
+        // 5. The test tested what it says.
+        let cuts = self.relay.cuts();
+        if cuts.len() != self.planned_cuts {
+            problems.push(format!(
+                "the relay made {} of {} planned cuts (unused: {:?}), so the stream was not cut as planned",
+                cuts.len(),
+                self.planned_cuts,
+                self.relay.unused()
+            ));
+        }
+        problems
+    }
+
+    /// Panics with every problem and the evidence, if there is any problem.
+    fn assert_ok(&self, what: &str, report: &Value, check_headers: bool) {
+        let problems = self.problems(report, check_headers);
+        if problems.is_empty() {
+            return;
+        }
+        let cuts: Vec<String> = self
+            .relay
+            .cuts()
+            .iter()
+            .map(|c| format!("connection {} after {} bytes", c.conn, c.after))
+            .collect();
+        panic!(
+            "{what}:\n- {}\n\nthe page: {} events, opens {}, errors {}, notes {}\nrelay: {} connections, {} event \
+             streams, cuts {cuts:?}\nchromium:\n{}",
+            problems.join("\n- "),
+            report["events"].as_array().map_or(0, Vec::len),
+            report["opens"],
+            report["errors"],
+            report["notes"],
+            self.relay.connections(),
+            self.relay.streams(),
+            Some(report["console"].as_str().unwrap_or(""))
+                .filter(|c| !c.is_empty())
+                .unwrap_or("(nothing logged)")
+        );
+    }
+}
+
+/// `sg1-<32 lowercase hex>-<seq>` → (token, seq).
+fn parse_id(id: &str) -> Option<(&str, u64)> {
+    let rest = id.strip_prefix("sg1-")?;
+    let (token, seq) = rest.split_once('-')?;
+    let hex = token.len() == 32 && token.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    let digits = !seq.is_empty() && seq.bytes().all(|b| b.is_ascii_digit());
+    (hex && digits).then_some(())?;
+    Some((token, seq.parse().ok()?))
+}
+
+/// Chromium, or `None` when the test is to be skipped (never under CI).
+fn chromium() -> Option<PathBuf> {
+    let path = chromium_path();
+    available_or_skip(
+        "chromium",
+        path.is_some(),
+        "the Debian package `chromium`: run .ci/external-clients.sh",
+    )
+    .then_some(())?;
+    path
+}
+
+fn fetch_event_source_installed() -> bool {
+    available_or_skip(
+        FES,
+        npm_package_installed(FES),
+        "npm package: run .ci/external-clients.sh",
+    )
+}
+
+/// Response bytes after which the relay cuts each connection's stream, in order: mid-event and mid-run (the first
+/// after about 10 events; each reconnection first replays what was missed). Different lengths, so the cuts land
+/// at different places of the events.
+const CUTS: [usize; 3] = [1450, 4100, 3333];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_eventsource_resumes_a_run_cut_three_times() {
+    let Some(chromium) = chromium() else { return };
+    let _one = ONE_BROWSER.lock().await;
+    let setup = Setup::start(&CUTS).await;
+    let report = setup.run_page(&chromium, "eventsource.html").await;
+    setup.assert_ok(
+        "EventSource in Chromium, through a relay that cuts it 3 times",
+        &report,
+        false,
+    );
+    setup.gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetch_event_source_post_resumes_a_run_cut_three_times() {
+    let Some(chromium) = chromium() else { return };
+    if !fetch_event_source_installed() {
+        return;
+    }
+    let _one = ONE_BROWSER.lock().await;
+    let setup = Setup::start(&[1300, 3900, 2777]).await;
+    let report = setup.run_page(&chromium, "fetch-event-source.html?mode=cut").await;
+    setup.assert_ok(
+        "@microsoft/fetch-event-source POST in Chromium, through a relay that cuts it 3 times",
+        &report,
+        true,
+    );
+    setup.gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetch_event_source_hidden_tab_resumes_the_same_run() {
+    let Some(chromium) = chromium() else { return };
+    if !fetch_event_source_installed() {
+        return;
+    }
+    let _one = ONE_BROWSER.lock().await;
+    let setup = Setup::start(&[]).await;
+    let report = setup.run_page(&chromium, "fetch-event-source.html?mode=hidden").await;
+    setup.assert_ok(
+        "@microsoft/fetch-event-source POST in Chromium, its tab hidden and shown twice",
+        &report,
+        true,
+    );
+    // The library did abort and re-request: the page hid and showed its tab twice, and opened three responses.
+    let notes = report["notes"].to_string();
+    let opens = report["opens"].as_array().map_or(0, Vec::len);
+    assert!(
+        notes.matches("tab hidden").count() == 2 && notes.matches("tab shown").count() == 2 && opens == 3,
+        "the page did not hide and show its tab twice, with a request each time: {opens} opens, notes {notes}"
+    );
+    setup.gw.stop().await;
+}
