@@ -253,8 +253,8 @@ impl Stream {
             self.end(&mut st, how);
             return Go::Stop(how, out);
         }
-        // Room, or the oldest event was delivered and may go.
-        if st.bytes < self.shared.limits.buffer_bytes || st.first < st.delivered {
+        // Room, or the oldest event was delivered and may go (only while a primary is attached: see `evict`).
+        if st.bytes < self.shared.limits.buffer_bytes || (st.primary.is_some() && st.first < st.delivered) {
             return Go::Read;
         }
         st.writer = Some(cx.waker().clone());
@@ -444,10 +444,12 @@ impl Stream {
         out
     }
 
-    /// Drops the oldest delivered events while the stream holds more than `buffer_bytes`.
+    /// Drops the oldest delivered events while the stream holds more than `buffer_bytes`. Not while no primary is
+    /// attached: "delivered" only means written to its connection, and the last of those may never have reached
+    /// the client that went away; its reconnection says what it got (`attach`), and until then they are kept.
     fn evict(&self, st: &mut State) {
         let mut freed = 0;
-        while st.bytes > self.shared.limits.buffer_bytes && st.first < st.delivered {
+        while st.bytes > self.shared.limits.buffer_bytes && st.primary.is_some() && st.first < st.delivered {
             let Some(e) = st.events.pop_front() else { break };
             st.bytes -= e.len();
             freed += e.len();
