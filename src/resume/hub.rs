@@ -86,6 +86,7 @@ impl Hub {
                 bytes: 0,
                 delivered: 1,
                 primary: Some(0),
+                original: true,
                 generations: 1,
                 away_since: now,
                 phase: Held::Live,
@@ -161,6 +162,8 @@ struct State {
     delivered: u64,
     /// The generation of the attached primary; `None`: nobody attached since `away_since` (grace).
     primary: Option<u64>,
+    /// The original response body still writes to its client (it may have lost the primary to a reconnection).
+    original: bool,
     generations: u64,
     away_since: Instant,
     phase: Held,
@@ -309,6 +312,7 @@ impl Stream {
 
     /// The original body's client went away: the grace period starts (if it was still the primary).
     pub fn original_gone(&self) {
+        self.state().original = false;
         self.detach_primary(0);
     }
 
@@ -357,10 +361,17 @@ impl Stream {
         if st.primary != Some(generation) {
             return;
         }
-        st.primary = None;
-        st.away_since = Instant::now();
-        if st.end.is_none() {
-            self.set_phase(&mut st, Held::Grace);
+        if generation != 0 && st.original {
+            // A reconnection leaves while the original client still reads: the original is the primary again
+            // (it was sent every event), rather than nobody, whose writer would wait for room with no grace timer.
+            st.primary = Some(0);
+            st.delivered = st.next;
+        } else {
+            st.primary = None;
+            st.away_since = Instant::now();
+            if st.end.is_none() {
+                self.set_phase(&mut st, Held::Grace);
+            }
         }
         if let Some(w) = st.writer.take() {
             w.wake();
