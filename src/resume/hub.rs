@@ -99,6 +99,7 @@ impl Hub {
                 bytes: 0,
                 delivered: 1,
                 primary: Some(0),
+                original: true,
                 generations: 1,
                 away_since: now,
                 phase: Held::Live,
@@ -177,6 +178,8 @@ struct State {
     delivered: u64,
     /// The generation of the attached primary; `None`: nobody attached since `away_since` (grace).
     primary: Option<u64>,
+    /// The original response body still writes to its client (it may have lost the primary to a reconnection).
+    original: bool,
     generations: u64,
     away_since: Instant,
     phase: Held,
@@ -272,8 +275,8 @@ impl Stream {
             self.end(&mut st, how);
             return Go::Stop(how, out);
         }
-        // Room, or the oldest event was delivered and may go.
-        if st.bytes < self.shared.limits.buffer_bytes || st.first < st.delivered {
+        // Room, or the oldest event was delivered and may go (only while a primary is attached: see `evict`).
+        if st.bytes < self.shared.limits.buffer_bytes || (st.primary.is_some() && st.first < st.delivered) {
             return Go::Read;
         }
         st.writer = Some(cx.waker().clone());
@@ -346,6 +349,7 @@ impl Stream {
 
     /// The original body's client went away: the grace period starts (if it was still the primary).
     pub fn original_gone(&self) {
+        self.state().original = false;
         self.detach_primary(0);
     }
 
@@ -394,10 +398,17 @@ impl Stream {
         if st.primary != Some(generation) {
             return;
         }
-        st.primary = None;
-        st.away_since = Instant::now();
-        if st.end.is_none() {
-            self.set_phase(&mut st, Held::Grace);
+        if generation != 0 && st.original {
+            // A reconnection leaves while the original client still reads: the original is the primary again
+            // (it was sent every event), rather than nobody, whose writer would wait for room with no grace timer.
+            st.primary = Some(0);
+            st.delivered = st.next;
+        } else {
+            st.primary = None;
+            st.away_since = Instant::now();
+            if st.end.is_none() {
+                self.set_phase(&mut st, Held::Grace);
+            }
         }
         if let Some(w) = st.writer.take() {
             w.wake();
@@ -498,10 +509,12 @@ impl Stream {
         out
     }
 
-    /// Drops the oldest delivered events while the stream holds more than `buffer_bytes`.
+    /// Drops the oldest delivered events while the stream holds more than `buffer_bytes`. Not while no primary is
+    /// attached: "delivered" only means written to its connection, and the last of those may never have reached
+    /// the client that went away; its reconnection says what it got (`attach`), and until then they are kept.
     fn evict(&self, st: &mut State) {
         let mut freed = 0;
-        while st.bytes > self.shared.limits.buffer_bytes && st.first < st.delivered {
+        while st.bytes > self.shared.limits.buffer_bytes && st.primary.is_some() && st.first < st.delivered {
             let Some(e) = st.events.pop_front() else { break };
             st.bytes -= e.len();
             freed += e.len();
