@@ -328,9 +328,9 @@ fn split_held(bytes: &[u8], stem: &str) -> Got {
         let ev = &rest[..end + 2];
         rest = &rest[end + 2..];
         let seq = ev
-            .strip_prefix("id: ")
+            .lines()
+            .find_map(|l| l.strip_prefix("id: "))
             .and_then(|r| r.strip_prefix(stem))
-            .and_then(|r| r.split('\n').next())
             .and_then(|s| s.parse().ok())
             .unwrap_or_else(|| panic!("event without an id of the stream: {ev:?}"));
         out.push((seq, ev.as_bytes().to_vec()));
@@ -365,7 +365,7 @@ fn run_case(pads: &[usize], cuts: &[usize], buffer: usize, sessions: &[Session])
         retry_ms: 1000,
     };
     let metrics = ResumeMetrics::register(&prometheus::Registry::new()).map_err(|e| e.to_string())?;
-    let hub = Hub::new(limits, Arc::new(metrics));
+    let hub = Hub::new(limits, Arc::new(metrics), None);
     let s = hub.create([7; 32], "agent").ok_or("no token")?;
     let stem = String::from_utf8(s.stem().to_vec()).map_err(|e| e.to_string())?;
     let mut w = Writer { frames, done: false };
@@ -458,8 +458,10 @@ fn run_case(pads: &[usize], cuts: &[usize], buffer: usize, sessions: &[Session])
         .map(|(i, e)| {
             let seq = i as u64 + 1;
             let retry = if seq == 1 { "retry: 1000\n" } else { "" };
-            let mut b = format!("id: {stem}{seq}\n{retry}").into_bytes();
-            b.extend_from_slice(e);
+            // The event's data line, then its id (and the first's retry), then the blank line.
+            let data = e.strip_suffix(b"\n").unwrap_or(e);
+            let mut b = data.to_vec();
+            b.extend_from_slice(format!("id: {stem}{seq}\n{retry}\n").as_bytes());
             (seq, b)
         })
         .collect();
@@ -515,12 +517,15 @@ async fn translated_events_carry_consecutive_ids_the_first_a_retry_and_the_head_
     let data = with_ids(&evs, 0, &token);
     assert!(data.len() >= 6, "{data:?}");
     assert_eq!(data[0].retry.as_deref(), Some("1000"), "retry on the first event");
+    // The data line first, then the id (fetch-event-source takes an id as its position when it reads it).
+    assert!(data[0].raw.starts_with("data: "), "{:?}", data[0].raw);
     assert!(data[0]
         .raw
-        .starts_with(&format!("id: {}\nretry: 1000\ndata: ", id(&token, 1))));
+        .ends_with(&format!("\nid: {}\nretry: 1000\n\n", id(&token, 1))));
     for e in &data[1..] {
         assert_eq!(e.retry, None, "retry only on the first event: {e:?}");
-        assert!(e.raw.starts_with(&format!("id: {}\ndata: ", id(&token, e.seq()))));
+        assert!(e.raw.starts_with("data: "), "{:?}", e.raw);
+        assert!(e.raw.ends_with(&format!("\nid: {}\n\n", id(&token, e.seq()))));
     }
     // Taken out, the ids leave the translation as it was.
     assert_eq!(

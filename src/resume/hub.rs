@@ -342,6 +342,16 @@ impl Stream {
             st.away_since = Instant::now();
         }
         st.delivered = st.delivered.max(cursor.saturating_add(1).min(st.next));
+        // It reads from the store, which holds them: what it got may go here, so the writer has room again
+        // (`evict` keeps delivered events while no primary is attached here).
+        let mut freed = 0;
+        while st.bytes > self.shared.limits.buffer_bytes / 2 && st.first <= cursor {
+            let Some(e) = st.events.pop_front() else { break };
+            st.bytes -= e.len();
+            freed += e.len();
+            st.first += 1;
+        }
+        self.release(freed);
         if let Some(w) = st.writer.take() {
             w.wake();
         }
@@ -520,6 +530,11 @@ impl Stream {
             freed += e.len();
             st.first += 1;
         }
+        self.release(freed);
+    }
+
+    /// Accounts for `freed` bytes no longer held.
+    fn release(&self, freed: usize) {
         if freed > 0 {
             self.shared.total.fetch_sub(freed, Ordering::Relaxed);
             self.shared.metrics.held_bytes.sub(freed as i64);
@@ -622,11 +637,7 @@ mod tests {
         two.extend(event(2));
         let out = s.append(&two, true);
         let data = |n| String::from_utf8(event(n)).unwrap().trim_end().to_owned();
-        let want = format!(
-            "{}\nid: {stem}1\nretry: 1000\n\n{}\nid: {stem}2\n\n",
-            data(1),
-            data(2)
-        );
+        let want = format!("{}\nid: {stem}1\nretry: 1000\n\n{}\nid: {stem}2\n\n", data(1), data(2));
         assert_eq!(String::from_utf8(out.to_vec()).unwrap(), want);
         let mut c = s.attach(1, false).unwrap();
         let (after_one, _) = read_all(&s, &mut c);
@@ -648,14 +659,17 @@ mod tests {
             "delivered events are evicted past the buffer"
         );
         assert_eq!(s.attach(0, false).unwrap_err(), AttachError::Gap);
-        // Its client gone, a pump writes what nobody was sent: kept, until the writer must wait.
+        // Its client gone, a pump writes on; nothing is evicted any more (the last events written to the client
+        // may not have reached it), so the writer waits once the buffer is full.
         s.original_gone();
         let delivered = s.state().next - 1;
+        let first = s.state().first;
         while s.writer_check(Instant::now(), &mut cx) == Go::Read {
             s.append(&event(200), false);
         }
         let end = s.state().next - 1;
-        assert!(end > delivered + 3);
+        assert!(end > delivered);
+        assert_eq!(s.state().first, first, "nothing evicted while nobody is attached");
         // The reconnection reads from where it was, every event: no gap.
         let mut c = s.attach(delivered, true).unwrap();
         let (got, behind) = read_all(&s, &mut c);
@@ -666,6 +680,25 @@ mod tests {
             Go::Read,
             "delivered: room again"
         );
+    }
+
+    #[test]
+    fn a_primary_reading_on_another_instance_makes_room_here() {
+        let h = hub(1000, 60_000);
+        let s = h.create([0; 32], "a").unwrap();
+        s.original_gone();
+        let mut cx = Context::from_waker(Waker::noop());
+        while s.writer_check(Instant::now(), &mut cx) == Go::Read {
+            s.append(&event(200), false);
+        }
+        let end = s.state().next - 1;
+        s.remote_primary(end);
+        assert_eq!(
+            s.writer_check(Instant::now(), &mut cx),
+            Go::Read,
+            "what it got is in the store: room"
+        );
+        assert!(s.state().bytes <= 500);
     }
 
     #[test]
