@@ -114,19 +114,28 @@ impl Resumer {
         })
     }
 
-    /// The keyed hash of the bound headers' values (every value, in order; an absent header differs from an
-    /// empty one).
+    /// The keyed hash of the bound headers' values: each header's field value as its lines combine (`, `; for
+    /// `Cookie`, `; `, since HTTP/2 clients may split it into one field per cookie), an absent header differing
+    /// from an empty one.
     pub fn binding(&self, headers: &HeaderMap) -> [u8; 32] {
         let mut h = blake3::Hasher::new_keyed(&self.key);
         for name in &self.bind {
             h.update(&(name.as_str().len() as u64).to_le_bytes());
             h.update(name.as_str().as_bytes());
-            for v in headers.get_all(name) {
-                h.update(&[1]);
-                h.update(&(v.len() as u64).to_le_bytes());
-                h.update(v.as_bytes());
-            }
-            h.update(&[0]);
+            let sep: &[u8] = if name == http::header::COOKIE { b"; " } else { b", " };
+            let mut values = headers.get_all(name).iter();
+            match values.next() {
+                None => h.update(&[0]),
+                Some(first) => {
+                    h.update(&[1]);
+                    h.update(first.as_bytes());
+                    for v in values {
+                        h.update(sep);
+                        h.update(v.as_bytes());
+                    }
+                    h.update(&[0xff])
+                }
+            };
         }
         *h.finalize().as_bytes()
     }
@@ -217,5 +226,78 @@ impl StoreObserver for ResumeMetrics {
 
     fn unresumable(&self) {
         self.unresumable.inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resumer() -> Resumer {
+        let metrics = Arc::new(ResumeMetrics::register(&prometheus::Registry::new()).unwrap());
+        Resumer::new(&config::Resume::default(), metrics, None).unwrap()
+    }
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(HeaderName::from_bytes(k.as_bytes()).unwrap(), v.parse().unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn the_binding_is_the_bound_headers_values_however_a_cookie_is_split() {
+        let r = resumer();
+        let b = |pairs: &[(&str, &str)]| r.binding(&headers(pairs));
+        let one = b(&[("cookie", "a=1; b=2"), ("authorization", "Bearer x"), ("x-other", "1")]);
+        assert_eq!(
+            one,
+            b(&[("authorization", "Bearer x"), ("cookie", "a=1"), ("cookie", "b=2")])
+        );
+        assert_eq!(
+            one,
+            b(&[("cookie", "a=1; b=2"), ("authorization", "Bearer x")]),
+            "unbound headers do not count"
+        );
+        assert_ne!(one, b(&[("cookie", "a=1; b=3"), ("authorization", "Bearer x")]));
+        assert_ne!(one, b(&[("cookie", "a=1; b=2")]));
+        assert_ne!(b(&[]), b(&[("authorization", "")]), "absent is not empty");
+        assert_ne!(
+            one,
+            resumer().binding(&headers(&[("cookie", "a=1; b=2"), ("authorization", "Bearer x")])),
+            "keyed"
+        );
+    }
+
+    #[test]
+    fn requests_are_routed_by_their_last_event_id_and_the_stream_urls() {
+        let r = resumer();
+        let t = Token::random().unwrap();
+        let id = |seq: u64| format!("sg1-{}-{seq}", t.hex());
+        let route = |m: Method, path: &str, last: Option<&str>| {
+            let h = last.map_or_else(HeaderMap::new, |l| headers(&[("last-event-id", l)]));
+            r.route(&m, path, &h)
+        };
+        assert_eq!(route(Method::POST, "/agent/run", None), Route::Forward);
+        assert_eq!(route(Method::POST, "/agent/run", Some("42")), Route::Forward);
+        assert_eq!(
+            route(Method::POST, "/agent/run", Some(&id(7))),
+            Route::Resume(EventId { token: t, seq: 7 })
+        );
+        let url = r.url(&t);
+        assert_eq!(route(Method::GET, &url, None), Route::Watch(t, 0));
+        assert_eq!(route(Method::GET, &url, Some(&id(3))), Route::Watch(t, 3));
+        assert_eq!(route(Method::DELETE, &url, None), Route::Cancel(t));
+        assert_eq!(route(Method::PUT, &url, None), Route::MethodNotAllowed);
+        for other in [
+            "/_gateway/streams",
+            "/_gateway/streams/",
+            "/_gateway/streams/xyz",
+            &format!("{url}/x"),
+        ] {
+            assert_eq!(route(Method::GET, other, None), Route::NotFound, "{other}");
+        }
+        assert_eq!(route(Method::GET, "/_gateway/streamsX", None), Route::Forward);
     }
 }
