@@ -1,0 +1,762 @@
+//! Resumption across gateway instances (issue 15): two gateway processes, A and B, share a real `redis-server`
+//! (`resume.store = "redis"`, one binding key) in front of one paced legacy upstream. A run started on A is
+//! resumed, watched, cancelled and read after A's death on B; Redis dies under a live run; a reconnection on B
+//! keeps A's grace period going. Skipped (with a note) when `redis-server` is not installed, unless CI=true.
+
+mod harness;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use harness::prelude::*;
+use harness::redis_server::RedisServer;
+use harness::sse::split_id;
+use redis::Value;
+use sse_gateway::translate::{translate_all, Options};
+
+/// The binding key both instances share (at least 32 characters).
+const KEY: &str = "resume-instances-test-binding-key-0123456789";
+/// The client's credentials: a bound header.
+const AUTH: &str = "Bearer user-1";
+const AGENT: &str = "agent-7";
+/// Pause between two text pieces of the paced upstream.
+const PACE: Duration = Duration::from_millis(80);
+/// Bound on any single wait of these tests; reaching it is a failure.
+const WAIT: Duration = Duration::from_secs(10);
+
+// ---- the upstream ----
+
+/// The legacy stream of a run: an open text block, `words` pieces, its end, a `meta_final` and `[DONE]`, item by
+/// item.
+fn legacy_items(words: usize) -> Vec<Vec<u8>> {
+    let mut items = vec![b"data: <content-block-text>\n\n".to_vec()];
+    items.extend((0..words).map(|i| format!("data: word{i:03} \n\n").into_bytes()));
+    items.push(b"data: </content-block-text>\n\n".to_vec());
+    items.push(b"data: <meta_final data=\"{&quot;ok&quot;:true}\"></meta_final>\n\n".to_vec());
+    items.push(b"data: [DONE]\n\n".to_vec());
+    items
+}
+
+/// The whole legacy body of a run of `words` pieces.
+fn legacy(words: usize) -> Vec<u8> {
+    legacy_items(words).concat()
+}
+
+/// What the gateway must send for it, ids aside.
+fn expected(words: usize) -> Vec<u8> {
+    translate_all(Options::default(), AGENT, &legacy(words)).0
+}
+
+/// The upstream's script for a run: each item, then a pause, then the end.
+fn paced(words: usize) -> Vec<Step> {
+    let mut steps = vec![sse_head()];
+    for item in legacy_items(words) {
+        steps.push(Step::WriteAll(item));
+        steps.push(Step::Pause(PACE));
+    }
+    steps.push(Step::EndChunks);
+    steps
+}
+
+/// An upstream answering `/run/<words>` (and `/run/<words>/<anything>`) with a paced run of that many pieces;
+/// `/hold` with a run that never ends, reporting when the gateway closes it.
+async fn upstream() -> Emulator {
+    Emulator::start(|r| {
+        if r.target == "/hold" {
+            return vec![
+                sse_head(),
+                Step::write_all(b"data: <content-block-text>\n\ndata: one \n\ndata: two \n\ndata: three \n\n"),
+                Step::AwaitClose,
+            ];
+        }
+        let words = r
+            .target
+            .trim_start_matches("/run/")
+            .split('/')
+            .next()
+            .and_then(|w| w.parse().ok())
+            .unwrap_or(5);
+        paced(words)
+    })
+    .await
+}
+
+// ---- the instances ----
+
+/// Redis, the upstream and the two gateways.
+struct Setup {
+    redis: RedisServer,
+    up: Emulator,
+    a: Process,
+    b: Process,
+}
+
+/// Starts Redis, the upstream and two gateways on it; A gets `a_extra` settings too. `None`: no redis-server.
+async fn setup(a_extra: &[(&str, &str)]) -> Option<Setup> {
+    let redis = RedisServer::start()?;
+    let up = upstream().await;
+    let url = redis.url();
+    let shared = [
+        ("SSE_GATEWAY__RESUME__STORE", "redis"),
+        ("SSE_GATEWAY__RESUME__REDIS_URL", url.as_str()),
+        ("SSE_GATEWAY__RESUME__BINDING_KEY", KEY),
+    ];
+    let a_env: Vec<(&str, &str)> = shared.iter().chain(a_extra).copied().collect();
+    let a = Process::against(&up.url(), &a_env);
+    let b = Process::against(&up.url(), &shared);
+    Some(Setup { redis, up, a, b })
+}
+
+impl Setup {
+    /// A connection to the Redis server, to look at what the store holds.
+    async fn redis_conn(&self) -> redis::aio::MultiplexedConnection {
+        let client = redis::Client::open(self.redis.url()).expect("redis url");
+        within(WAIT, "redis connection", client.get_multiplexed_async_connection())
+            .await
+            .expect("redis connection")
+    }
+
+    /// Waits until the store knows the stream (the owner's writes are asynchronous by design).
+    async fn wait_visible(&self, token: &str) {
+        let mut conn = self.redis_conn().await;
+        let meta = format!("sse-gateway:{{{token}}}:meta");
+        within(WAIT, "the stream visible in Redis", async {
+            loop {
+                let exists: bool = redis::cmd("EXISTS")
+                    .arg(&meta)
+                    .query_async(&mut conn)
+                    .await
+                    .expect("EXISTS");
+                if exists {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+    }
+
+    /// The events the store holds for a stream, in order: (seq, bytes).
+    async fn stored(&self, token: &str) -> Vec<(u64, String)> {
+        let mut conn = self.redis_conn().await;
+        let reply: Value = redis::cmd("XRANGE")
+            .arg(format!("sse-gateway:{{{token}}}:events"))
+            .arg("-")
+            .arg("+")
+            .query_async(&mut conn)
+            .await
+            .expect("XRANGE");
+        let Value::Array(entries) = reply else {
+            panic!("XRANGE reply {reply:?}")
+        };
+        entries
+            .into_iter()
+            .map(|entry| {
+                let Value::Array(pair) = entry else {
+                    panic!("entry {entry:?}")
+                };
+                let (Value::BulkString(id), Value::Array(fields)) = (&pair[0], &pair[1]) else {
+                    panic!("entry {pair:?}")
+                };
+                let seq = std::str::from_utf8(id)
+                    .ok()
+                    .and_then(|id| id.strip_prefix("0-"))
+                    .and_then(|s| s.parse().ok())
+                    .expect("entry id 0-<seq>");
+                let Value::BulkString(event) = &fields[1] else {
+                    panic!("fields {fields:?}")
+                };
+                (seq, String::from_utf8(event.clone()).expect("utf-8 event"))
+            })
+            .collect()
+    }
+
+    /// Both gateways' logs, for failure messages.
+    fn logs(&self) -> String {
+        format!("A's log:\n{}\nB's log:\n{}", self.a.log_tail(), self.b.log_tail())
+    }
+}
+
+/// Fails the test if `fut` takes longer than `limit`.
+async fn within<T>(limit: Duration, what: &str, fut: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(limit, fut)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: not within {limit:?}"))
+}
+
+// ---- the clients ----
+
+/// A translated run's request as an SSE client library sends it (the reconnection repeats it whole), with
+/// `extra` headers.
+fn run_request(path: &str, extra: &[(&str, &str)]) -> Vec<u8> {
+    let mut head = format!(
+        "POST {path} HTTP/1.1\r\nHost: gateway\r\nAccept: text/event-stream\r\nContent-Type: application/json\r\n\
+         X-Agent-Id: {AGENT}\r\nX-Stream-Format: json\r\nContent-Length: 2\r\n"
+    );
+    for (k, v) in extra {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n{}");
+    head.into_bytes()
+}
+
+/// A `GET` (a watcher) or another bodiless request with `extra` headers.
+fn bare_request(method: &str, path: &str, extra: &[(&str, &str)]) -> Vec<u8> {
+    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: gateway\r\n");
+    for (k, v) in extra {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    head.into_bytes()
+}
+
+/// Sends `request` to `addr` and reads the response head.
+async fn open(addr: SocketAddr, request: &[u8]) -> Client {
+    within(WAIT, "a response head", async {
+        let mut c = Client::write(addr, request).await.expect("connect and write");
+        c.read_head().await.expect("response head");
+        c
+    })
+    .await
+}
+
+/// A response header's value (the raw head's lines).
+fn header(c: &Client, name: &str) -> Option<String> {
+    c.head
+        .split("\r\n")
+        .filter_map(|l| l.split_once(':'))
+        .find(|(k, _)| k.trim().eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.trim().to_owned())
+}
+
+/// The stream's URL and token, from `X-Gateway-Stream`.
+fn stream_of(c: &Client) -> (String, String) {
+    let url = header(c, "x-gateway-stream").unwrap_or_else(|| panic!("no X-Gateway-Stream in\n{}", c.head));
+    let token = url.rsplit('/').next().expect("token").to_owned();
+    assert_eq!(token.len(), 32, "{url}");
+    (url, token)
+}
+
+/// One event a client got.
+#[derive(Debug, Clone, PartialEq)]
+struct Ev {
+    /// Its seq, when it has an id.
+    seq: Option<u64>,
+    /// The whole event, its `id:`/`retry:` lines and its blank line included.
+    text: String,
+}
+
+impl Ev {
+    /// The event's envelope (its `data:` line as JSON).
+    fn envelope(&self) -> serde_json::Value {
+        envelopes(self.text.as_bytes()).pop().expect("an envelope")
+    }
+}
+
+/// The whole events of a body (a cut last one left out; comment-only events, keepalives, skipped), checking
+/// that every id names `token` when given.
+fn events_of(body: &[u8]) -> Vec<Ev> {
+    let text = String::from_utf8_lossy(body);
+    let whole = text.rfind("\n\n").map_or("", |end| &text[..end + 2]);
+    whole
+        .split_inclusive("\n\n")
+        .filter(|e| e.lines().any(|l| !l.is_empty() && !l.starts_with(':')))
+        .map(|e| Ev {
+            seq: e
+                .lines()
+                .find_map(|l| l.strip_prefix("id: "))
+                .map(|id| split_id(id).unwrap_or_else(|| panic!("id {id:?} not ours")).1),
+            text: e
+                .lines()
+                .filter(|l| !l.starts_with(':'))
+                .map(|l| format!("{l}\n"))
+                .collect(),
+        })
+        .collect()
+}
+
+/// Reads until the body holds at least `n` whole events; returns them.
+async fn read_events(c: &mut Client, n: usize) -> Vec<Ev> {
+    within(WAIT, &format!("{n} events"), async {
+        loop {
+            let evs = events_of(&c.body);
+            if evs.len() >= n {
+                return evs;
+            }
+            assert!(!c.ended, "the stream ended after {} events", evs.len());
+            let got = c.read_some(64 << 10).await.expect("read");
+            assert!(got > 0 || c.ended, "connection closed after {} events", evs.len());
+        }
+    })
+    .await
+}
+
+/// Reads to the end of the body (its last chunk: never a silent cut); returns its events.
+async fn read_all(c: &mut Client) -> Vec<Ev> {
+    c.read_to_end(WAIT).await.expect("the body's end");
+    assert!(c.ended, "the body ended without its last chunk");
+    events_of(&c.body)
+}
+
+/// The events of several deliveries of one stream, each id once in order (a duplicate must be the same
+/// event), as one text: every id from 1 without a gap.
+fn merge(deliveries: &[&[Ev]]) -> String {
+    let mut out: Vec<&Ev> = Vec::new();
+    for ev in deliveries.iter().flat_map(|d| d.iter()) {
+        let seq = ev.seq.expect("every event of the run has an id");
+        match out.get(seq as usize - 1) {
+            Some(held) => assert_eq!(held.text, ev.text, "two deliveries of event {seq} differ"),
+            None => {
+                assert_eq!(
+                    seq as usize,
+                    out.len() + 1,
+                    "event {seq} after {} events: a gap",
+                    out.len()
+                );
+                out.push(ev);
+            }
+        }
+    }
+    out.iter().map(|e| e.text.as_str()).collect()
+}
+
+/// The events as one text.
+fn text(evs: &[Ev]) -> String {
+    evs.iter().map(|e| e.text.as_str()).collect()
+}
+
+/// The `error` events among `evs`, for failure messages.
+fn errors(evs: &[Ev]) -> String {
+    let errors: Vec<&Ev> = evs.iter().filter(|e| kind(&e.envelope()) == "error").collect();
+    errors.iter().map(|e| e.text.as_str()).collect()
+}
+
+/// The last event is an `error` envelope of delta type `kind` (and the stream ended there).
+fn assert_ends_with_error(evs: &[Ev], kind: &str, who: &str) {
+    let last = evs.last().unwrap_or_else(|| panic!("{who}: no events")).envelope();
+    assert_eq!(
+        (harness::sse::kind(&last), error_type(&last).as_str()),
+        ("error", kind),
+        "{who}: last envelope {last}"
+    );
+}
+
+/// The requests the upstream received for `path`.
+fn requests_for(up: &Emulator, path: &str) -> usize {
+    up.recorded().iter().filter(|r| r.target == path).count()
+}
+
+/// `Last-Event-ID` of event `seq` of `token`.
+fn last_id(token: &str, seq: u64) -> String {
+    format!("sg1-{token}-{seq}")
+}
+
+// ---- the tests ----
+
+/// Start on A, cut, resume on B: B sends the rest live, then the end; the deliveries make the uninterrupted
+/// run, and the upstream ran once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_cut_on_a_is_resumed_on_b() {
+    let Some(s) = setup(&[]).await else { return };
+    const WORDS: usize = 30;
+    let cut_path = format!("/run/{WORDS}/cut");
+    let auth = [("Authorization", AUTH)];
+
+    // The same script read whole, on its own path, meanwhile.
+    let whole_addr = s.b.addr;
+    let whole_path = format!("/run/{WORDS}/whole");
+    let whole = tokio::spawn(async move {
+        let mut c = open(whole_addr, &run_request(&whole_path, &auth)).await;
+        assert_eq!(c.status, 200, "{}", c.head);
+        read_all(&mut c).await
+    });
+
+    let mut on_a = open(s.a.addr, &run_request(&cut_path, &auth)).await;
+    assert_eq!(on_a.status, 200, "{}", on_a.head);
+    let (_, token) = stream_of(&on_a);
+    let first = read_events(&mut on_a, 8).await;
+    on_a.disconnect(true);
+    s.wait_visible(&token).await;
+
+    // Resumed two events before the last one received: those two come again.
+    let from = first.last().and_then(|e| e.seq).expect("an id") - 2;
+    let id = last_id(&token, from);
+    let mut on_b = open(s.b.addr, &run_request(&cut_path, &[auth[0], ("Last-Event-ID", &id)])).await;
+    assert_eq!(on_b.status, 200, "{}\n{}", on_b.head, s.logs());
+    assert_eq!(stream_of(&on_b).1, token, "B names the same stream");
+    let b_first = read_events(&mut on_b, 3).await;
+    let upstream_running = !s.up.conn(&cut_path).expect("the run's connection").done;
+    let rest = read_all(&mut on_b).await;
+    assert!(
+        upstream_running,
+        "B's first events came after the upstream ended: not live"
+    );
+    assert_eq!(b_first[0].seq, Some(from + 1), "B starts after the Last-Event-ID");
+    assert!(rest.len() > 5, "B sent the rest: {} events", rest.len());
+    assert!(
+        rest.iter().all(|e| !matches!(kind(&e.envelope()), "error")),
+        "an error in B's stream: {}",
+        errors(&rest)
+    );
+
+    let merged = merge(&[&first, &rest]);
+    let whole = within(WAIT, "the whole run", whole).await.expect("whole run task");
+    assert_eq!(
+        String::from_utf8_lossy(&without_ids(merged.as_bytes())),
+        String::from_utf8_lossy(&without_ids(text(&whole).as_bytes())),
+        "the cut run's deliveries differ from the uninterrupted run"
+    );
+    assert_eq!(requests_for(&s.up, &cut_path), 1, "the upstream ran the cut run once");
+}
+
+/// A watcher on B, attached mid-run to a stream A runs, gets the whole stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_on_b_gets_the_whole_stream_of_a() {
+    let Some(s) = setup(&[]).await else { return };
+    let path = "/run/25";
+    let auth = [("Authorization", AUTH)];
+    let mut on_a = open(s.a.addr, &run_request(path, &auth)).await;
+    let (url, token) = stream_of(&on_a);
+    read_events(&mut on_a, 6).await;
+    s.wait_visible(&token).await;
+
+    let mut watcher = open(s.b.addr, &bare_request("GET", &url, &auth)).await;
+    assert_eq!(watcher.status, 200, "{}\n{}", watcher.head, s.logs());
+    let early = read_events(&mut watcher, 1).await;
+    let upstream_running = !s.up.conn(path).expect("the run's connection").done;
+    let watched = read_all(&mut watcher).await;
+    let original = read_all(&mut on_a).await;
+    assert!(
+        upstream_running,
+        "the watcher attached after the run ended: not mid-run"
+    );
+    assert_eq!(early[0].seq, Some(1), "from the start");
+    assert_eq!(
+        text(&watched),
+        text(&original),
+        "the watcher's stream differs from the original"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&without_ids(text(&watched).as_bytes())),
+        String::from_utf8_lossy(&expected(25))
+    );
+    assert_eq!(requests_for(&s.up, path), 1);
+}
+
+/// A dies mid-run: B's follower gets every event A stored, then `upstream_lost`, then the end; a reconnect to B
+/// afterwards, the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_on_b_end_with_upstream_lost_when_a_dies() {
+    let Some(s) = setup(&[]).await else { return };
+    let path = "/run/60";
+    let auth = [("Authorization", AUTH)];
+    let mut on_a = open(s.a.addr, &run_request(path, &auth)).await;
+    let (url, token) = stream_of(&on_a);
+    read_events(&mut on_a, 5).await;
+    s.wait_visible(&token).await;
+    let mut follower = open(s.b.addr, &bare_request("GET", &url, &auth)).await;
+    assert_eq!(follower.status, 200, "{}\n{}", follower.head, s.logs());
+    read_events(&mut follower, 6).await;
+
+    assert!(
+        !s.up.conn(path).expect("the run's connection").done,
+        "the run ended before A was killed: not mid-run"
+    );
+    s.a.signal("KILL");
+    let killed = Instant::now();
+    let got = read_all(&mut follower).await;
+    let took = killed.elapsed();
+    assert!(took < Duration::from_secs(6), "the loss seen after {took:?}");
+    let conn = s.up.conn(path).expect("the run's connection");
+    assert!(
+        conn.written < legacy(60).len() as u64,
+        "the upstream wrote its whole run: A died after the run"
+    );
+
+    let stored = s.stored(&token).await;
+    assert!(stored.len() >= 6, "{} events stored", stored.len());
+    let (events, last) = got.split_at(got.len() - 1);
+    assert_ends_with_error(last, "upstream_lost", "B's follower");
+    let want: String = stored.iter().map(|(_, e)| e.as_str()).collect();
+    assert_eq!(text(events), want, "B's follower got other than every stored event");
+    assert!(stored.iter().enumerate().all(|(i, (seq, _))| *seq == i as u64 + 1));
+    // What A's client got is the same stream.
+    let from_a = events_of(&on_a.body);
+    let common = from_a.len().min(events.len());
+    assert_eq!(text(&from_a[..common]), text(&events[..common]));
+
+    // A reconnect after A died: the stored events after its id, then the same envelope.
+    let id = last_id(&token, 2);
+    let mut again = open(s.b.addr, &run_request(path, &[auth[0], ("Last-Event-ID", &id)])).await;
+    assert_eq!(again.status, 200, "{}\n{}", again.head, s.logs());
+    let replayed = within(Duration::from_secs(6), "the reconnect's end", read_all(&mut again)).await;
+    let (events, last) = replayed.split_at(replayed.len() - 1);
+    assert_ends_with_error(last, "upstream_lost", "the reconnect");
+    assert_eq!(text(events), want[stored[0].1.len() + stored[1].1.len()..]);
+    assert_eq!(requests_for(&s.up, path), 1, "never forwarded");
+}
+
+/// Other bound headers on B: 404 as if unknown; an unknown token on B: 410 `resume_unknown`. None forwarded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b_refuses_a_wrong_binding_and_an_unknown_token() {
+    let Some(s) = setup(&[]).await else { return };
+    let path = "/run/20";
+    let mut on_a = open(s.a.addr, &run_request(path, &[("Authorization", AUTH)])).await;
+    let (url, token) = stream_of(&on_a);
+    read_events(&mut on_a, 3).await;
+    s.wait_visible(&token).await;
+    let b = |p: &str| format!("http://{}{p}", s.b.addr);
+    let id = last_id(&token, 1);
+    let error_of = |body: &[u8]| -> String {
+        serde_json::from_slice::<serde_json::Value>(body).expect("a JSON error body")["error"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+
+    for (what, method, target, headers) in [
+        (
+            "reconnect, other Authorization",
+            "POST",
+            b(path),
+            vec![("authorization", "Bearer user-2"), ("last-event-id", id.as_str())],
+        ),
+        (
+            "reconnect, no Authorization",
+            "POST",
+            b(path),
+            vec![("last-event-id", id.as_str())],
+        ),
+        (
+            "watch, other Authorization",
+            "GET",
+            b(&url),
+            vec![("authorization", "Bearer user-2")],
+        ),
+        (
+            "cancel, other Authorization",
+            "DELETE",
+            b(&url),
+            vec![("authorization", "Bearer user-2")],
+        ),
+    ] {
+        let (parts, body) = within(WAIT, what, send(method, &target, &headers, "{}")).await;
+        assert_eq!(parts.status, 404, "{what}: {}", String::from_utf8_lossy(&body));
+        assert_eq!(error_of(&body), "not_found", "{what}");
+    }
+
+    let unknown = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
+    let unknown_id = last_id(&unknown, 3);
+    for (what, method, target, headers) in [
+        (
+            "reconnect, unknown token",
+            "POST",
+            b(path),
+            vec![("authorization", AUTH), ("last-event-id", unknown_id.as_str())],
+        ),
+        (
+            "watch, unknown token",
+            "GET",
+            b(&format!("/_gateway/streams/{unknown}")),
+            vec![("authorization", AUTH)],
+        ),
+    ] {
+        let (parts, body) = within(WAIT, what, send(method, &target, &headers, "{}")).await;
+        assert_eq!(parts.status, 410, "{what}: {}", String::from_utf8_lossy(&body));
+        assert_eq!(error_of(&body), "resume_unknown", "{what}");
+    }
+
+    // The refused cancel cancelled nothing: A's run ends as it would have.
+    let all = read_all(&mut on_a).await;
+    assert_eq!(
+        String::from_utf8_lossy(&without_ids(text(&all).as_bytes())),
+        String::from_utf8_lossy(&expected(20))
+    );
+    assert_eq!(requests_for(&s.up, path), 1, "nothing forwarded");
+    assert_eq!(s.up.recorded().len(), 1, "nothing forwarded");
+    let m = s.b.metrics().await;
+    assert_eq!(
+        metric(&m, "sse_gateway_resume_requests_total", &["outcome=\"denied\""]),
+        3.0
+    );
+    assert_eq!(
+        metric(&m, "sse_gateway_resume_requests_total", &["outcome=\"unknown\""]),
+        2.0
+    );
+}
+
+/// `DELETE` on B of a stream A holds: 204, A drops the upstream within about 3 s, and A's client ends with a
+/// `stream_cancelled` envelope.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_on_b_cancels_the_run_on_a() {
+    let Some(mut s) = setup(&[]).await else { return };
+    let auth = [("Authorization", AUTH)];
+    let mut on_a = open(s.a.addr, &run_request("/hold", &auth)).await;
+    let (url, token) = stream_of(&on_a);
+    read_events(&mut on_a, 3).await;
+    s.wait_visible(&token).await;
+
+    let target = format!("http://{}{url}", s.b.addr);
+    let (parts, body) = within(WAIT, "DELETE", send("DELETE", &target, &auth, "")).await;
+    assert_eq!(parts.status, 204, "{}\n{}", String::from_utf8_lossy(&body), s.logs());
+    let deleted = Instant::now();
+    let closed = tokio::time::timeout(Duration::from_secs(4), s.up.closed.recv()).await;
+    assert!(
+        matches!(closed, Ok(Some(_))),
+        "the upstream connection still open 4 s after the DELETE\n{}",
+        s.logs()
+    );
+    let took = deleted.elapsed();
+    assert!(
+        took < Duration::from_millis(3500),
+        "upstream closed {took:?} after the DELETE"
+    );
+    let all = read_all(&mut on_a).await;
+    assert_ends_with_error(&all, "stream_cancelled", "A's client");
+    assert!(
+        all.last().and_then(|e| e.seq).is_some(),
+        "the cancel envelope is held, with its id"
+    );
+    assert_eq!(requests_for(&s.up, "/hold"), 1);
+}
+
+/// Redis dies mid-run: A's client still gets the whole run, the stream is counted not resumable, A stays ready
+/// and resumes it from memory; B answers a reconnect with 410 or 503 at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_down_mid_run_spares_the_live_stream() {
+    let Some(mut s) = setup(&[]).await else { return };
+    const WORDS: usize = 30;
+    let path = "/run/30";
+    let auth = [("Authorization", AUTH)];
+    let mut on_a = open(s.a.addr, &run_request(path, &auth)).await;
+    let (_, token) = stream_of(&on_a);
+    read_events(&mut on_a, 5).await;
+    s.wait_visible(&token).await;
+    assert_eq!(s.a.metric("sse_gateway_resume_unresumable_total", &[]).await, 0.0);
+
+    s.redis.kill();
+    assert!(
+        !s.up.conn(path).expect("the run's connection").done,
+        "the run ended before Redis was killed: not mid-run"
+    );
+    let all = read_all(&mut on_a).await;
+    assert_eq!(
+        String::from_utf8_lossy(&without_ids(text(&all).as_bytes())),
+        String::from_utf8_lossy(&expected(WORDS)),
+        "A's live client did not get the whole run\n{}",
+        s.logs()
+    );
+
+    within(WAIT, "the stream counted not resumable", async {
+        while s.a.metric("sse_gateway_resume_unresumable_total", &[]).await < 1.0 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    let (status, _) = http_get(s.a.admin, "/readyz").await;
+    assert_eq!(status, 200, "A stays ready without Redis");
+
+    // A still holds it.
+    let id = last_id(&token, 2);
+    let resume = run_request(path, &[auth[0], ("Last-Event-ID", &id)]);
+    let mut again = open(s.a.addr, &resume).await;
+    assert_eq!(again.status, 200, "{}\n{}", again.head, s.logs());
+    let replayed = read_all(&mut again).await;
+    assert_eq!(text(&replayed), text(&all[2..]), "A's replay from memory");
+
+    // B cannot read it: refused, and soon.
+    let asked = Instant::now();
+    let headers = [("authorization", AUTH), ("last-event-id", id.as_str())];
+    let b_url = format!("http://{}{path}", s.b.addr);
+    let (parts, body) = within(
+        Duration::from_secs(5),
+        "B's answer",
+        send("POST", &b_url, &headers, "{}"),
+    )
+    .await;
+    assert!(
+        matches!(parts.status.as_u16(), 410 | 503),
+        "B answered {} after {:?}: {}\n{}",
+        parts.status,
+        asked.elapsed(),
+        String::from_utf8_lossy(&body),
+        s.logs()
+    );
+    assert_eq!(requests_for(&s.up, path), 1, "never forwarded");
+}
+
+/// With a 2 s grace period on A, a client that leaves A and resumes on B at once reads on for longer than the
+/// grace period: B reports its cursor, so A keeps the upstream to the run's natural end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_on_b_keeps_the_run_on_a_past_its_grace_period() {
+    let Some(s) = setup(&[("SSE_GATEWAY__RESUME__GRACE_SECS", "2")]).await else {
+        return;
+    };
+    const WORDS: usize = 60;
+    let path = "/run/60";
+    let auth = [("Authorization", AUTH)];
+    let mut on_a = open(s.a.addr, &run_request(path, &auth)).await;
+    let (_, token) = stream_of(&on_a);
+    let first = read_events(&mut on_a, 4).await;
+    on_a.disconnect(true);
+    let left = Instant::now();
+    s.wait_visible(&token).await;
+
+    let id = last_id(&token, first.last().and_then(|e| e.seq).expect("an id"));
+    let mut on_b = open(s.b.addr, &run_request(path, &[auth[0], ("Last-Event-ID", &id)])).await;
+    assert_eq!(on_b.status, 200, "{}\n{}", on_b.head, s.logs());
+    // Slowly: a small read, then a pause, to the end.
+    within(Duration::from_secs(15), "B's slow read", async {
+        while !on_b.ended {
+            if on_b.read_some(512).await.expect("read") == 0 && !on_b.ended {
+                panic!("B's connection closed before the end of the body");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    let read_for = left.elapsed();
+    let rest = events_of(&on_b.body);
+    assert!(
+        rest.iter().all(|e| kind(&e.envelope()) != "error"),
+        "B's stream has an error (the run abandoned?): {}\n{}",
+        errors(&rest),
+        s.logs()
+    );
+    assert!(
+        read_for > Duration::from_secs(3),
+        "the run ended {read_for:?} after the client left A: not past the 2 s grace period"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&without_ids(merge(&[&first, &rest]).as_bytes())),
+        String::from_utf8_lossy(&expected(WORDS))
+    );
+
+    // The upstream ran to its natural end: every byte written, never closed by A first.
+    let conn = within(WAIT, "the upstream's end", async {
+        loop {
+            let c = s.up.conn(path).expect("the run's connection");
+            if c.done {
+                return c;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert_eq!(conn.closed, None, "A closed the upstream connection early");
+    assert_eq!(
+        conn.written,
+        legacy(WORDS).len() as u64,
+        "the upstream wrote its whole run"
+    );
+    assert_eq!(requests_for(&s.up, path), 1);
+    let m = s.a.metrics().await;
+    assert_eq!(
+        metric(&m, "sse_gateway_resume_ended_total", &["how=\"abandoned\""]),
+        0.0
+    );
+    assert_eq!(
+        metric(&m, "sse_gateway_resume_ended_total", &["how=\"completed\""]),
+        1.0
+    );
+}
