@@ -55,6 +55,9 @@ impl Body for Follow {
                 if replayed {
                     this.metrics.replayed_events.inc_by(events);
                     this.metrics.replayed_bytes.inc_by(bytes.len() as u64);
+                } else {
+                    // Nothing to replay: the first byte waited for the run, which is not what the latency measures.
+                    this.asked = None;
                 }
                 bytes
             }
