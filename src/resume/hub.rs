@@ -108,6 +108,7 @@ impl Hub {
                 readers: Vec::new(),
                 writer: None,
                 cancel: false,
+                starts: Vec::new(),
                 mirrored: self.shared.mirror.is_some(),
             }),
         });
@@ -190,6 +191,8 @@ struct State {
     /// The writer waiting for room, a primary, or a cancel.
     writer: Option<Waker>,
     cancel: bool,
+    /// Scratch for `push`: where each event of a frame starts (kept, so a frame costs no allocation for it).
+    starts: Vec<u32>,
     /// Events still go to the mirror (false once it fell behind or failed: the stream is then resumable only
     /// here).
     mirrored: bool,
@@ -470,9 +473,26 @@ impl Stream {
         if frame.is_empty() {
             return Bytes::new();
         }
-        let count = memmem::find_iter(frame, b"\n\n").count();
-        let mut out = Vec::with_capacity(frame.len() + count * (self.stem.len() + 26) + 16);
-        let mut starts = Vec::with_capacity(count);
+        // The exact size, so the buffer becomes `Bytes` without a copy or a second allocation.
+        // (The translator writes whole events; a frame that does not end with one still gets its id.)
+        let tail = !frame.ends_with(b"\n\n");
+        let events = memmem::find_iter(frame, b"\n\n").count() + usize::from(tail);
+        let mut size = frame.len()
+            + if !tail {
+                0
+            } else if frame.ends_with(b"\n") {
+                1
+            } else {
+                2
+            };
+        for seq in st.next..st.next + events as u64 {
+            size += "id: \n".len() + self.stem.len() + decimal_len(seq);
+        }
+        let retry = (st.next == 1).then(|| format!("retry: {}\n", self.shared.limits.retry_ms));
+        size += retry.as_ref().map_or(0, String::len);
+        let mut out = Vec::with_capacity(size);
+        let mut starts = std::mem::take(&mut st.starts);
+        starts.clear();
         let mut rest = frame;
         while !rest.is_empty() {
             // The event without its blank line, then its id: fetch-event-source takes an id as the stream's
@@ -482,31 +502,32 @@ impl Stream {
                 Some(i) => (&rest[..=i], i + 2),
                 None => (rest, rest.len()),
             };
-            starts.push(out.len());
+            starts.push(out.len() as u32);
             out.extend_from_slice(event);
             if !event.ends_with(b"\n") {
                 out.push(b'\n');
             }
             write_id_line(&mut out, &self.stem, st.next);
             if st.next == 1 {
-                out.extend_from_slice(format!("retry: {}\n", self.shared.limits.retry_ms).as_bytes());
+                out.extend_from_slice(retry.as_deref().unwrap_or_default().as_bytes());
             }
             out.push(b'\n');
             rest = &rest[len..];
             st.next += 1;
         }
+        debug_assert_eq!(out.len(), size);
         let out = Bytes::from(out);
         if st.mirrored {
             if let Some(m) = &self.shared.mirror {
-                let offsets: Vec<u32> = starts.iter().map(|&o| o as u32).collect();
                 let first = st.next - starts.len() as u64;
-                st.mirrored = m.append(&self.hex, first, out.clone(), &offsets);
+                st.mirrored = m.append(&self.hex, first, out.clone(), &starts);
             }
         }
-        starts.push(out.len());
+        starts.push(out.len() as u32);
         for w in starts.windows(2) {
-            st.events.push_back(out.slice(w[0]..w[1]));
+            st.events.push_back(out.slice(w[0] as usize..w[1] as usize));
         }
+        st.starts = starts;
         st.bytes += out.len();
         self.shared.total.fetch_add(out.len(), Ordering::Relaxed);
         self.shared.metrics.held_bytes.add(out.len() as i64);
@@ -581,6 +602,11 @@ impl Stream {
     }
 }
 
+/// Digits of `n` in decimal.
+fn decimal_len(n: u64) -> usize {
+    n.checked_ilog10().map_or(1, |l| l as usize + 1)
+}
+
 /// The `message` of the envelope that ends a run nobody came back to.
 pub const ABANDONED: &str = "nobody reconnected within the grace period: the run was stopped";
 /// The `message` of the envelope that ends a cancelled run.
@@ -643,6 +669,27 @@ mod tests {
         let (after_one, _) = read_all(&s, &mut c);
         assert!(after_one.ends_with(format!("id: {stem}2\n\n").as_bytes()));
         assert_eq!(s.attach(3, false).unwrap_err(), AttachError::Unknown);
+    }
+
+    #[test]
+    fn a_frame_that_does_not_end_with_a_whole_event_still_gets_ids() {
+        let h = hub(1 << 16, 1000);
+        let s = h.create([0; 32], "a").unwrap();
+        let stem = String::from_utf8(s.stem().to_vec()).unwrap();
+        for seq in 1..12 {
+            s.append(b"data: x\n\n", true);
+            assert_eq!(s.state().next, seq + 1);
+        }
+        let out = s.append(b"data: a\n\ndata: b\n", true);
+        assert_eq!(
+            String::from_utf8(out.to_vec()).unwrap(),
+            format!("data: a\nid: {stem}12\n\ndata: b\nid: {stem}13\n\n")
+        );
+        let out = s.append(b"data: c", true);
+        assert_eq!(
+            String::from_utf8(out.to_vec()).unwrap(),
+            format!("data: c\nid: {stem}14\n\n")
+        );
     }
 
     #[test]
