@@ -13,13 +13,13 @@
 //! resumed it) has not been sent are never evicted: when they fill `buffer_bytes`, the writer waits.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
+use atomic_waker::AtomicWaker;
 use bytes::Bytes;
-use memchr::memmem;
 
 use super::id::{stem, write_id_line, Token};
 use super::metrics::{End, Held, ResumeMetrics};
@@ -92,6 +92,9 @@ impl Hub {
             binding,
             agent: agent.to_owned(),
             shared: Arc::clone(&self.shared),
+            writer: AtomicWaker::new(),
+            slow: AtomicBool::new(false),
+            cancelled: AtomicBool::new(false),
             state: Mutex::new(State {
                 events: VecDeque::new(),
                 first: 1,
@@ -106,7 +109,6 @@ impl Hub {
                 end: None,
                 ended_at: now,
                 readers: Vec::new(),
-                writer: None,
                 cancel: false,
                 starts: Vec::new(),
                 mirrored: self.shared.mirror.is_some(),
@@ -166,6 +168,14 @@ pub struct Stream {
     agent: String,
     shared: Arc<Shared>,
     state: Mutex<State>,
+    /// The writer waiting for room, a primary, or a cancel (registered without the lock, and without a clone
+    /// when it is the same task).
+    writer: AtomicWaker,
+    /// Set while the original body, writing inline, must check the state before each read (it is not the
+    /// primary, or a cancel came); clear, it reads on without taking the lock.
+    slow: AtomicBool,
+    /// `State::cancel`, readable without the lock.
+    cancelled: AtomicBool,
 }
 
 struct State {
@@ -188,8 +198,6 @@ struct State {
     ended_at: Instant,
     /// Subscribers waiting for events.
     readers: Vec<Waker>,
-    /// The writer waiting for room, a primary, or a cancel.
-    writer: Option<Waker>,
     cancel: bool,
     /// Scratch for `push`: where each event of a frame starts (kept, so a frame costs no allocation for it).
     starts: Vec<u32>,
@@ -282,19 +290,27 @@ impl Stream {
         if st.bytes < self.shared.limits.buffer_bytes || (st.primary.is_some() && st.first < st.delivered) {
             return Go::Read;
         }
-        st.writer = Some(cx.waker().clone());
+        self.writer.register(cx.waker());
         Go::Wait
     }
 
     /// Registers the writer to be woken by a reconnection, a detach or a cancel while the upstream has nothing;
     /// false when a cancel came meanwhile (check again).
     pub fn writer_waits(&self, cx: &mut Context<'_>) -> bool {
-        let mut st = self.state();
-        if st.cancel && st.end.is_none() {
-            return false;
-        }
-        st.writer = Some(cx.waker().clone());
-        true
+        self.writer.register(cx.waker());
+        // After the registration: a cancel before it is seen here, one after it wakes the writer.
+        !self.cancelled.load(Ordering::Acquire)
+    }
+
+    /// Whether the original body, writing inline, must call `writer_check` before reading (it is no longer the
+    /// primary, or a cancel came); while it is the primary it always has room and reads on without the lock.
+    pub fn must_check(&self) -> bool {
+        self.slow.load(Ordering::Acquire)
+    }
+
+    /// Keeps `slow` in step with the state: the original body is the primary and nothing was cancelled.
+    fn update_slow(&self, st: &State) {
+        self.slow.store(st.cancel || st.primary != Some(0), Ordering::Release);
     }
 
     /// When the grace period of a stream nobody reads ends (`None` while a primary is attached).
@@ -327,9 +343,9 @@ impl Stream {
     pub fn cancel(&self) {
         let mut st = self.state();
         st.cancel = true;
-        if let Some(w) = st.writer.take() {
-            w.wake();
-        }
+        self.cancelled.store(true, Ordering::Release);
+        self.update_slow(&st);
+        self.writer.wake();
     }
 
     /// Whether the run has ended.
@@ -355,9 +371,7 @@ impl Stream {
             st.first += 1;
         }
         self.release(freed);
-        if let Some(w) = st.writer.take() {
-            w.wake();
-        }
+        self.writer.wake();
     }
 
     /// The original body's client went away: the grace period starts (if it was still the primary).
@@ -380,14 +394,13 @@ impl Stream {
             let g = st.generations;
             st.generations += 1;
             st.primary = Some(g);
+            self.update_slow(&st);
             // What it says it has was delivered (it may say less than we sent: those are kept).
             st.delivered = after + 1;
             if st.end.is_none() {
                 self.set_phase(&mut st, Held::Live);
             }
-            if let Some(w) = st.writer.take() {
-                w.wake();
-            }
+            self.writer.wake();
             g
         });
         self.shared.metrics.subscribers.inc();
@@ -423,9 +436,8 @@ impl Stream {
                 self.set_phase(&mut st, Held::Grace);
             }
         }
-        if let Some(w) = st.writer.take() {
-            w.wake();
-        }
+        self.update_slow(&st);
+        self.writer.wake();
     }
 
     /// The subscriber's next events, or `Pending` with its waker registered.
@@ -439,7 +451,9 @@ impl Stream {
             if st.end.is_some() {
                 return Poll::Ready(Read::End);
             }
-            st.readers.push(cx.waker().clone());
+            if !st.readers.iter().any(|w| w.will_wake(cx.waker())) {
+                st.readers.push(cx.waker().clone());
+            }
             return Poll::Pending;
         }
         let replayed = cursor.next < cursor.replay_until;
@@ -461,9 +475,7 @@ impl Stream {
         cursor.next += taken as u64;
         if cursor.generation.is_some() && cursor.generation == st.primary {
             st.delivered = st.delivered.max(cursor.next);
-            if let Some(w) = st.writer.take() {
-                w.wake();
-            }
+            self.writer.wake();
         }
         Poll::Ready(Read::Events(bytes, taken as u64, replayed))
     }
@@ -473,10 +485,17 @@ impl Stream {
         if frame.is_empty() {
             return Bytes::new();
         }
-        // The exact size, so the buffer becomes `Bytes` without a copy or a second allocation.
-        // (The translator writes whole events; a frame that does not end with one still gets its id.)
+        // Where each event ends (past its blank line; the translator writes whole events, but a frame that does
+        // not end with one still gets its id), then the exact size, so the buffer becomes `Bytes` without a copy
+        // or a second allocation.
+        let mut starts = std::mem::take(&mut st.starts);
+        starts.clear();
+        let mut from = 0;
+        while from < frame.len() {
+            from = blank_line_end(&frame[from..]).map_or(frame.len(), |end| from + end);
+            starts.push(from as u32);
+        }
         let tail = !frame.ends_with(b"\n\n");
-        let events = memmem::find_iter(frame, b"\n\n").count() + usize::from(tail);
         let mut size = frame.len()
             + if !tail {
                 0
@@ -485,34 +504,33 @@ impl Stream {
             } else {
                 2
             };
-        for seq in st.next..st.next + events as u64 {
+        for seq in st.next..st.next + starts.len() as u64 {
             size += "id: \n".len() + self.stem.len() + decimal_len(seq);
         }
         let retry = (st.next == 1).then(|| format!("retry: {}\n", self.shared.limits.retry_ms));
         size += retry.as_ref().map_or(0, String::len);
         let mut out = Vec::with_capacity(size);
-        let mut starts = std::mem::take(&mut st.starts);
-        starts.clear();
-        let mut rest = frame;
-        while !rest.is_empty() {
+        let mut begin = 0;
+        for end in starts.iter_mut() {
             // The event without its blank line, then its id: fetch-event-source takes an id as the stream's
             // position as soon as it reads it, so an id before the data would let a cut between them lose the
             // event.
-            let (event, len) = match memmem::find(rest, b"\n\n") {
-                Some(i) => (&rest[..=i], i + 2),
-                None => (rest, rest.len()),
-            };
-            starts.push(out.len() as u32);
+            let event = &frame[begin..*end as usize];
+            let event = event
+                .strip_suffix(b"\n")
+                .filter(|e| e.ends_with(b"\n"))
+                .unwrap_or(event);
+            begin = *end as usize;
+            *end = out.len() as u32;
             out.extend_from_slice(event);
             if !event.ends_with(b"\n") {
                 out.push(b'\n');
             }
             write_id_line(&mut out, &self.stem, st.next);
-            if st.next == 1 {
-                out.extend_from_slice(retry.as_deref().unwrap_or_default().as_bytes());
+            if let Some(r) = retry.as_deref().filter(|_| st.next == 1) {
+                out.extend_from_slice(r.as_bytes());
             }
             out.push(b'\n');
-            rest = &rest[len..];
             st.next += 1;
         }
         debug_assert_eq!(out.len(), size);
@@ -576,7 +594,6 @@ impl Stream {
         for w in st.readers.drain(..) {
             w.wake();
         }
-        st.writer = None;
     }
 
     fn set_phase(&self, st: &mut State, phase: Held) {
@@ -600,6 +617,13 @@ impl Stream {
             w.wake();
         }
     }
+}
+
+/// Where the first event of `s` ends: just past its blank line (`\n\n`).
+fn blank_line_end(s: &[u8]) -> Option<usize> {
+    memchr::memchr_iter(b'\n', s)
+        .find(|&i| s.get(i + 1) == Some(&b'\n'))
+        .map(|i| i + 2)
 }
 
 /// Digits of `n` in decimal.
@@ -721,7 +745,7 @@ mod tests {
         let mut c = s.attach(delivered, true).unwrap();
         let (got, behind) = read_all(&s, &mut c);
         assert!(!behind);
-        assert_eq!(memmem::find_iter(&got, b"\n\n").count() as u64, end - delivered);
+        assert_eq!(memchr::memmem::find_iter(&got, b"\n\n").count() as u64, end - delivered);
         assert_eq!(
             s.writer_check(Instant::now(), &mut cx),
             Go::Read,

@@ -61,10 +61,13 @@ impl<L: Layer + Send + 'static> Body for Hold<L> {
         if this.ended {
             return Poll::Ready(None);
         }
-        match stream.writer_check(Instant::now(), cx) {
-            Go::Read => {}
-            Go::Wait => return Poll::Pending,
-            Go::Stop(_, out) => return this.stop(out),
+        // While it is the primary, the original always has room: the state is read only when it changed.
+        if stream.must_check() {
+            match stream.writer_check(Instant::now(), cx) {
+                Go::Read => {}
+                Go::Wait => return Poll::Pending,
+                Go::Stop(_, out) => return this.stop(out),
+            }
         }
         match Pin::new(inner).poll_frame(cx) {
             Poll::Pending => {
