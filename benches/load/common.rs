@@ -49,6 +49,18 @@ pub fn parse_digits(s: &[u8]) -> Option<(u64, usize)> {
     Some((v, n))
 }
 
+/// An SSE event without its leading `id:` and `retry:` lines (a resumable translated stream gives every event
+/// an id, and its first a `retry:`; docs/RESUME.md), so the rest reads as before.
+pub fn event_body(mut ev: &[u8]) -> &[u8] {
+    while ev.starts_with(b"id:") || ev.starts_with(b"retry:") {
+        match memchr::memchr(b'\n', ev) {
+            Some(i) => ev = &ev[i + 1..],
+            None => return &ev[ev.len()..],
+        }
+    }
+    ev
+}
+
 /// The stamp in one SSE event (legacy `data: t=…` or a JSON envelope's delta): `(send ns, seq)`.
 pub fn find_stamp(event: &[u8]) -> Option<(u64, u64)> {
     let mut from = 0;
