@@ -28,7 +28,7 @@ use tokio::net::TcpStream;
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::client::{histogram, run_phase, Proto, Target};
-use crate::common::{event_body, find_number_after, find_stamp, now_ns};
+use crate::common::{event_body, event_id, find_number_after, find_stamp, now_ns};
 use crate::procs::{self, Proc};
 use crate::report::{ms, n, q, verdict, Report};
 use crate::Opts;
@@ -233,10 +233,7 @@ impl Events {
             if raw.first() == Some(&b':') {
                 continue;
             }
-            let id = raw
-                .strip_prefix(b"id: ")
-                .and_then(|r| r.split(|b| *b == b'\n').next())
-                .map(|v| String::from_utf8_lossy(v).into_owned());
+            let id = event_id(raw).map(|v| String::from_utf8_lossy(v).into_owned());
             let (stem, seq) = match id.as_deref().and_then(|i| i.rsplit_once('-')) {
                 Some((stem, seq)) => (Some(format!("{stem}-")), seq.parse().ok()),
                 None => (None, None),
