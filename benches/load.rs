@@ -1,6 +1,6 @@
 //! Load harness (issue 5): the gateway side by side with the upstream direct and nginx, on 127.0.0.1 only.
 //!
-//! `cargo bench --bench load -- <latency|throughput|idle|large|scaling|all|instructions> [--quick] [options]`; see `usage()`.
+//! `cargo bench --bench load -- <latency|throughput|idle|large|scaling|resume|all|instructions> [--quick] [options]`; see `usage()`.
 //! Processes: this driver (the load client, one current-thread tokio runtime), the synthetic upstream (this
 //! binary re-run as `__upstream`, its own current-thread runtime), nginx (one worker) and the gateway's release
 //! binary (its default multi-thread runtime: 2 workers here). All share the machine's cores. Every phase is
@@ -18,6 +18,8 @@ mod metrics;
 mod procs;
 #[path = "load/report.rs"]
 mod report;
+#[path = "load/resume.rs"]
+mod resume;
 #[path = "load/scenarios.rs"]
 mod scenarios;
 #[path = "load/upstream.rs"]
@@ -47,6 +49,10 @@ pub struct Opts {
     pub counts: Option<Vec<usize>>,
     /// `--pin`: (CPUs of this driver and the upstream, CPUs of the proxy under test).
     pub pin: Option<(String, String)>,
+    /// `--resume-streams`: streams of each `resume` phase.
+    pub resume_streams: Option<usize>,
+    /// `--stores`: the store cases `resume` measures (`resume::CASES`).
+    pub stores: Option<Vec<String>>,
 }
 
 impl Opts {
@@ -65,13 +71,17 @@ fn pin_split() -> Result<(String, String), String> {
 }
 
 fn usage() -> &'static str {
-    "usage: cargo bench --bench load -- <latency|throughput|idle|large|scaling|all|instructions> [options]
+    "usage: cargo bench --bench load -- <latency|throughput|idle|large|scaling|resume|all|instructions> [options]
   --quick            short phases and small counts (CI smoke, < 3 minutes for `all`)
   --rounds N         interleaved rounds per target (A B A B ...)
   --secs S           measured window per phase, seconds
   --idle-streams N   streams held by `idle` (default 10000; 1000 with --quick)
   --hold S           seconds `idle` holds them (default 60; 3 with --quick)
   --counts A,B,..    stream counts of `scaling` (default 1,10,100,1000,10000; 1,10,100 with --quick)
+  --resume-streams N streams of each `resume` phase (default 200; 50 with --quick)
+  --stores A,B,..    store cases of `resume`: memory, redis (same instance), redis-other (reconnect to a
+                     second instance); default memory. Redis cases start their own redis-server
+                     (apt-get install -y redis-server) and are skipped without one
   --gateway PATH     gateway binary (default target/release/sse-gateway)
   --nginx PATH       nginx binary (default nginx)
   --plot PATH        PNG written by `scaling` (default benches/results/scaling.png;
@@ -79,6 +89,8 @@ fn usage() -> &'static str {
   --out FILE         also append the markdown report to FILE
   --pin              driver and upstream on CPU 0, nginx and the gateway on the other CPUs (taskset), so the
                      proxy under test has its cores to itself, as beside a real client and upstream
+Every scenario but `scaling` also runs `gateway-resume-off`: the gateway with SSE_GATEWAY__RESUME__ENABLED=false
+beside the default (resumption on), to report resumption's cost side by side.
 `instructions` (not in `all`) counts the user-space instructions per event of nginx and the gateway under
 valgrind's callgrind (apt-get install -y valgrind): a figure that holds still on a busy machine
 exit status: 1 when a stream was dropped or a process failed; never because of a latency or throughput figure"
@@ -99,6 +111,8 @@ fn parse_args() -> Result<Opts, String> {
         hold_secs: None,
         counts: None,
         pin: None,
+        resume_streams: None,
+        stores: None,
     };
     let mut plot_set = false;
     while let Some(a) = args.next() {
@@ -120,6 +134,14 @@ fn parse_args() -> Result<Opts, String> {
                 let c: Result<Vec<usize>, _> = v.split(',').map(str::parse).collect();
                 o.counts = Some(c.map_err(|e| format!("--counts: {e}"))?);
             }
+            "--resume-streams" => {
+                o.resume_streams = Some(
+                    val("--resume-streams")?
+                        .parse()
+                        .map_err(|e| format!("--resume-streams: {e}"))?,
+                )
+            }
+            "--stores" => o.stores = Some(val("--stores")?.split(',').map(str::to_owned).collect()),
             "--hold" => o.hold_secs = Some(val("--hold")?.parse().map_err(|e| format!("--hold: {e}"))?),
             "--gateway" => o.gateway = PathBuf::from(val("--gateway")?),
             "--nginx" => o.nginx = val("--nginx")?,

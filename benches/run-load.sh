@@ -5,6 +5,8 @@
 #   benches/run-load.sh full    # the figures of BENCHMARKS.md (about 15 minutes)
 # Extra arguments go to the harness, e.g. `benches/run-load.sh full latency --rounds 6`.
 #   benches/run-load.sh full instructions   # instructions per event under callgrind (installs valgrind)
+#   benches/run-load.sh full resume         # reconnect with Last-Event-ID: first replayed byte, per store
+#   benches/run-load.sh full resume --stores memory,redis,redis-other   # + the Redis store (installs redis-server)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-quick}
@@ -27,6 +29,7 @@ need() { # command, Debian package
 need nginx nginx
 need gnuplot gnuplot-nox
 if [[ $scenario == instructions ]]; then need valgrind valgrind; fi
+if [[ " $* " == *redis* ]]; then need redis-server redis-server; fi
 nginx_bin=$(command -v nginx || echo /usr/sbin/nginx)
 
 # The harness raises its soft limit itself (rlimit crate); this helps when the soft limit is lower than the hard.

@@ -14,7 +14,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
 
-use crate::common::{find_number_after, find_stamp, json_string_len, now_ns};
+use crate::common::{event_body, find_number_after, find_stamp, json_string_len, now_ns};
 
 /// Where a workload goes and how it asks for its stream.
 #[derive(Clone, Debug)]
@@ -157,7 +157,7 @@ impl StreamParser {
         let mut events = 0;
         let finder = memchr::memmem::Finder::new(b"\n\n");
         while let Some(p) = finder.find(&buf[start..]) {
-            let ev = &buf[start..start + p];
+            let ev = event_body(&buf[start..start + p]);
             start += p + 2;
             if ev.first() == Some(&b':') {
                 rec.keepalives.fetch_add(1, Ordering::Relaxed);

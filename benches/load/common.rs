@@ -49,6 +49,33 @@ pub fn parse_digits(s: &[u8]) -> Option<(u64, usize)> {
     Some((v, n))
 }
 
+/// An SSE event without its `id:` and `retry:` lines, before or after its data (a resumable translated stream
+/// gives every event an id, and its first a `retry:`; docs/RESUME.md; `5dc7fbe` wrote them before the data
+/// line, later builds after it), so the rest reads as before.
+pub fn event_body(mut ev: &[u8]) -> &[u8] {
+    let field = |l: &[u8]| l.starts_with(b"id:") || l.starts_with(b"retry:");
+    while field(ev) {
+        match memchr::memchr(b'\n', ev) {
+            Some(i) => ev = &ev[i + 1..],
+            None => return &ev[ev.len()..],
+        }
+    }
+    while let Some(i) = memchr::memrchr(b'\n', ev) {
+        if !field(&ev[i + 1..]) {
+            break;
+        }
+        ev = &ev[..i];
+    }
+    ev
+}
+
+/// The value of an event's `id:` line, wherever it is.
+pub fn event_id(ev: &[u8]) -> Option<&[u8]> {
+    ev.split(|b| *b == b'\n')
+        .find_map(|l| l.strip_prefix(b"id:"))
+        .map(|v| v.strip_prefix(b" ").unwrap_or(v))
+}
+
 /// The stamp in one SSE event (legacy `data: t=…` or a JSON envelope's delta): `(send ns, seq)`.
 pub fn find_stamp(event: &[u8]) -> Option<(u64, u64)> {
     let mut from = 0;

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use crate::client::{run_phase, Proto, Target};
 use crate::procs::{self, Proc};
-use crate::report::{n, Report};
+use crate::report::{n, verdict, Report};
 use crate::Opts;
 
 /// Streams and events per second in all: low enough that callgrind keeps up, so no events batch.
@@ -83,14 +83,20 @@ pub async fn instructions(opts: &Opts, up: &[u16], rep: &mut Report, ok: &mut bo
 
     let wrapper = callgrind(&dir);
     let (nginx_dir, gateway_dir) = (dir.join("nginx"), dir.join("gateway"));
-    let under_callgrind = |dir, upstream| procs::Place {
+    let off_dir = dir.join("gateway-resume-off");
+    let resume_off = crate::scenarios::resume_off_env();
+    let under_callgrind = |dir, upstream, env| procs::Place {
         wrapper: &wrapper,
         dir,
         upstream,
         cpus: None,
+        env,
     };
-    let (nginx, h1, h2) = procs::spawn_nginx(&opts.nginx, &under_callgrind(&nginx_dir, up[1]))?;
-    let (gateway, port, _) = procs::spawn_gateway(&opts.gateway, &under_callgrind(&gateway_dir, up[2]))?;
+    let (nginx, h1, h2) = procs::spawn_nginx(&opts.nginx, &under_callgrind(&nginx_dir, up[1], &[]))?;
+    let (gateway, port, _) = procs::spawn_gateway(&opts.gateway, &under_callgrind(&gateway_dir, up[2], &[]))?;
+    // The same binary with `resume.enabled = false`, its own process (and upstream listener).
+    let (gateway_off, port_off, _) =
+        procs::spawn_gateway(&opts.gateway, &under_callgrind(&off_dir, up[3], &resume_off))?;
     let at = |a: u16| procs::addr(a);
     let runs = [
         (
@@ -114,6 +120,16 @@ pub async fn instructions(opts: &Opts, up: &[u16], rep: &mut Report, ok: &mut bo
             },
         ),
         (
+            &gateway_off,
+            Target {
+                name: crate::scenarios::RESUME_OFF,
+                addr: at(port_off),
+                h2_addr: at(port_off),
+                legacy_header: false,
+                translated: true,
+            },
+        ),
+        (
             &gateway,
             Target {
                 name: "gateway-pass",
@@ -130,9 +146,12 @@ pub async fn instructions(opts: &Opts, up: &[u16], rep: &mut Report, ok: &mut bo
         "{STREAMS} streams over HTTP/1.1, {RATE:.0} events/s in all. Per proxy and mode, two phases of {:.0} s and \
          {:.0} s with the counters zeroed before and dumped after each (`callgrind_control`); per event = \
          (instructions₂ − instructions₁) / (events₂ − events₁), so stream set-up cancels out. The count is the \
-         proxy process's own (nginx as one process, `master_process off`), user space only.\n",
+         proxy process's own (nginx as one process, `master_process off`), user space only. `gateway` runs with its \
+         defaults (resumption on: ids, held events); `{}` is the same binary in a process of its own with \
+         `SSE_GATEWAY__RESUME__ENABLED=false`.\n",
         window.as_secs_f64(),
-        2.0 * window.as_secs_f64()
+        2.0 * window.as_secs_f64(),
+        crate::scenarios::RESUME_OFF
     ));
     rep.line("| target | instructions per event | events in the two phases | instructions in the two phases |");
     rep.line("|---|---|---|---|");
@@ -156,10 +175,19 @@ pub async fn instructions(opts: &Opts, up: &[u16], rep: &mut Report, ok: &mut bo
             n(i2 as f64)
         ));
     }
+    let on_off = per_event[1] / per_event[2];
     rep.line(format!(
-        "\n- gateway translating / nginx = {:.2}; gateway pass-through / nginx = {:.2}\n",
+        "\n- gateway translating / nginx = {:.2}; gateway translating, resume off / nginx = {:.2}; gateway \
+         pass-through / nginx = {:.2}",
         per_event[1] / per_event[0],
-        per_event[2] / per_event[0]
+        per_event[2] / per_event[0],
+        per_event[3] / per_event[0]
+    ));
+    rep.line(format!(
+        "- resume on / resume off (gateway translating) = {on_off:.3} ({:+.0} instructions per event); target \
+         ≤ 1.1 (issue 15): {}\n",
+        per_event[1] - per_event[2],
+        verdict(on_off <= 1.1)
     ));
     Ok(())
 }

@@ -187,12 +187,14 @@ pub fn run_ok(c: &mut Command, install: &str, failed: impl FnOnce() -> String) -
 }
 
 /// Where and how a proxy runs: under `wrapper` (see `command`), in `dir`, in front of the upstream on port
-/// `upstream`, on `cpus` when given.
+/// `upstream`, on `cpus` when given, with `env` added to its environment (the gateway's
+/// `SSE_GATEWAY__SECTION__KEY` settings).
 pub struct Place<'a> {
     pub wrapper: &'a [String],
     pub dir: &'a Path,
     pub upstream: u16,
     pub cpus: Option<&'a str>,
+    pub env: &'a [(String, String)],
 }
 
 impl Place<'_> {
@@ -251,6 +253,7 @@ pub fn spawn_gateway(bin: &Path, at: &Place) -> Result<(Proc, u16, u16), String>
         .map_err(|e| format!("{}: {e} (cargo build --release)", bin.display()))?;
     let bin = bin.as_path();
     let child = command(at.wrapper, bin.as_os_str(), at.cpus)
+        .envs(at.env.iter().map(|(k, v)| (k, v)))
         .arg("--upstream")
         .arg(format!("http://127.0.0.1:{}", at.upstream))
         .arg("--listen")
@@ -264,6 +267,72 @@ pub fn spawn_gateway(bin: &Path, at: &Place) -> Result<(Proc, u16, u16), String>
         .spawn()
         .map_err(|e| format!("{}: {e} (cargo build --release)", bin.display()))?;
     Ok((started("gateway", child, false, admin, "/readyz")?, port, admin))
+}
+
+/// Whether `redis-server` (Debian's package `redis-server`) can be run.
+pub fn redis_installed() -> bool {
+    Command::new("redis-server")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// A `redis-server` on a free loopback port, no persistence (`--save '' --appendonly no`), for the gateway's
+/// `resume.store = "redis"`; returns (proc, port). Ended with the harness like every child.
+pub fn spawn_redis(dir: &Path) -> Result<(Proc, u16), String> {
+    if !redis_installed() {
+        return Err("redis-server is not installed (apt-get install -y redis-server)".into());
+    }
+    fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    let port = free_port()?;
+    let log = fs::File::create(dir.join("redis.log")).map_err(|e| e.to_string())?;
+    let child = Command::new("redis-server")
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .args(["--daemonize", "no", "--loglevel", "warning"])
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("redis-server: {e} (apt-get install -y redis-server)"))?;
+    let mut p = Proc {
+        name: "redis-server",
+        child,
+        _stdin: None,
+        term_first: false,
+    };
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(10) {
+        if !p.alive() {
+            return Err("redis-server exited at start".into());
+        }
+        if redis_ping(port) {
+            return Ok((p, port));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Err(format!("redis-server not ready on port {port}"))
+}
+
+/// `PING` answered with `+PONG`.
+fn redis_ping(port: u16) -> bool {
+    let Ok(mut s) = TcpStream::connect(addr(port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+    let mut buf = [0u8; 7];
+    s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
 }
 
 fn status_field(pid: u32, key: &str) -> Option<u64> {

@@ -1,4 +1,6 @@
-//! The scenarios of issue 5: latency, throughput, idle, large, scaling; each prints its markdown table.
+//! The scenarios of issue 5: latency, throughput, idle, large, scaling; each prints its markdown table. Since
+//! issue 15 a second gateway process with resumption off (`gateway-resume-off`) runs beside the default one
+//! (resumption on), so the cost of resumption is measured side by side; `resume` is in `crate::resume`.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -19,48 +21,82 @@ struct Env {
     /// Upstream ports: direct, nginx, gateway.
     up: Vec<u16>,
     nginx: (Proc, u16, u16),
+    /// The gateway with its defaults (resumption on).
     gateway: (Proc, u16, u16),
+    /// The same binary with `resume.enabled = false`.
+    gateway_off: (Proc, u16, u16),
     tck: f64,
 }
 
 /// A proxy run directly (no wrapper) in `dir`, in front of the upstream on port `upstream`, on the proxies' CPUs.
-fn place<'a>(opts: &'a Opts, dir: &'a Path, upstream: u16) -> procs::Place<'a> {
+fn place<'a>(opts: &'a Opts, dir: &'a Path, upstream: u16, env: &'a [(String, String)]) -> procs::Place<'a> {
     procs::Place {
         wrapper: &[],
         dir,
         upstream,
         cpus: opts.proxy_cpus(),
+        env,
     }
 }
 
-const NAMES: [&str; 4] = ["direct", "nginx", "gateway", "gateway-pass"];
+/// The target of the gateway translating with resumption off.
+pub const RESUME_OFF: &str = "gateway-resume-off";
+/// Targets by index: `gateway` is the gateway translating with its defaults (resumption on).
+const NAMES: [&str; 5] = ["direct", "nginx", "gateway", "gateway-pass", RESUME_OFF];
+/// Index of `gateway` (translating, resumption on) and `gateway-resume-off` in `Env::targets`.
+const GW: usize = 2;
+const GW_OFF: usize = 4;
+
+/// The gateway's settings for `gateway-resume-off`.
+pub fn resume_off_env() -> Vec<(String, String)> {
+    vec![("SSE_GATEWAY__RESUME__ENABLED".into(), "false".into())]
+}
 
 impl Env {
     fn start(opts: &Opts) -> Result<Self, String> {
         let (upstream, up) = procs::spawn_upstream()?;
-        let nginx = procs::spawn_nginx(&opts.nginx, &place(opts, &procs::scratch("nginx"), up[1]))?;
-        let gateway = procs::spawn_gateway(&opts.gateway, &place(opts, &procs::scratch("gateway"), up[2]))?;
+        let nginx = procs::spawn_nginx(&opts.nginx, &place(opts, &procs::scratch("nginx"), up[1], &[]))?;
+        let gateway = procs::spawn_gateway(&opts.gateway, &place(opts, &procs::scratch("gateway"), up[2], &[]))?;
+        let off = resume_off_env();
+        let dir = procs::scratch("gateway-resume-off");
+        let gateway_off = procs::spawn_gateway(&opts.gateway, &place(opts, &dir, up[3], &off))?;
         Ok(Self {
             upstream_pid: upstream.pid(),
             _upstream: upstream,
             up,
             nginx,
             gateway,
+            gateway_off,
             tck: procs::clk_tck(),
         })
     }
 
-    /// A fresh gateway (memory scenarios measure growth from a clean start).
-    fn restart_gateway(&mut self, opts: &Opts, tag: &str) -> Result<(), String> {
+    /// A fresh gateway (memory scenarios measure growth from a clean start): the one behind target `ti`
+    /// (`GW_OFF`: resumption off; any other: the default one).
+    fn restart_gateway(&mut self, opts: &Opts, tag: &str, ti: usize) -> Result<(), String> {
         let dir = procs::scratch(&format!("gateway-{tag}"));
-        self.gateway = procs::spawn_gateway(&opts.gateway, &place(opts, &dir, self.up[2]))?;
+        if ti == GW_OFF {
+            let off = resume_off_env();
+            self.gateway_off = procs::spawn_gateway(&opts.gateway, &place(opts, &dir, self.up[3], &off))?;
+        } else {
+            self.gateway = procs::spawn_gateway(&opts.gateway, &place(opts, &dir, self.up[2], &[]))?;
+        }
         Ok(())
+    }
+
+    /// The gateway process behind target `ti`: (proc, public port, admin port).
+    fn gateway_of(&self, ti: usize) -> &(Proc, u16, u16) {
+        if ti == GW_OFF {
+            &self.gateway_off
+        } else {
+            &self.gateway
+        }
     }
 
     /// A fresh nginx (its idle row measures growth from a clean worker).
     fn restart_nginx(&mut self, opts: &Opts) -> Result<(), String> {
         let dir = procs::scratch("nginx-idle");
-        self.nginx = procs::spawn_nginx(&opts.nginx, &place(opts, &dir, self.up[1]))?;
+        self.nginx = procs::spawn_nginx(&opts.nginx, &place(opts, &dir, self.up[1], &[]))?;
         Ok(())
     }
 
@@ -96,23 +132,32 @@ impl Env {
                 legacy_header: true,
                 translated: false,
             },
+            Target {
+                name: NAMES[GW_OFF],
+                addr: procs::addr(self.gateway_off.1),
+                h2_addr: procs::addr(self.gateway_off.1),
+                legacy_header: false,
+                translated: true,
+            },
         ]
     }
 
-    /// (name, pid) of every process whose CPU time is reported: upstream, nginx worker(s), gateway, client.
-    fn pids(&self) -> Vec<(&'static str, Vec<u32>)> {
+    /// (name, pid) of every process whose CPU time is reported: upstream, nginx worker(s), the gateway behind
+    /// target `ti`, client.
+    fn pids(&self, ti: usize) -> Vec<(&'static str, Vec<u32>)> {
         let mut ng = procs::children(self.nginx.0.pid());
         ng.push(self.nginx.0.pid());
         vec![
             ("upstream", vec![self.upstream_pid]),
             ("nginx", ng),
-            ("gateway", vec![self.gateway.0.pid()]),
+            ("gateway", vec![self.gateway_of(ti).0.pid()]),
             ("client", vec![std::process::id()]),
         ]
     }
 
-    fn cpu(&self) -> Vec<f64> {
-        self.pids()
+    /// CPU seconds so far of the processes of `pids(ti)`.
+    fn cpu(&self, ti: usize) -> Vec<f64> {
+        self.pids(ti)
             .iter()
             .map(|(_, ps)| ps.iter().filter_map(|p| procs::cpu_ticks(*p)).sum::<u64>() as f64 / self.tck)
             .collect()
@@ -121,6 +166,11 @@ impl Env {
     fn check_alive(&mut self) -> Result<(), String> {
         if !self.gateway.0.alive() {
             return Err("the gateway exited during the run (see its log under /tmp/sse-gateway-load-*)".into());
+        }
+        if !self.gateway_off.0.alive() {
+            return Err(
+                "the resume-off gateway exited during the run (see its log under /tmp/sse-gateway-load-*)".into(),
+            );
         }
         if !self.nginx.0.alive() {
             return Err("nginx exited during the run".into());
@@ -189,6 +239,40 @@ impl Acc {
             .collect::<Vec<_>>()
             .join(" / ")
     }
+
+    /// The proxy's (column 2: the gateway) CPU µs per delivered event.
+    fn gateway_cpu_per_event(&self) -> f64 {
+        self.cpu[2] * 1e6 / self.events.max(1) as f64
+    }
+}
+
+/// Resume on / off: the gateway's CPU per event (target ≤ 1.1, issue 15), with the CPU clock's resolution in
+/// mind (10 ms ticks: noisy when a phase has few events) and the machine's load.
+fn resume_cpu_line(on: &Acc, off: &Acc) -> String {
+    let (a, b) = (on.gateway_cpu_per_event(), off.gateway_cpu_per_event());
+    let ratio = a / b.max(f64::MIN_POSITIVE);
+    format!(
+        "- resume on / resume off, gateway CPU per event: {a:.2} / {b:.2} µs = {ratio:.2} (target ≤ 1.1: {}; \
+         wall-clock CPU on a shared machine, 10 ms ticks: `instructions` gives the steady figure)",
+        verdict(ratio <= 1.1)
+    )
+}
+
+/// The RSS of both gateways now (the resume-on one holds each stream's events, up to `resume.buffer_bytes`,
+/// for `resume.retention_secs` after its end).
+fn rss_line(env: &Env) -> String {
+    let mib = |p: &Proc| procs::rss_kib(p.pid()).map_or("?".into(), |k| format!("{:.1}", k as f64 / 1024.0));
+    let page = procs::http_get(env.gateway.2, "/metrics").unwrap_or_default();
+    let held = |name: &str, labels: &str| procs::metric(&page, name, labels).unwrap_or(-1.0);
+    format!(
+        "- gateway RSS at the end of the scenario: resume on {} MiB (holding {:.1} MiB of events, \
+         `sse_gateway_resume_held_bytes`; streams live {}, retained {}), resume off {} MiB",
+        mib(&env.gateway.0),
+        held("sse_gateway_resume_held_bytes", "") / (1024.0 * 1024.0),
+        held("sse_gateway_resume_streams", "state=\"live\""),
+        held("sse_gateway_resume_streams", "state=\"retained\""),
+        mib(&env.gateway_off.0)
+    )
 }
 
 /// Runs one phase, with CPU accounting, failure printing and a liveness check.
@@ -199,9 +283,10 @@ async fn phase(
     rep: &mut Report,
     ok: &mut bool,
 ) -> Result<(PhaseResult, Vec<f64>), String> {
-    let before = env.cpu();
+    let ti = NAMES.iter().position(|n| *n == t.name).unwrap_or(GW);
+    let before = env.cpu(ti);
     let r = run_phase(t, plan, Arc::new(AtomicUsize::new(0))).await;
-    let after = env.cpu();
+    let after = env.cpu(ti);
     let cpu: Vec<f64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
     env.check_alive()?;
     report_failures(&r, t, plan, rep, ok);
@@ -236,7 +321,7 @@ fn order(round: usize, n: usize) -> Vec<usize> {
 }
 
 /// The scenarios `all` runs, in order.
-const IN_ALL: [&str; 5] = ["latency", "throughput", "large", "scaling", "idle"];
+const IN_ALL: [&str; 6] = ["latency", "throughput", "large", "scaling", "idle", "resume"];
 
 pub async fn run(opts: &Opts, nofile: u64) -> Result<bool, String> {
     let mut rep = Report::default();
@@ -249,12 +334,14 @@ pub async fn run(opts: &Opts, nofile: u64) -> Result<bool, String> {
     ));
     rep.line(format!(
         "Processes: driver/client pid {} (current-thread tokio), upstream pid {} (current-thread tokio, own process), \
-         nginx master pid {} (worker_processes 1), gateway pid {} (release, multi-thread runtime). \
+         nginx master pid {} (worker_processes 1), gateway pid {} (release, multi-thread runtime; resumption \
+         on, the default), gateway-resume-off pid {} (same binary, `SSE_GATEWAY__RESUME__ENABLED=false`). \
          Open-files limit {nofile}. All on 127.0.0.1, {}.\n",
         std::process::id(),
         env.upstream_pid,
         env.nginx.0.pid(),
         env.gateway.0.pid(),
+        env.gateway_off.0.pid(),
         match &opts.pin {
             Some((load, proxy)) =>
                 format!("pinned: driver and upstream on CPU {load}, nginx and gateway on CPU {proxy}"),
@@ -278,6 +365,7 @@ pub async fn run(opts: &Opts, nofile: u64) -> Result<bool, String> {
             "large" => large(opts, &mut env, &mut rep, &mut ok).await?,
             "scaling" => scaling(opts, &mut env, &mut rep, &mut ok).await?,
             "idle" => idle(opts, &mut env, &mut rep, &mut ok).await?,
+            "resume" => crate::resume::resume(opts, &env.up, &mut rep, &mut ok).await?,
             _ => crate::instructions::instructions(opts, &env.up, &mut rep, &mut ok).await?,
         }
     }
@@ -311,7 +399,7 @@ pub(crate) fn rated_plan(streams: usize, total_rate: f64, window: Duration, prot
     }
 }
 
-fn saturation_plan(streams: usize, window: Duration, proto: Proto) -> Plan {
+pub(crate) fn saturation_plan(streams: usize, window: Duration, proto: Proto) -> Plan {
     Plan {
         interval_us: 0,
         cut_at_end: true,
@@ -396,16 +484,19 @@ async fn latency(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) ->
                 "n/a: nginx's added latency is ≤ 0, below the noise".into()
             };
             rep.line(format!(
-                "- added {label}: gateway translating {} µs [{}], gateway pass-through {} µs [{}], nginx {} µs [{}]; \
-                 translating / nginx = {ratio}",
+                "- added {label}: gateway translating {} µs [{}], gateway translating resume off {} µs [{}], \
+                 gateway pass-through {} µs [{}], nginx {} µs [{}]; translating / nginx = {ratio}",
                 us(g),
                 us(pooled(2, qq)),
+                us(added(GW_OFF, p99)),
+                us(pooled(GW_OFF, qq)),
                 us(added(3, p99)),
                 us(pooled(3, qq)),
                 us(ng),
                 us(pooled(1, qq)),
             ));
         }
+        rep.line(resume_cpu_line(&acc[GW], &acc[GW_OFF]));
         if rate >= 10000.0 {
             let g = added(2, true);
             let v = if g < 0.0 {
@@ -420,8 +511,9 @@ async fn latency(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) ->
         }
         rep.line("");
     }
+    rep.line(rss_line(env));
     rep.line(format!(
-        "Translation time inside the gateway over the whole scenario (`sse_gateway_event_translation_seconds`): {}\n",
+        "\nTranslation time inside the gateway over the whole scenario (`sse_gateway_event_translation_seconds`): {}\n",
         translation_histogram(env.gateway.2)
     ));
     Ok(())
@@ -460,10 +552,16 @@ async fn throughput(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool)
     }
     let ratio = acc[2].median_rate() / acc[1].median_rate().max(1.0);
     rep.line(format!(
-        "\n- gateway translating / nginx = {ratio:.2} (target ≥ 0.8: {}); gateway pass-through / nginx = {:.2}\n",
+        "\n- gateway translating / nginx = {ratio:.2} (target ≥ 0.8: {}); gateway pass-through / nginx = {:.2}",
         verdict(ratio >= 0.8),
         acc[3].median_rate() / acc[1].median_rate().max(1.0)
     ));
+    rep.line(format!(
+        "- resume on / resume off, events/s at saturation: {:.2}",
+        acc[GW].median_rate() / acc[GW_OFF].median_rate().max(1.0)
+    ));
+    rep.line(resume_cpu_line(&acc[GW], &acc[GW_OFF]));
+    rep.line(format!("{}\n", rss_line(env)));
     Ok(())
 }
 
@@ -477,9 +575,11 @@ async fn rss_peak(pid: u32, every: Duration, stop: Arc<AtomicUsize>) -> u64 {
     peak.max(procs::rss_kib(pid).unwrap_or(0))
 }
 
-/// A few short streams through a fresh gateway so lazily built state exists before the baseline is taken.
-async fn warm_gateway(env: &mut Env, rep: &mut Report, ok: &mut bool) -> Result<(), String> {
-    let t = env.targets()[2].clone();
+/// A few short streams through a fresh gateway (the one behind target `ti`) so lazily built state exists before
+/// the baseline is taken.
+async fn warm_gateway(env: &mut Env, ti: usize, rep: &mut Report, ok: &mut bool) -> Result<(), String> {
+    let ti = if ti == GW_OFF { GW_OFF } else { GW };
+    let t = env.targets()[ti].clone();
     let plan = rated_plan(10, 1000.0, Duration::from_millis(300), Proto::H1);
     phase(env, &t, &plan, rep, ok).await?;
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -490,8 +590,10 @@ async fn large(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> R
     let rounds = opts.rounds.unwrap_or(if opts.quick { 1 } else { 3 });
     let bytes: u64 = 100 << 20;
     let decoded = crate::upstream::large_decoded_len(bytes);
-    env.restart_gateway(opts, "large")?;
-    warm_gateway(env, rep, ok).await?;
+    env.restart_gateway(opts, "large", GW)?;
+    env.restart_gateway(opts, "large-resume-off", GW_OFF)?;
+    warm_gateway(env, GW, rep, ok).await?;
+    warm_gateway(env, GW_OFF, rep, ok).await?;
     rep.line("## large: a 100 MiB client tool result, one stream\n");
     rep.line(format!(
         "The upstream sends `<content-block-tool_result>` with a CDATA body of {} legacy bytes in 32 KiB SSE \
@@ -517,7 +619,7 @@ async fn large(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> R
     let mut rows: Vec<Vec<(f64, u64)>> = vec![Vec::new(); targets.len()];
     for round in 0..rounds {
         for i in order(round, targets.len()) {
-            let pid = env.gateway.0.pid();
+            let pid = env.gateway_of(i).0.pid();
             let base = procs::rss_kib(pid).unwrap_or(0);
             let stop = Arc::new(AtomicUsize::new(0));
             let sampler = tokio::spawn(rss_peak(pid, Duration::from_millis(10), Arc::clone(&stop)));
@@ -577,19 +679,36 @@ async fn idle(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> Re
          (the gateway sends its `: keepalive` comments), then the block closes and `[DONE]`; every stream must \
          end complete. Fresh gateway process per row; RSS baseline after 10 warm-up streams; peak RSS sampled \
          every 250 ms (the nginx row: its worker's RSS). Rows: translated (the target), pass-through (same \
-         proxy without the translator), translated over HTTP/1.1, nginx. The open-files limit here is 20,000 per process (hard, no CAP_SYS_RESOURCE), and an HTTP/1.1 \
+         proxy without the translator), translated over HTTP/1.1, nginx; `gateway` has resumption on (the \
+         default: each stream's events held, with ids), `gateway-resume-off` is the same binary with \
+         `SSE_GATEWAY__RESUME__ENABLED=false`, in the same legs. `--rounds N` repeats the rows N times \
+         (interleaved). The open-files limit here is 20,000 per process (hard, no CAP_SYS_RESOURCE), and an HTTP/1.1 \
          stream costs the gateway two descriptors (client + upstream), so 10,000 streams arrive as h2c \
          (100 streams per connection, 100 connections); the HTTP/1.1 run is capped at 9,000 streams.\n",
     );
     // (target index, client leg, streams): translated h2c is the target's figure; pass-through isolates the
     // translator's share; HTTP/1.1 adds a downstream connection per stream; nginx is the reference.
     let h1 = if opts.quick { 500 } else { streams.min(9000) };
-    let runs = [
-        (2, Proto::H2(100), streams),
+    let rounds = opts.rounds.unwrap_or(1);
+    let one = [
+        (GW, Proto::H2(100), streams),
+        (GW_OFF, Proto::H2(100), streams),
         (3, Proto::H2(100), streams),
-        (2, Proto::H1, h1),
+        (GW, Proto::H1, h1),
+        (GW_OFF, Proto::H1, h1),
         (1, Proto::H2(100), streams),
     ];
+    let mut runs = Vec::new();
+    for round in 0..rounds {
+        // Odd rounds in reverse, so drift does not favour one row.
+        let mut r = one.to_vec();
+        if round % 2 == 1 {
+            r.reverse();
+        }
+        runs.extend(r);
+    }
+    // Per stream (KiB) by (target, client leg): resumption's cost is on − off.
+    let mut per_stream: Vec<((usize, &'static str), Vec<f64>)> = Vec::new();
     rep.line("| target | client leg | streams | held | completed | RSS before → peak (MiB) | per stream (KiB) | gateway active_streams at mid-hold | fds at mid-hold | kernel TCP mem growth (KiB/stream, all 4 sockets) |");
     rep.line("|---|---|---|---|---|---|---|---|---|---|");
     let mut worst_per = 0.0f64;
@@ -598,18 +717,18 @@ async fn idle(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> Re
         if ti == 1 {
             env.restart_nginx(opts)?;
         } else {
-            env.restart_gateway(opts, &format!("idle-{}-{}", proto.label(), ti))?;
+            env.restart_gateway(opts, &format!("idle-{}-{}", proto.label(), ti), ti)?;
         }
-        warm_gateway(env, rep, ok).await?;
+        warm_gateway(env, ti, rep, ok).await?;
         let pid = if ti == 1 {
             procs::children(env.nginx.0.pid())
                 .first()
                 .copied()
                 .unwrap_or(env.nginx.0.pid())
         } else {
-            env.gateway.0.pid()
+            env.gateway_of(ti).0.pid()
         };
-        let admin = env.gateway.2;
+        let admin = env.gateway_of(ti).2;
         let base = procs::rss_kib(pid).unwrap_or(0);
         let tcp0 = tcp_mem_pages();
         let plan = Plan {
@@ -639,9 +758,7 @@ async fn idle(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> Re
             let active = procs::metric(&page, "sse_gateway_active_streams", "mode=\"translate\"").unwrap_or(-1.0);
             (active, procs::fds(pid).unwrap_or(0), tcp_mem_pages())
         });
-        let before = env.cpu();
         let r = run_phase(&t, &plan, Arc::clone(&opened)).await;
-        let _ = before;
         stop.store(1, Ordering::Relaxed);
         let peak = sampler.await.unwrap_or(0);
         let (active, fds, tcp_mid) = probe.await.unwrap_or((-1.0, 0, 0));
@@ -656,8 +773,13 @@ async fn idle(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> Re
             ));
         }
         let per = peak.saturating_sub(base) as f64 / streams as f64;
-        if ti == 2 {
+        if ti == GW {
             worst_per = worst_per.max(per);
+        }
+        let key = (ti, proto.label());
+        match per_stream.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, v)) => v.push(per),
+            None => per_stream.push((key, vec![per])),
         }
         let page_kib = 4.0;
         rep.line(format!(
@@ -679,6 +801,23 @@ async fn idle(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> Re
         if all_done { "MET" } else { "MISSED" },
         verdict(worst_per <= 16.0)
     ));
+    for leg in ["h2c", "h1"] {
+        let of = |ti: usize| {
+            per_stream
+                .iter()
+                .find(|(k, _)| *k == (ti, leg))
+                .map(|(_, v)| median(v.clone()))
+        };
+        if let (Some(on), Some(off)) = (of(GW), of(GW_OFF)) {
+            let d = on - off;
+            rep.line(format!(
+                "- resume on − resume off, {leg}: {on:.1} − {off:.1} = {d:+.1} KiB per idle stream{}; target ≤ +4 KiB \
+                 (issue 15): {}",
+                if rounds > 1 { " (medians over rounds)" } else { "" },
+                verdict(d <= 4.0)
+            ));
+        }
+    }
     let gib = |kib: f64| kib * 1e6 / 1024.0 / 1024.0;
     let need = gib(worst_per);
     let fit = if need < 30.0 {
@@ -778,7 +917,9 @@ async fn scaling(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) ->
         lat_window.as_secs_f64(),
         thr_window.as_secs_f64()
     ));
-    let targets = env.targets();
+    // Not `gateway-resume-off`: `latency`, `throughput`, `idle` and `instructions` compare resumption on and off.
+    let mut targets = env.targets();
+    targets.truncate(4);
     rep.line("| streams | client leg | offered ev/s | target | p50 µs | p99 µs | max µs | TTFB p99 ms | events/s at saturation | failed |");
     rep.line("|---|---|---|---|---|---|---|---|---|---|");
     let mut dat =
@@ -835,7 +976,7 @@ async fn scaling(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) ->
         "sse-gateway load harness: scaling ({} cores shared by client, upstream and proxy)",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
-    match crate::report::plot(&dat_path, &opts.plot, &NAMES, &title) {
+    match crate::report::plot(&dat_path, &opts.plot, &NAMES[..4], &title) {
         Ok(()) => rep.line(format!(
             "\nPlot: `{}` (data `{}`).\n",
             opts.plot.display(),
