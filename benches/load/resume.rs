@@ -7,10 +7,9 @@
 //! (the connection is already open) to the first byte of the replayed body. Then it reads the rest and checks
 //! the whole: ids contiguous from the one it gave, no delta lost or repeated, `[DONE]` with the upstream's count.
 //!
-//! Stores are `Case`s; `DEFAULT_CASES` names those a run measures (`--stores` overrides). The Redis store rows
-//! are written already: once the gateway implements `resume.store = "redis"`, add `"redis-other"` (and
-//! `"redis"`) to `DEFAULT_CASES`. Each Redis case starts its own `redis-server` (`procs::spawn_redis`), and is
-//! skipped with a note when it is not installed (apt-get install -y redis-server).
+//! Stores are `Case`s; `DEFAULT_CASES` names those a run measures (`--stores` overrides): the memory store, the
+//! Redis store resumed on the same instance, and on a second one. Each Redis case starts its own `redis-server`
+//! (`procs::spawn_redis`), and is skipped with a note when it is not installed (apt-get install -y redis-server).
 
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicUsize;
@@ -71,7 +70,7 @@ pub const CASES: [Case; 3] = [
 /// The cases a run measures unless `--stores` says otherwise. Add `"redis", "redis-other"` once the gateway's
 /// Redis store lands (this build accepts `resume.store = "redis"` but holds events in memory: the harness
 /// notices, from `sse_gateway_resume_store_operations_total`, and says so).
-pub const DEFAULT_CASES: &[&str] = &["memory"];
+pub const DEFAULT_CASES: &[&str] = &["memory", "redis", "redis-other"];
 
 /// The binding key the gateways of a Redis case share (`resume.binding_key`, at least 32 characters).
 const BINDING_KEY: &str = "sse-gateway-load-harness-binding-key-0001";
