@@ -307,10 +307,10 @@ impl Writer {
             Go::Stop(how, _) => panic!("the run was stopped ({how:?})"),
         }
         Some(match self.frames.pop_front() {
-            Some(f) => s.append(&f, by_original).to_vec(),
+            Some(f) => s.append(bytes::Bytes::from(f), by_original).to_vec(),
             None => {
                 self.done = true;
-                s.finish(&[], End::Completed, by_original).to_vec()
+                s.finish(bytes::Bytes::new(), End::Completed, by_original).to_vec()
             }
         })
     }

@@ -19,9 +19,9 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use atomic_waker::AtomicWaker;
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
-use super::id::{stem, write_id_line, Token};
+use super::id::{id_line_len, put_id_line, stem, Token};
 use super::metrics::{End, Held, ResumeMetrics};
 use super::redis::RedisStore;
 use crate::envelope::write_gateway_error;
@@ -282,7 +282,7 @@ impl Stream {
         if let Some((how, kind, message)) = stop {
             let mut out = Vec::new();
             write_gateway_error(&mut out, &self.agent, kind, message);
-            let out = self.push(&mut st, &out, true);
+            let out = self.push(&mut st, Bytes::from(out), true);
             self.end(&mut st, how);
             return Go::Stop(how, out);
         }
@@ -324,7 +324,7 @@ impl Stream {
 
     /// Appends the events of a translated frame (`data:` events without ids): gives each its id, holds them and
     /// returns them as the client gets them. `by_primary`: the original body writes them to its client.
-    pub fn append(&self, frame: &[u8], by_primary: bool) -> Bytes {
+    pub fn append(&self, frame: Bytes, by_primary: bool) -> Bytes {
         let mut st = self.state();
         let out = self.push(&mut st, frame, by_primary);
         self.evict(&mut st);
@@ -332,7 +332,7 @@ impl Stream {
     }
 
     /// The stream's end: `last` (the translator's last events, maybe none) is held, and the run is over.
-    pub fn finish(&self, last: &[u8], how: End, by_primary: bool) -> Bytes {
+    pub fn finish(&self, last: Bytes, how: End, by_primary: bool) -> Bytes {
         let mut st = self.state();
         let out = self.push(&mut st, last, by_primary);
         self.end(&mut st, how);
@@ -481,71 +481,86 @@ impl Stream {
     }
 
     /// Gives each event of `frame` its id (and the first its `retry:`), holds them, wakes the readers.
-    fn push(&self, st: &mut State, frame: &[u8], by_primary: bool) -> Bytes {
+    fn push(&self, st: &mut State, frame: Bytes, by_primary: bool) -> Bytes {
         if frame.is_empty() {
-            return Bytes::new();
+            return frame;
         }
-        // Where each event ends (past its blank line; the translator writes whole events, but a frame that does
-        // not end with one still gets its id), then the exact size, so the buffer becomes `Bytes` without a copy
-        // or a second allocation.
-        let mut starts = std::mem::take(&mut st.starts);
-        starts.clear();
+        // Where each event ends, past its blank line (the translator writes whole events; a frame that does not
+        // end with one still gets its id).
+        let mut ends = std::mem::take(&mut st.starts);
+        ends.clear();
         let mut from = 0;
         while from < frame.len() {
             from = blank_line_end(&frame[from..]).map_or(frame.len(), |end| from + end);
-            starts.push(from as u32);
+            ends.push(from as u32);
         }
-        let tail = !frame.ends_with(b"\n\n");
-        let mut size = frame.len()
-            + if !tail {
-                0
-            } else if frame.ends_with(b"\n") {
-                1
-            } else {
-                2
-            };
-        for seq in st.next..st.next + starts.len() as u64 {
-            size += "id: \n".len() + self.stem.len() + decimal_len(seq);
-        }
+        // Each event becomes its data line(s), its id line (the first event's `retry:` too), the blank line: the
+        // id after the data, since fetch-event-source takes an id as the stream's position as soon as it reads
+        // it, so an id first would let a cut between it and the data lose the event.
         let retry = (st.next == 1).then(|| format!("retry: {}\n", self.shared.limits.retry_ms));
-        size += retry.as_ref().map_or(0, String::len);
-        let mut out = Vec::with_capacity(size);
+        let first = st.next;
+        let len = frame.len();
+        // (data end, newline to add) of the event ending at `end`: a whole event loses its blank line (one
+        // newline stays); a tail keeps what it has and gets a newline if it has none.
+        let count = ends.len();
+        let tail = !frame.ends_with(b"\n\n");
+        let tail_has_newline = frame.ends_with(b"\n");
+        let data_of = move |k: usize, end: usize| match (tail && k + 1 == count, tail_has_newline) {
+            (false, _) => (end - 1, 0),
+            (true, true) => (end, 0),
+            (true, false) => (end, 1),
+        };
+        let lines_of =
+            |seq: u64| id_line_len(&self.stem, seq) + retry.as_ref().filter(|_| seq == 1).map_or(0, String::len);
+        let mut size = 0;
         let mut begin = 0;
-        for end in starts.iter_mut() {
-            // The event without its blank line, then its id: fetch-event-source takes an id as the stream's
-            // position as soon as it reads it, so an id before the data would let a cut between them lose the
-            // event.
-            let event = &frame[begin..*end as usize];
-            let event = event
-                .strip_suffix(b"\n")
-                .filter(|e| e.ends_with(b"\n"))
-                .unwrap_or(event);
-            begin = *end as usize;
-            *end = out.len() as u32;
-            out.extend_from_slice(event);
-            if !event.ends_with(b"\n") {
-                out.push(b'\n');
-            }
-            write_id_line(&mut out, &self.stem, st.next);
-            if let Some(r) = retry.as_deref().filter(|_| st.next == 1) {
-                out.extend_from_slice(r.as_bytes());
-            }
-            out.push(b'\n');
-            st.next += 1;
+        for (k, &end) in ends.iter().enumerate() {
+            let (data_end, newline) = data_of(k, end as usize);
+            size += data_end - begin + newline + lines_of(first + k as u64) + 1;
+            begin = end as usize;
         }
-        debug_assert_eq!(out.len(), size);
-        let out = Bytes::from(out);
+        // In the translator's own buffer (made with room for them), moving the events from the last, so none
+        // is overwritten before it has moved; `ends[k]` becomes where event k starts.
+        let mut buf = frame
+            .try_into_mut()
+            .unwrap_or_else(|shared| BytesMut::from(&shared[..]));
+        buf.resize(size.max(len), 0);
+        let mut at = size;
+        for k in (0..count).rev() {
+            let begin = if k == 0 { 0 } else { ends[k - 1] as usize };
+            let (data_end, newline) = data_of(k, ends[k] as usize);
+            let seq = first + k as u64;
+            at -= data_end - begin + newline + lines_of(seq) + 1;
+            buf.copy_within(begin..data_end, at);
+            let mut p = at + (data_end - begin);
+            if newline == 1 {
+                buf[p] = b'\n';
+                p += 1;
+            }
+            let id_len = id_line_len(&self.stem, seq);
+            put_id_line(&mut buf[p..p + id_len], &self.stem, seq);
+            p += id_len;
+            if let Some(r) = retry.as_deref().filter(|_| seq == 1) {
+                buf[p..p + r.len()].copy_from_slice(r.as_bytes());
+                p += r.len();
+            }
+            buf[p] = b'\n';
+            ends[k] = at as u32;
+        }
+        debug_assert_eq!(at, 0);
+        buf.truncate(size);
+        st.next += count as u64;
+        let out = buf.freeze();
         if st.mirrored {
             if let Some(m) = &self.shared.mirror {
-                let first = st.next - starts.len() as u64;
-                st.mirrored = m.append(&self.hex, first, out.clone(), &starts);
+                st.mirrored = m.append(&self.hex, first, out.clone(), &ends);
             }
         }
-        starts.push(out.len() as u32);
-        for w in starts.windows(2) {
+        ends.push(out.len() as u32);
+        for w in ends.windows(2) {
             st.events.push_back(out.slice(w[0] as usize..w[1] as usize));
         }
-        st.starts = starts;
+        st.starts = ends;
         st.bytes += out.len();
         self.shared.total.fetch_add(out.len(), Ordering::Relaxed);
         self.shared.metrics.held_bytes.add(out.len() as i64);
@@ -626,11 +641,6 @@ fn blank_line_end(s: &[u8]) -> Option<usize> {
         .map(|i| i + 2)
 }
 
-/// Digits of `n` in decimal.
-fn decimal_len(n: u64) -> usize {
-    n.checked_ilog10().map_or(1, |l| l as usize + 1)
-}
-
 /// The `message` of the envelope that ends a run nobody came back to.
 pub const ABANDONED: &str = "nobody reconnected within the grace period: the run was stopped";
 /// The `message` of the envelope that ends a cancelled run.
@@ -685,7 +695,7 @@ mod tests {
         let stem = String::from_utf8(s.stem().to_vec()).unwrap();
         let mut two = event(1);
         two.extend(event(2));
-        let out = s.append(&two, true);
+        let out = s.append(Bytes::from(two), true);
         let data = |n| String::from_utf8(event(n)).unwrap().trim_end().to_owned();
         let want = format!("{}\nid: {stem}1\nretry: 1000\n\n{}\nid: {stem}2\n\n", data(1), data(2));
         assert_eq!(String::from_utf8(out.to_vec()).unwrap(), want);
@@ -701,15 +711,15 @@ mod tests {
         let s = h.create([0; 32], "a").unwrap();
         let stem = String::from_utf8(s.stem().to_vec()).unwrap();
         for seq in 1..12 {
-            s.append(b"data: x\n\n", true);
+            s.append(Bytes::from_static(b"data: x\n\n"), true);
             assert_eq!(s.state().next, seq + 1);
         }
-        let out = s.append(b"data: a\n\ndata: b\n", true);
+        let out = s.append(Bytes::from_static(b"data: a\n\ndata: b\n"), true);
         assert_eq!(
             String::from_utf8(out.to_vec()).unwrap(),
             format!("data: a\nid: {stem}12\n\ndata: b\nid: {stem}13\n\n")
         );
-        let out = s.append(b"data: c", true);
+        let out = s.append(Bytes::from_static(b"data: c"), true);
         assert_eq!(
             String::from_utf8(out.to_vec()).unwrap(),
             format!("data: c\nid: {stem}14\n\n")
@@ -723,7 +733,7 @@ mod tests {
         let mut cx = Context::from_waker(Waker::noop());
         // The original client got these: they may go.
         for _ in 0..10 {
-            s.append(&event(200), true);
+            s.append(Bytes::from(event(200)), true);
         }
         assert!(
             s.state().bytes <= 1000 + 300,
@@ -736,7 +746,7 @@ mod tests {
         let delivered = s.state().next - 1;
         let first = s.state().first;
         while s.writer_check(Instant::now(), &mut cx) == Go::Read {
-            s.append(&event(200), false);
+            s.append(Bytes::from(event(200)), false);
         }
         let end = s.state().next - 1;
         assert!(end > delivered);
@@ -760,7 +770,7 @@ mod tests {
         s.original_gone();
         let mut cx = Context::from_waker(Waker::noop());
         while s.writer_check(Instant::now(), &mut cx) == Go::Read {
-            s.append(&event(200), false);
+            s.append(Bytes::from(event(200)), false);
         }
         let end = s.state().next - 1;
         s.remote_primary(end);
@@ -778,7 +788,7 @@ mod tests {
         let s = h.create([0; 32], "a").unwrap();
         let mut w = s.attach(0, false).unwrap();
         for _ in 0..20 {
-            s.append(&event(200), true);
+            s.append(Bytes::from(event(200)), true);
         }
         assert!(matches!(
             s.poll_read(&mut w, &mut Context::from_waker(Waker::noop())),
@@ -791,7 +801,7 @@ mod tests {
     fn nobody_back_within_the_grace_period_ends_the_run_with_an_envelope() {
         let h = hub(1 << 16, 50);
         let s = h.create([0; 32], "a").unwrap();
-        s.append(&event(1), true);
+        s.append(Bytes::from(event(1)), true);
         s.original_gone();
         let deadline = s.grace_deadline().unwrap();
         let mut cx = Context::from_waker(Waker::noop());
@@ -811,7 +821,7 @@ mod tests {
     fn a_reconnection_stops_the_grace_period_and_a_cancel_ends_the_run() {
         let h = hub(1 << 16, 0);
         let s = h.create([0; 32], "a").unwrap();
-        s.append(&event(1), true);
+        s.append(Bytes::from(event(1)), true);
         s.original_gone();
         let c = s.attach(1, true).unwrap();
         assert!(s.grace_deadline().is_none());
@@ -832,13 +842,13 @@ mod tests {
         let ended: Vec<_> = (0..5)
             .map(|_| {
                 let s = h.create([0; 32], "a").unwrap();
-                s.append(&event(60_000), true);
-                s.finish(&[], End::Completed, true);
+                s.append(Bytes::from(event(60_000)), true);
+                s.finish(Bytes::new(), End::Completed, true);
                 s
             })
             .collect();
         let live = h.create([0; 32], "a").unwrap();
-        live.append(&event(60_000), true);
+        live.append(Bytes::from(event(60_000)), true);
         assert_eq!(h.sweep(Instant::now()), 2, "the two oldest ended streams go");
         assert!(h.get(&ended[0].token).is_none() && h.get(&ended[1].token).is_none());
         assert!(h.get(&ended[2].token).is_some());

@@ -84,21 +84,29 @@ impl EventId {
 
 /// Writes the `id:` line of event `seq` of the stream whose id prefix (`sg1-<token>-`) is `stem`.
 pub fn write_id_line(out: &mut Vec<u8>, stem: &[u8], seq: u64) {
-    out.extend_from_slice(b"id: ");
-    out.extend_from_slice(stem);
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
+    let at = out.len();
+    out.resize(at + id_line_len(stem, seq), 0);
+    put_id_line(&mut out[at..], stem, seq);
+}
+
+/// Length of the `id:` line of event `seq`, newline included.
+pub fn id_line_len(stem: &[u8], seq: u64) -> usize {
+    "id: \n".len() + stem.len() + seq.checked_ilog10().map_or(1, |l| l as usize + 1)
+}
+
+/// Writes the `id:` line of event `seq` at the start of `dst`, which is at least `id_line_len` long.
+pub fn put_id_line(dst: &mut [u8], stem: &[u8], seq: u64) {
+    let len = id_line_len(stem, seq);
+    let (head, rest) = dst.split_at_mut(4);
+    head.copy_from_slice(b"id: ");
+    rest[..stem.len()].copy_from_slice(stem);
+    let digits = &mut rest[stem.len()..len - 5];
     let mut n = seq;
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
+    for d in digits.iter_mut().rev() {
+        *d = b'0' + (n % 10) as u8;
         n /= 10;
-        if n == 0 {
-            break;
-        }
     }
-    out.extend_from_slice(&digits[i..]);
-    out.push(b'\n');
+    rest[len - 5] = b'\n';
 }
 
 /// `sg1-<token>-`: what every id of a stream starts with.

@@ -77,16 +77,16 @@ impl<L: Layer + Send + 'static> Body for Hold<L> {
                 Poll::Pending
             }
             Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
-                Ok(data) => Poll::Ready(Some(Ok(Frame::data(stream.append(&data, true))))),
+                Ok(data) => Poll::Ready(Some(Ok(Frame::data(stream.append(data, true))))),
                 Err(frame) => Poll::Ready(Some(Ok(frame))),
             },
             Poll::Ready(Some(Err(e))) => {
-                stream.finish(&[], End::Completed, true);
+                stream.finish(Bytes::new(), End::Completed, true);
                 this.ended = true;
                 Poll::Ready(Some(Err(e)))
             }
             Poll::Ready(None) => {
-                stream.finish(&[], End::Completed, true);
+                stream.finish(Bytes::new(), End::Completed, true);
                 this.ended = true;
                 Poll::Ready(None)
             }
@@ -112,7 +112,7 @@ impl<L: Layer + Send + 'static> Drain for Hold<L> {
         match (cut, self.stream.as_ref()) {
             (DrainCut::Final(last), Some(stream)) if !self.ended => {
                 self.ended = true;
-                DrainCut::Final(stream.finish(&last, End::Drained, true))
+                DrainCut::Final(stream.finish(last, End::Drained, true))
             }
             (cut, _) => cut,
         }
@@ -214,11 +214,11 @@ impl<L: Layer> Future for Pump<L> {
                 }
                 Poll::Ready(Some(Ok(frame))) => {
                     if let Ok(data) = frame.into_data() {
-                        this.stream.append(&data, false);
+                        this.stream.append(data, false);
                     }
                 }
                 Poll::Ready(Some(Err(_)) | None) => {
-                    this.stream.finish(&[], End::Completed, false);
+                    this.stream.finish(Bytes::new(), End::Completed, false);
                     return Poll::Ready(());
                 }
             }
