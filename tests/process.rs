@@ -510,3 +510,34 @@ async fn a_translated_stream_cut_at_the_drain_deadline_ends_with_a_gateway_drain
     let status = tokio::task::spawn_blocking(move || gw.wait()).await.unwrap();
     assert_eq!(status.and_then(|s| s.code()), Some(0), "exit status");
 }
+
+/// A load balancer restart sends every resumable stream's reconnect at once: the public listener queues far more
+/// than std's 128 (overflowing clients wait out a one-second SYN retransmission). Read from `ss`, whose `Send-Q`
+/// of a listening socket is its backlog.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_public_listener_queues_a_reconnect_storm() {
+    let Ok(ss) = Command::new("ss").arg("-V").output() else {
+        assert!(std::env::var_os("CI").is_none(), "ss (iproute2) is missing");
+        eprintln!("skipped: ss (iproute2) is not installed");
+        return;
+    };
+    assert!(ss.status.success());
+    let up = Emulator::sse(Vec::new()).await;
+    let gw = Process::against(&up.url(), &[]);
+    let port = gw.addr.port().to_string();
+    let out = Command::new("ss")
+        .args(["-ltnH", "sport", "=", &format!(":{port}")])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let backlog: u32 = text
+        .split_whitespace()
+        .nth(2)
+        .and_then(|q| q.parse().ok())
+        .unwrap_or_else(|| panic!("no listening socket on :{port} in {text:?}"));
+    let somaxconn: u32 = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(4096);
+    assert_eq!(backlog, 4096.min(somaxconn), "listen backlog");
+}

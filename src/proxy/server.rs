@@ -14,7 +14,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use prometheus::{IntCounter, Registry};
 use thiserror::Error;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::watch;
 
 use super::conn::{self, Activity, ClientIo, Flushes, Tracked};
@@ -92,6 +92,23 @@ impl AcceptErrors {
     }
 }
 
+/// Connections the kernel queues before they are accepted (capped by `net.core.somaxconn`). The default of
+/// std and tokio, 128, overflows when a load balancer restart sends every resumable stream's reconnect at once:
+/// the overflowing clients then wait out a one-second SYN retransmission.
+pub const LISTEN_BACKLOG: u32 = 4096;
+
+/// A listener on `addr` with `LISTEN_BACKLOG`.
+fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
 #[derive(Debug, Error)]
 pub enum ServeError {
     #[error("cannot listen on {addr}: {source}")]
@@ -130,11 +147,7 @@ impl Gateway {
         } else {
             None
         };
-        let bind = |addr| async move {
-            TcpListener::bind(addr)
-                .await
-                .map_err(|source| ServeError::Bind { addr, source })
-        };
+        let bind = |addr| async move { listen(addr).map_err(|source| ServeError::Bind { addr, source }) };
         Ok(Self {
             health: Arc::new(Health::register(&registry)?),
             accept_errors: AcceptErrors::register(&registry)?,
