@@ -151,9 +151,23 @@ impl Hub {
                 }
             }
         }
+        // Still over with live streams only: they give up the events their attached client was sent, down to
+        // `LIVE_FLOOR` each (a reconnect after losing more than that in flight then gets `resume_gap`).
+        if self.shared.total.load(Ordering::Relaxed) > limits.max_total_bytes {
+            for s in streams.values() {
+                if self.shared.total.load(Ordering::Relaxed) <= limits.max_total_bytes {
+                    break;
+                }
+                s.trim_delivered(LIVE_FLOOR);
+            }
+        }
         before - streams.len()
     }
 }
+
+/// What a live stream keeps of the events its client was sent when all streams together hold more than
+/// `resume.max_total_bytes`.
+pub const LIVE_FLOOR: usize = 64 << 10;
 
 /// One held stream: its events and who reads them.
 pub struct Stream {
@@ -363,14 +377,8 @@ impl Stream {
         st.delivered = st.delivered.max(cursor.saturating_add(1).min(st.next));
         // It reads from the store, which holds them: what it got may go here, so the writer has room again
         // (`evict` keeps delivered events while no primary is attached here).
-        let mut freed = 0;
-        while st.bytes > self.shared.limits.buffer_bytes / 2 && st.first <= cursor {
-            let Some(e) = st.events.pop_front() else { break };
-            st.bytes -= e.len();
-            freed += e.len();
-            st.first += 1;
-        }
-        self.release(freed);
+        let half = self.shared.limits.buffer_bytes / 2;
+        self.evict_to(&mut st, half, cursor.saturating_add(1));
         self.writer.wake();
     }
 
@@ -577,8 +585,22 @@ impl Stream {
     /// attached: "delivered" only means written to its connection, and the last of those may never have reached
     /// the client that went away; its reconnection says what it got (`attach`), and until then they are kept.
     fn evict(&self, st: &mut State) {
+        self.evict_to(st, self.shared.limits.buffer_bytes, Self::evictable(st));
+    }
+
+    /// Events before this one may be evicted: those the attached primary was sent; none while nobody is attached.
+    fn evictable(st: &State) -> u64 {
+        if st.primary.is_some() {
+            st.delivered
+        } else {
+            st.first
+        }
+    }
+
+    /// Drops the oldest events before `upto` while the stream holds more than `floor` bytes.
+    fn evict_to(&self, st: &mut State, floor: usize, upto: u64) {
         let mut freed = 0;
-        while st.bytes > self.shared.limits.buffer_bytes && st.primary.is_some() && st.first < st.delivered {
+        while st.bytes > floor && st.first < upto {
             let Some(e) = st.events.pop_front() else { break };
             st.bytes -= e.len();
             freed += e.len();
@@ -617,6 +639,13 @@ impl Stream {
             self.shared.metrics.held(phase).inc();
             st.phase = phase;
         }
+    }
+
+    /// Evicts events the attached primary was sent while the stream holds more than `floor` bytes.
+    fn trim_delivered(&self, floor: usize) {
+        let mut st = self.state();
+        let upto = Self::evictable(&st);
+        self.evict_to(&mut st, floor, upto);
     }
 
     /// Releases what the stream holds (it leaves the hub).
@@ -780,6 +809,28 @@ mod tests {
             "what it got is in the store: room"
         );
         assert!(s.state().bytes <= 500);
+    }
+
+    #[test]
+    fn past_the_total_live_streams_give_up_what_their_client_was_sent() {
+        let h = hub(1 << 20, 60_000);
+        let live: Vec<_> = (0..5)
+            .map(|_| {
+                let s = h.create([0; 32], "a").unwrap();
+                for _ in 0..17 {
+                    s.append(Bytes::from(event(60_000)), true);
+                }
+                s
+            })
+            .collect();
+        assert!(h.shared.total.load(Ordering::Relaxed) > 4 << 20);
+        assert_eq!(h.sweep(Instant::now()), 0, "no live stream is forgotten");
+        assert!(h.shared.total.load(Ordering::Relaxed) <= 4 << 20);
+        let trimmed = live.iter().filter(|s| s.state().bytes <= LIVE_FLOOR + 60_100).count();
+        assert!(
+            (1..5).contains(&trimmed),
+            "down to the floor, only as many as it takes: {trimmed}"
+        );
     }
 
     #[test]
