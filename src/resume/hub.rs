@@ -194,7 +194,7 @@ pub struct Stream {
 
 struct State {
     /// Whole events, each with its `id:` line; `events[0]` is event `first`.
-    events: VecDeque<Bytes>,
+    events: VecDeque<HeldEvent>,
     first: u64,
     /// The seq the next event gets.
     next: u64,
@@ -239,6 +239,12 @@ pub struct Cursor {
     /// Set for a primary (the original's reconnection): its generation.
     generation: Option<u64>,
     pub replay_until: u64,
+}
+
+/// One held event, with its share of its frame's allocation.
+struct HeldEvent {
+    event: Bytes,
+    charge: usize,
 }
 
 /// What a subscriber reads next.
@@ -467,11 +473,11 @@ impl Stream {
         let replayed = cursor.next < cursor.replay_until;
         let mut taken = 1;
         let bytes = if at + 1 == st.events.len() {
-            st.events[at].clone()
+            st.events[at].event.clone()
         } else {
             let mut out = Vec::new();
             taken = 0;
-            for e in st.events.range(at..) {
+            for e in st.events.range(at..).map(|h| &h.event) {
                 if taken > 0 && out.len() + e.len() > CATCH_UP_FRAME {
                     break;
                 }
@@ -529,9 +535,12 @@ impl Stream {
         }
         // In the translator's own buffer (made with room for them), moving the events from the last, so none
         // is overwritten before it has moved; `ends[k]` becomes where event k starts.
-        let mut buf = frame
-            .try_into_mut()
-            .unwrap_or_else(|shared| BytesMut::from(&shared[..]));
+        let mut buf = match frame.try_into_mut() {
+            Ok(own) if own.capacity() >= size => own,
+            // Shared, or too small: a buffer of the exact size (growing the old one would double it).
+            Ok(own) => exact(&own, size),
+            Err(shared) => exact(&shared, size),
+        };
         buf.resize(size.max(len), 0);
         let mut at = size;
         for k in (0..count).rev() {
@@ -558,6 +567,9 @@ impl Stream {
         debug_assert_eq!(at, 0);
         buf.truncate(size);
         st.next += count as u64;
+        // The frame's whole allocation stays alive while any of its events is held: that is what is counted
+        // (the translator makes its buffers with room to spare), spread over its events.
+        let charged = buf.capacity().max(size);
         let out = buf.freeze();
         if st.mirrored {
             if let Some(m) = &self.shared.mirror {
@@ -565,13 +577,21 @@ impl Stream {
             }
         }
         ends.push(out.len() as u32);
-        for w in ends.windows(2) {
-            st.events.push_back(out.slice(w[0] as usize..w[1] as usize));
+        let slack = (charged - size) / count;
+        for (k, w) in ends.windows(2).enumerate() {
+            let event = out.slice(w[0] as usize..w[1] as usize);
+            let extra = if k + 1 == count {
+                charged - size - slack * (count - 1)
+            } else {
+                slack
+            };
+            let charge = event.len() + extra;
+            st.events.push_back(HeldEvent { event, charge });
         }
         st.starts = ends;
-        st.bytes += out.len();
-        self.shared.total.fetch_add(out.len(), Ordering::Relaxed);
-        self.shared.metrics.held_bytes.add(out.len() as i64);
+        st.bytes += charged;
+        self.shared.total.fetch_add(charged, Ordering::Relaxed);
+        self.shared.metrics.held_bytes.add(charged as i64);
         if by_primary && st.primary == Some(0) {
             st.delivered = st.next;
         }
@@ -602,8 +622,8 @@ impl Stream {
         let mut freed = 0;
         while st.bytes > floor && st.first < upto {
             let Some(e) = st.events.pop_front() else { break };
-            st.bytes -= e.len();
-            freed += e.len();
+            st.bytes -= e.charge;
+            freed += e.charge;
             st.first += 1;
         }
         self.release(freed);
@@ -663,6 +683,13 @@ impl Stream {
     }
 }
 
+/// A buffer of capacity `size` holding `bytes`.
+fn exact(bytes: &[u8], size: usize) -> BytesMut {
+    let mut b = BytesMut::with_capacity(size.max(bytes.len()));
+    b.extend_from_slice(bytes);
+    b
+}
+
 /// Where the first event of `s` ends: just past its blank line (`\n\n`).
 fn blank_line_end(s: &[u8]) -> Option<usize> {
     memchr::memchr_iter(b'\n', s)
@@ -701,8 +728,11 @@ mod tests {
         )
     }
 
+    /// An event in a buffer of its size (held, a buffer counts whole).
     fn event(n: usize) -> Vec<u8> {
-        format!("data: {{\"delta\":\"{}\"}}\n\n", "x".repeat(n)).into_bytes()
+        let mut e = format!("data: {{\"delta\":\"{}\"}}\n\n", "x".repeat(n)).into_bytes();
+        e.shrink_to_fit();
+        e
     }
 
     fn read_all(s: &Stream, c: &mut Cursor) -> (Vec<u8>, bool) {
@@ -831,6 +861,17 @@ mod tests {
             (1..5).contains(&trimmed),
             "down to the floor, only as many as it takes: {trimmed}"
         );
+    }
+
+    #[test]
+    fn a_held_frame_counts_its_whole_buffer() {
+        let h = hub(1 << 16, 1000);
+        let s = h.create([0; 32], "a").unwrap();
+        let mut roomy = Vec::with_capacity(10_000);
+        roomy.extend_from_slice(&event(10));
+        s.append(Bytes::from(roomy), true);
+        assert!(s.state().bytes >= 10_000, "{}", s.state().bytes);
+        assert_eq!(h.shared.total.load(Ordering::Relaxed), s.state().bytes);
     }
 
     #[test]
