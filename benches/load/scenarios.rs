@@ -577,18 +577,19 @@ async fn idle(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> Re
          (the gateway sends its `: keepalive` comments), then the block closes and `[DONE]`; every stream must \
          end complete. Fresh gateway process per row; RSS baseline after 10 warm-up streams; peak RSS sampled \
          every 250 ms (the nginx row: its worker's RSS). Rows: translated (the target), pass-through (same \
-         proxy without the translator), translated over HTTP/1.1, nginx. The open-files limit here is 20,000 per process (hard, no CAP_SYS_RESOURCE), and an HTTP/1.1 \
+         proxy without the translator), translated over HTTP/1.1, nginx over h2c and over HTTP/1.1. The open-files limit here is 20,000 per process (hard, no CAP_SYS_RESOURCE), and an HTTP/1.1 \
          stream costs the gateway two descriptors (client + upstream), so 10,000 streams arrive as h2c \
          (100 streams per connection, 100 connections); the HTTP/1.1 run is capped at 9,000 streams.\n",
     );
     // (target index, client leg, streams): translated h2c is the target's figure; pass-through isolates the
-    // translator's share; HTTP/1.1 adds a downstream connection per stream; nginx is the reference.
+    // translator's share; HTTP/1.1 adds a downstream connection per stream; nginx is the reference on both legs.
     let h1 = if opts.quick { 500 } else { streams.min(9000) };
     let runs = [
         (2, Proto::H2(100), streams),
         (3, Proto::H2(100), streams),
         (2, Proto::H1, h1),
         (1, Proto::H2(100), streams),
+        (1, Proto::H1, h1),
     ];
     rep.line("| target | client leg | streams | held | completed | RSS before → peak (MiB) | per stream (KiB) | gateway active_streams at mid-hold | fds at mid-hold | kernel TCP mem growth (KiB/stream, all 4 sockets) |");
     rep.line("|---|---|---|---|---|---|---|---|---|---|");
