@@ -200,7 +200,8 @@ impl StreamParser {
     }
 
     fn other_event(&mut self, ev: &[u8]) {
-        if ev == b"data: [DONE]" {
+        // Resumable streams put an `id:` line before it (resume.enabled, the default).
+        if ev.split(|&b| b == b'\n').any(|line| line == b"data: [DONE]") {
             self.done = true;
         } else if let Some(n) = find_number_after(ev, b"load_events") {
             self.announced = Some(n);

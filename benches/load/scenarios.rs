@@ -679,7 +679,7 @@ async fn idle(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> Re
          (the gateway sends its `: keepalive` comments), then the block closes and `[DONE]`; every stream must \
          end complete. Fresh gateway process per row; RSS baseline after 10 warm-up streams; peak RSS sampled \
          every 250 ms (the nginx row: its worker's RSS). Rows: translated (the target), pass-through (same \
-         proxy without the translator), translated over HTTP/1.1, nginx; `gateway` has resumption on (the \
+         proxy without the translator), translated over HTTP/1.1, nginx over h2c and over HTTP/1.1; `gateway` has resumption on (the \
          default: each stream's events held, with ids), `gateway-resume-off` is the same binary with \
          `SSE_GATEWAY__RESUME__ENABLED=false`, in the same legs. `--rounds N` repeats the rows N times \
          (interleaved). The open-files limit here is 20,000 per process (hard, no CAP_SYS_RESOURCE), and an HTTP/1.1 \
@@ -687,7 +687,7 @@ async fn idle(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> Re
          (100 streams per connection, 100 connections); the HTTP/1.1 run is capped at 9,000 streams.\n",
     );
     // (target index, client leg, streams): translated h2c is the target's figure; pass-through isolates the
-    // translator's share; HTTP/1.1 adds a downstream connection per stream; nginx is the reference.
+    // translator's share; HTTP/1.1 adds a downstream connection per stream; nginx is the reference on both legs.
     let h1 = if opts.quick { 500 } else { streams.min(9000) };
     let rounds = opts.rounds.unwrap_or(1);
     let one = [
@@ -697,6 +697,7 @@ async fn idle(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> Re
         (GW, Proto::H1, h1),
         (GW_OFF, Proto::H1, h1),
         (1, Proto::H2(100), streams),
+        (1, Proto::H1, h1),
     ];
     let mut runs = Vec::new();
     for round in 0..rounds {

@@ -35,6 +35,10 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 /// not read must not hold the exit.
 const DRAIN_CUT_GRACE: Duration = Duration::from_secs(2);
 
+/// The first bytes of an h2c connection with prior knowledge (RFC 9113, 3.4): what hyper-util's sniffing looks
+/// for, and as many bytes as `peek_first` looks at.
+const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
 label_enum! {
     /// The `kind` label of `accept_errors_total`: why the public listener failed to accept a connection.
     pub enum AcceptErrorKind {
@@ -176,7 +180,7 @@ impl Gateway {
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let (health, settings) = (self.health, self.settings);
         let admin_task = tokio::spawn(admin::serve(self.admin_listener, self.registry, Arc::clone(&health)));
-        let builder = Arc::new(connection_builder(&settings));
+        let builders = Arc::new(Builders::new(&settings));
         let limits = ConnLimits {
             first_request: duration(settings.server.header_read_timeout_secs),
             idle: duration(settings.server.idle_timeout_secs),
@@ -208,7 +212,7 @@ impl Gateway {
             // Latency over throughput: each envelope is its own small write.
             let _ = stream.set_nodelay(true);
             tokio::spawn(serve_connection(
-                Arc::clone(&builder),
+                Arc::clone(&builders),
                 stream,
                 peer,
                 Arc::clone(&self.shared),
@@ -268,7 +272,7 @@ struct ConnLimits {
 /// (no request in flight for the idle timeout: HTTP/1.1 closes, HTTP/2 sends GOAWAY) or the drain starts, and
 /// drops it (with the responses in flight, so their upstreams) as soon as the client leaves.
 async fn serve_connection(
-    builder: Arc<auto::Builder<TokioExecutor>>,
+    builders: Arc<Builders>,
     stream: TcpStream,
     peer: SocketAddr,
     shared: Arc<Shared>,
@@ -297,15 +301,23 @@ async fn serve_connection(
             })
         })
     };
+    let mut guard = std::pin::pin!(first_request_guard(seen_request, limits.first_request));
+    // Before hyper reads a byte: which builder serves the connection (see `Builders`).
+    let builder = tokio::select! {
+        first = may_be_h2(&stream) => match first {
+            Some(may_be_h2) => builders.pick(may_be_h2),
+            None => return,
+        },
+        () = guard.as_mut() => return no_request(peer),
+        () = activity.idle_for(limits.idle) => return,
+        _ = drain.wait_for(|d| *d) => return,
+    };
     let io = ClientIo::new(Arc::clone(&stream), flushes);
     let conn = builder.serve_connection(TokioIo::new(io), service).into_owned();
     let mut conn = std::pin::pin!(conn);
     let closing = tokio::select! {
         r = conn.as_mut() => return log_end(r, peer),
-        () = first_request_guard(seen_request, limits.first_request) => {
-            tracing::debug!(%peer, "no request within the header read timeout: closed");
-            return;
-        }
+        () = guard.as_mut() => return no_request(peer),
         () = conn::client_left(&stream, &activity) => return left(peer),
         () = activity.idle_for(limits.idle) => "idle timeout",
         _ = drain.wait_for(|d| *d) => "draining",
@@ -324,6 +336,10 @@ fn log_end(r: Result<(), Box<dyn std::error::Error + Send + Sync>>, peer: Socket
     }
 }
 
+fn no_request(peer: SocketAddr) {
+    tracing::debug!(%peer, "no request within the header read timeout: closed");
+}
+
 fn left(peer: SocketAddr) {
     tracing::debug!(%peer, "client closed its connection with a request in flight: dropped");
 }
@@ -335,6 +351,47 @@ async fn first_request_guard(seen: Arc<AtomicBool>, timeout: Duration) {
     tokio::time::sleep(timeout).await;
     if seen.load(Ordering::Relaxed) {
         std::future::pending::<()>().await;
+    }
+}
+
+/// Waits for the connection's first bytes and peeks at them (up to the preface's length), leaving them for hyper:
+/// whether they may begin the h2 preface; `None` when the client closed (or the socket failed) before sending one.
+async fn may_be_h2(stream: &TcpStream) -> Option<bool> {
+    let mut first = [0u8; H2_PREFACE.len()];
+    match stream.peek(&mut first).await {
+        Ok(0) | Err(_) => None,
+        Ok(n) => Some(H2_PREFACE.starts_with(&first[..n])),
+    }
+}
+
+/// The client connection builders. hyper-util's auto builder tells HTTP/1.1 from h2c by reading the first bytes
+/// itself and handing them to hyper's HTTP/1 connection as a prefix; its first read then returns only that
+/// prefix, and the second grows the read buffer from 8 to 16 KiB for the connection's life (4–5 KiB more
+/// resident per idle HTTP/1.1 stream). When the first bytes, peeked without consuming them, already rule the h2
+/// preface out, the HTTP/1-only builder serves the connection with no prefix.
+struct Builders {
+    /// Sniffs the protocol (or only HTTP/1.1 when `server.http2` is off).
+    sniffing: auto::Builder<TokioExecutor>,
+    /// The same settings, HTTP/1.1 only.
+    h1: auto::Builder<TokioExecutor>,
+}
+
+impl Builders {
+    fn new(settings: &Settings) -> Self {
+        let sniffing = connection_builder(settings);
+        Self {
+            h1: sniffing.clone().http1_only(),
+            sniffing,
+        }
+    }
+
+    /// The builder for a connection whose first bytes `may_be_h2`.
+    fn pick(&self, may_be_h2: bool) -> &auto::Builder<TokioExecutor> {
+        if may_be_h2 {
+            &self.sniffing
+        } else {
+            &self.h1
+        }
     }
 }
 
@@ -368,6 +425,35 @@ pub fn banner(public: SocketAddr, admin: SocketAddr) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The first bytes decide the builder only when they rule h2c out; a request line never looks like the
+    /// preface, even cut short after one byte of `PUT` or `POST` (which the sniffing builder then serves).
+    #[tokio::test]
+    async fn peeked_first_bytes_choose_the_builder_and_stay_for_hyper() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        for (sent, h2) in [
+            (&b"GET /stream HTTP/1.1\r\n"[..], Some(false)),
+            (b"POST /v1 HTTP/1.1\r\n", Some(false)),
+            (b"P", Some(true)),
+            (b"PRI * HTTP/2.0\r\n", Some(true)),
+            (H2_PREFACE, Some(true)),
+            (b"", None),
+        ] {
+            let mut client = TcpStream::connect(addr).await.unwrap();
+            let (server, _) = listener.accept().await.unwrap();
+            client.write_all(sent).await.unwrap();
+            if sent.is_empty() {
+                client.shutdown().await.unwrap();
+            }
+            assert_eq!(may_be_h2(&server).await, h2, "{sent:?}");
+            let mut server = server;
+            let mut read = vec![0u8; sent.len()];
+            server.read_exact(&mut read).await.unwrap();
+            assert_eq!(read, sent, "peeked bytes are still there to read");
+        }
+    }
 
     #[test]
     fn accept_errors_out_of_descriptors_are_told_apart() {
