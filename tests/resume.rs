@@ -1051,20 +1051,7 @@ fn dechunk(mut raw: &[u8]) -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watcher_that_stops_reading_is_closed_watcher_behind_and_the_original_gets_every_event() {
     let legacy = big_stream(4096);
-    let first = find(&legacy, b"data: 000001").expect("second delta");
-    let up = Emulator::start({
-        let legacy = legacy.clone();
-        move |_| {
-            vec![
-                sse_head(),
-                Step::WriteAll(legacy[..first].to_vec()),
-                Step::Pause(Duration::from_millis(400)),
-                Step::WriteAll(legacy[first..].to_vec()),
-                Step::EndChunks,
-            ]
-        }
-    })
-    .await;
+    let up = paused_after_first_delta(&legacy, Duration::from_millis(400)).await;
     let gw = TestGateway::start(&up.url(), |s| s.resume.buffer_bytes = 65536).await;
     let mut c = open(gw.addr, "POST", "/agent/run", &[]).await;
     let (token, url) = stream_of(&c.head);
@@ -1470,20 +1457,7 @@ async fn the_binary_drops_an_abandoned_upstream_after_its_one_second_grace() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_original_still_reading_gets_its_whole_stream_after_a_reconnect_came_and_went() {
     let legacy = big_stream(1024);
-    let first = find(&legacy, b"data: 000001").expect("second delta");
-    let up = Emulator::start({
-        let legacy = legacy.clone();
-        move |_| {
-            vec![
-                sse_head(),
-                Step::WriteAll(legacy[..first].to_vec()),
-                Step::Pause(Duration::from_millis(600)),
-                Step::WriteAll(legacy[first..].to_vec()),
-                Step::EndChunks,
-            ]
-        }
-    })
-    .await;
+    let up = paused_after_first_delta(&legacy, Duration::from_millis(600)).await;
     let gw = TestGateway::start(&up.url(), |s| {
         s.resume.buffer_bytes = 65536;
         s.resume.grace_secs = 1.0;
@@ -1512,4 +1486,20 @@ async fn the_original_still_reading_gets_its_whole_stream_after_a_reconnect_came
     );
     assert_eq!(metric(&m, "sse_gateway_resume_streams", &[&state("grace")]), 0.0);
     gw.stop().await;
+}
+
+/// An upstream that writes `legacy`'s first delta, pauses, then writes the rest.
+async fn paused_after_first_delta(legacy: &[u8], pause: Duration) -> Emulator {
+    let first = find(legacy, b"data: 000001").expect("second delta");
+    let (head, rest) = (legacy[..first].to_vec(), legacy[first..].to_vec());
+    Emulator::start(move |_| {
+        vec![
+            sse_head(),
+            Step::WriteAll(head.clone()),
+            Step::Pause(pause),
+            Step::WriteAll(rest.clone()),
+            Step::EndChunks,
+        ]
+    })
+    .await
 }
