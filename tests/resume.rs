@@ -296,7 +296,7 @@ struct Writer {
 impl Writer {
     /// Offers the next frame; returns what the hub gives back (the original client's bytes), or `None` when it
     /// must wait or the stream is over.
-    fn offer(&mut self, s: &sse_gateway::resume::hub::Stream, by_original: bool) -> Option<Vec<u8>> {
+    fn offer(&mut self, s: &sse_gateway::resume::hub::Stream) -> Option<Vec<u8>> {
         if self.done {
             return None;
         }
@@ -307,10 +307,10 @@ impl Writer {
             Go::Stop(how, _) => panic!("the run was stopped ({how:?})"),
         }
         Some(match self.frames.pop_front() {
-            Some(f) => s.append(bytes::Bytes::from(f), by_original).to_vec(),
+            Some(f) => s.append(bytes::Bytes::from(f)).to_vec(),
             None => {
                 self.done = true;
-                s.finish(bytes::Bytes::new(), End::Completed, by_original).to_vec()
+                s.finish(bytes::Bytes::new(), End::Completed).to_vec()
             }
         })
     }
@@ -376,7 +376,7 @@ fn run_case(pads: &[usize], cuts: &[usize], buffer: usize, sessions: &[Session])
     // The original client: reads what the writer appends, as `Hold` returns it.
     let mut sent: Got = Vec::new();
     for _ in 0..sessions[0].steps {
-        if let Some(out) = w.offer(&s, true) {
+        if let Some(out) = w.offer(&s) {
             sent.extend(split_held(&out, &stem));
         }
     }
@@ -393,7 +393,7 @@ fn run_case(pads: &[usize], cuts: &[usize], buffer: usize, sessions: &[Session])
     // last session reads to the end.
     for (n, sess) in sessions.iter().enumerate() {
         for _ in 0..sess.away_frames {
-            w.offer(&s, false);
+            w.offer(&s);
         }
         let final_session = n + 1 == sessions.len();
         if n == 0 && final_session && w.done && received.len() == pads.len() + usize::from(pads.is_empty()) {
@@ -411,7 +411,7 @@ fn run_case(pads: &[usize], cuts: &[usize], buffer: usize, sessions: &[Session])
                 return Err("the stream never ended".into());
             }
             // The pump writes: the original is gone (or never left because the run had ended).
-            w.offer(&s, false);
+            w.offer(&s);
             match s.poll_read(&mut c, &mut cx) {
                 Poll::Ready(Read::Events(b, _, _)) => sent.extend(split_held(&b, &stem)),
                 Poll::Ready(Read::Behind) => return Err(format!("the reconnection after {last} fell behind")),

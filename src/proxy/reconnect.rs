@@ -90,7 +90,7 @@ async fn remote(
     if primary {
         reader.set_primary();
     }
-    let follow = RemoteFollow::new(reader, Arc::clone(&r.metrics), asked);
+    let follow = RemoteFollow::new(reader, after, Arc::clone(&r.metrics), asked);
     let body = ResponseBody::remote(follow, shared.keepalive, Arc::clone(&shared.metrics));
     replaying(r, token, shared, primary, body)
 }

@@ -47,6 +47,8 @@ struct Shared {
     total: AtomicUsize,
     /// Where events are mirrored for other instances (`resume.store = "redis"`).
     mirror: Option<RedisStore>,
+    /// `retry: <retry_ms>\n`, written after the first event's id.
+    retry_line: Vec<u8>,
 }
 
 /// Every held stream of this process, by token.
@@ -60,6 +62,7 @@ impl Hub {
         Self {
             streams: Mutex::new(HashMap::new()),
             shared: Arc::new(Shared {
+                retry_line: format!("retry: {}\n", limits.retry_ms).into_bytes(),
                 limits,
                 metrics,
                 total: AtomicUsize::new(0),
@@ -109,7 +112,6 @@ impl Hub {
                 end: None,
                 ended_at: now,
                 readers: Vec::new(),
-                cancel: false,
                 starts: Vec::new(),
                 mirrored: self.shared.mirror.is_some(),
             }),
@@ -188,7 +190,7 @@ pub struct Stream {
     /// Set while the original body, writing inline, must check the state before each read (it is not the
     /// primary, or a cancel came); clear, it reads on without taking the lock.
     slow: AtomicBool,
-    /// `State::cancel`, readable without the lock.
+    /// A cancel (`DELETE`) came: the writer ends the run at its next check.
     cancelled: AtomicBool,
 }
 
@@ -212,7 +214,6 @@ struct State {
     ended_at: Instant,
     /// Subscribers waiting for events.
     readers: Vec<Waker>,
-    cancel: bool,
     /// Scratch for `push`: where each event of a frame starts (kept, so a frame costs no allocation for it).
     starts: Vec<u32>,
     /// Events still go to the mirror (false once it fell behind or failed: the stream is then resumable only
@@ -292,7 +293,7 @@ impl Stream {
         if let Some(how) = st.end {
             return Go::Stop(how, Bytes::new());
         }
-        let stop = if st.cancel {
+        let stop = if self.cancelled.load(Ordering::Acquire) {
             Some((End::Cancelled, "stream_cancelled", CANCELLED))
         } else if st.primary.is_none() && now.saturating_duration_since(st.away_since) >= self.shared.limits.grace {
             Some((End::Abandoned, "stream_abandoned", ABANDONED))
@@ -300,11 +301,7 @@ impl Stream {
             None
         };
         if let Some((how, kind, message)) = stop {
-            let mut out = Vec::new();
-            write_gateway_error(&mut out, &self.agent, kind, message);
-            let out = self.push(&mut st, Bytes::from(out), true);
-            self.end(&mut st, how);
-            return Go::Stop(how, out);
+            return Go::Stop(how, self.stop(&mut st, how, kind, message));
         }
         // Room, or the oldest event was delivered and may go (only while a primary is attached: see `evict`).
         if st.bytes < self.shared.limits.buffer_bytes || (st.primary.is_some() && st.first < st.delivered) {
@@ -312,6 +309,22 @@ impl Stream {
         }
         self.writer.register(cx.waker());
         Go::Wait
+    }
+
+    /// Ends the run with the `error` envelope that says why; returns it as held (with its id).
+    fn stop(&self, st: &mut State, how: End, kind: &str, message: &str) -> Bytes {
+        let out = self.push(st, gateway_error(&self.agent, kind, message));
+        self.end(st, how);
+        out
+    }
+
+    /// The upstream is dropped mid-run without a pump to read it (no grace period, or no runtime left): the run
+    /// ends now, its readers told so by a `stream_abandoned` envelope.
+    pub fn abandon(&self) {
+        let mut st = self.state();
+        if st.end.is_none() {
+            self.stop(&mut st, End::Abandoned, "stream_abandoned", ABANDONED);
+        }
     }
 
     /// Registers the writer to be woken by a reconnection, a detach or a cancel while the upstream has nothing;
@@ -330,7 +343,8 @@ impl Stream {
 
     /// Keeps `slow` in step with the state: the original body is the primary and nothing was cancelled.
     fn update_slow(&self, st: &State) {
-        self.slow.store(st.cancel || st.primary != Some(0), Ordering::Release);
+        let cancelled = self.cancelled.load(Ordering::Acquire);
+        self.slow.store(cancelled || st.primary != Some(0), Ordering::Release);
     }
 
     /// When the grace period of a stream nobody reads ends (`None` while a primary is attached).
@@ -343,26 +357,25 @@ impl Stream {
     }
 
     /// Appends the events of a translated frame (`data:` events without ids): gives each its id, holds them and
-    /// returns them as the client gets them. `by_primary`: the original body writes them to its client.
-    pub fn append(&self, frame: Bytes, by_primary: bool) -> Bytes {
+    /// returns them as the client gets them.
+    pub fn append(&self, frame: Bytes) -> Bytes {
         let mut st = self.state();
-        let out = self.push(&mut st, frame, by_primary);
+        let out = self.push(&mut st, frame);
         self.evict(&mut st);
         out
     }
 
     /// The stream's end: `last` (the translator's last events, maybe none) is held, and the run is over.
-    pub fn finish(&self, last: Bytes, how: End, by_primary: bool) -> Bytes {
+    pub fn finish(&self, last: Bytes, how: End) -> Bytes {
         let mut st = self.state();
-        let out = self.push(&mut st, last, by_primary);
+        let out = self.push(&mut st, last);
         self.end(&mut st, how);
         out
     }
 
     /// Asks the writer to end the run at once (`DELETE`).
     pub fn cancel(&self) {
-        let mut st = self.state();
-        st.cancel = true;
+        let st = self.state();
         self.cancelled.store(true, Ordering::Release);
         self.update_slow(&st);
         self.writer.wake();
@@ -495,7 +508,7 @@ impl Stream {
     }
 
     /// Gives each event of `frame` its id (and the first its `retry:`), holds them, wakes the readers.
-    fn push(&self, st: &mut State, frame: Bytes, by_primary: bool) -> Bytes {
+    fn push(&self, st: &mut State, frame: Bytes) -> Bytes {
         if frame.is_empty() {
             return frame;
         }
@@ -511,7 +524,7 @@ impl Stream {
         // Each event becomes its data line(s), its id line (the first event's `retry:` too), the blank line: the
         // id after the data, since fetch-event-source takes an id as the stream's position as soon as it reads
         // it, so an id first would let a cut between it and the data lose the event.
-        let retry = (st.next == 1).then(|| format!("retry: {}\n", self.shared.limits.retry_ms));
+        let retry = &self.shared.retry_line;
         let first = st.next;
         let len = frame.len();
         // (data end, newline to add) of the event ending at `end`: a whole event loses its blank line (one
@@ -524,8 +537,7 @@ impl Stream {
             (true, true) => (end, 0),
             (true, false) => (end, 1),
         };
-        let lines_of =
-            |seq: u64| id_line_len(&self.stem, seq) + retry.as_ref().filter(|_| seq == 1).map_or(0, String::len);
+        let lines_of = |seq: u64| id_line_len(&self.stem, seq) + if seq == 1 { retry.len() } else { 0 };
         let mut size = 0;
         let mut begin = 0;
         for (k, &end) in ends.iter().enumerate() {
@@ -557,9 +569,9 @@ impl Stream {
             let id_len = id_line_len(&self.stem, seq);
             put_id_line(&mut buf[p..p + id_len], &self.stem, seq);
             p += id_len;
-            if let Some(r) = retry.as_deref().filter(|_| seq == 1) {
-                buf[p..p + r.len()].copy_from_slice(r.as_bytes());
-                p += r.len();
+            if seq == 1 {
+                buf[p..p + retry.len()].copy_from_slice(retry);
+                p += retry.len();
             }
             buf[p] = b'\n';
             ends[k] = at as u32;
@@ -592,7 +604,8 @@ impl Stream {
         st.bytes += charged;
         self.shared.total.fetch_add(charged, Ordering::Relaxed);
         self.shared.metrics.held_bytes.add(charged as i64);
-        if by_primary && st.primary == Some(0) {
+        // While the original body writes to its client, what it holds is what it sends.
+        if st.primary == Some(0) {
             st.delivered = st.next;
         }
         for w in st.readers.drain(..) {
@@ -674,13 +687,19 @@ impl Stream {
         let bytes = std::mem::take(&mut st.bytes);
         st.events.clear();
         st.first = st.next;
-        self.shared.total.fetch_sub(bytes, Ordering::Relaxed);
-        self.shared.metrics.held_bytes.sub(bytes as i64);
+        self.release(bytes);
         self.shared.metrics.held(st.phase).dec();
         for w in st.readers.drain(..) {
             w.wake();
         }
     }
+}
+
+/// An `error` envelope made by the gateway, as an event (no id: `push` gives it one when it is held).
+pub fn gateway_error(agent: &str, kind: &str, message: &str) -> Bytes {
+    let mut out = Vec::new();
+    write_gateway_error(&mut out, agent, kind, message);
+    Bytes::from(out)
 }
 
 /// A buffer of capacity `size` holding `bytes`.
@@ -754,7 +773,7 @@ mod tests {
         let stem = String::from_utf8(s.stem().to_vec()).unwrap();
         let mut two = event(1);
         two.extend(event(2));
-        let out = s.append(Bytes::from(two), true);
+        let out = s.append(Bytes::from(two));
         let data = |n| String::from_utf8(event(n)).unwrap().trim_end().to_owned();
         let want = format!("{}\nid: {stem}1\nretry: 1000\n\n{}\nid: {stem}2\n\n", data(1), data(2));
         assert_eq!(String::from_utf8(out.to_vec()).unwrap(), want);
@@ -770,15 +789,15 @@ mod tests {
         let s = h.create([0; 32], "a").unwrap();
         let stem = String::from_utf8(s.stem().to_vec()).unwrap();
         for seq in 1..12 {
-            s.append(Bytes::from_static(b"data: x\n\n"), true);
+            s.append(Bytes::from_static(b"data: x\n\n"));
             assert_eq!(s.state().next, seq + 1);
         }
-        let out = s.append(Bytes::from_static(b"data: a\n\ndata: b\n"), true);
+        let out = s.append(Bytes::from_static(b"data: a\n\ndata: b\n"));
         assert_eq!(
             String::from_utf8(out.to_vec()).unwrap(),
             format!("data: a\nid: {stem}12\n\ndata: b\nid: {stem}13\n\n")
         );
-        let out = s.append(Bytes::from_static(b"data: c"), true);
+        let out = s.append(Bytes::from_static(b"data: c"));
         assert_eq!(
             String::from_utf8(out.to_vec()).unwrap(),
             format!("data: c\nid: {stem}14\n\n")
@@ -792,7 +811,7 @@ mod tests {
         let mut cx = Context::from_waker(Waker::noop());
         // The original client got these: they may go.
         for _ in 0..10 {
-            s.append(Bytes::from(event(200)), true);
+            s.append(Bytes::from(event(200)));
         }
         assert!(
             s.state().bytes <= 1000 + 300,
@@ -805,7 +824,7 @@ mod tests {
         let delivered = s.state().next - 1;
         let first = s.state().first;
         while s.writer_check(Instant::now(), &mut cx) == Go::Read {
-            s.append(Bytes::from(event(200)), false);
+            s.append(Bytes::from(event(200)));
         }
         let end = s.state().next - 1;
         assert!(end > delivered);
@@ -829,7 +848,7 @@ mod tests {
         s.original_gone();
         let mut cx = Context::from_waker(Waker::noop());
         while s.writer_check(Instant::now(), &mut cx) == Go::Read {
-            s.append(Bytes::from(event(200)), false);
+            s.append(Bytes::from(event(200)));
         }
         let end = s.state().next - 1;
         s.remote_primary(end);
@@ -848,7 +867,7 @@ mod tests {
             .map(|_| {
                 let s = h.create([0; 32], "a").unwrap();
                 for _ in 0..17 {
-                    s.append(Bytes::from(event(60_000)), true);
+                    s.append(Bytes::from(event(60_000)));
                 }
                 s
             })
@@ -869,7 +888,7 @@ mod tests {
         let s = h.create([0; 32], "a").unwrap();
         let mut roomy = Vec::with_capacity(10_000);
         roomy.extend_from_slice(&event(10));
-        s.append(Bytes::from(roomy), true);
+        s.append(Bytes::from(roomy));
         assert!(s.state().bytes >= 10_000, "{}", s.state().bytes);
         assert_eq!(h.shared.total.load(Ordering::Relaxed), s.state().bytes);
     }
@@ -880,7 +899,7 @@ mod tests {
         let s = h.create([0; 32], "a").unwrap();
         let mut w = s.attach(0, false).unwrap();
         for _ in 0..20 {
-            s.append(Bytes::from(event(200)), true);
+            s.append(Bytes::from(event(200)));
         }
         assert!(matches!(
             s.poll_read(&mut w, &mut Context::from_waker(Waker::noop())),
@@ -893,7 +912,7 @@ mod tests {
     fn nobody_back_within_the_grace_period_ends_the_run_with_an_envelope() {
         let h = hub(1 << 16, 50);
         let s = h.create([0; 32], "a").unwrap();
-        s.append(Bytes::from(event(1)), true);
+        s.append(Bytes::from(event(1)));
         s.original_gone();
         let deadline = s.grace_deadline().unwrap();
         let mut cx = Context::from_waker(Waker::noop());
@@ -910,10 +929,27 @@ mod tests {
     }
 
     #[test]
+    fn an_upstream_dropped_without_a_pump_ends_the_run_for_its_readers() {
+        let h = hub(1 << 16, 60_000);
+        let s = h.create([0; 32], "a").unwrap();
+        s.append(Bytes::from(event(1)));
+        s.original_gone();
+        // A reconnection already attached: it must still see the run end, not wait forever.
+        let mut c = s.attach(1, true).unwrap();
+        s.abandon();
+        let (got, _) = read_all(&s, &mut c);
+        assert!(String::from_utf8_lossy(&got).contains("stream_abandoned"));
+        assert!(s.has_ended());
+        s.abandon();
+        assert_eq!(s.state().next, 3, "once");
+        s.detach(&c);
+    }
+
+    #[test]
     fn a_reconnection_stops_the_grace_period_and_a_cancel_ends_the_run() {
         let h = hub(1 << 16, 0);
         let s = h.create([0; 32], "a").unwrap();
-        s.append(Bytes::from(event(1)), true);
+        s.append(Bytes::from(event(1)));
         s.original_gone();
         let c = s.attach(1, true).unwrap();
         assert!(s.grace_deadline().is_none());
@@ -934,13 +970,13 @@ mod tests {
         let ended: Vec<_> = (0..5)
             .map(|_| {
                 let s = h.create([0; 32], "a").unwrap();
-                s.append(Bytes::from(event(60_000)), true);
-                s.finish(Bytes::new(), End::Completed, true);
+                s.append(Bytes::from(event(60_000)));
+                s.finish(Bytes::new(), End::Completed);
                 s
             })
             .collect();
         let live = h.create([0; 32], "a").unwrap();
-        live.append(Bytes::from(event(60_000)), true);
+        live.append(Bytes::from(event(60_000)));
         assert_eq!(h.sweep(Instant::now()), 2, "the two oldest ended streams go");
         assert!(h.get(&ended[0].token).is_none() && h.get(&ended[1].token).is_none());
         assert!(h.get(&ended[2].token).is_some());

@@ -82,13 +82,6 @@ impl EventId {
     }
 }
 
-/// Writes the `id:` line of event `seq` of the stream whose id prefix (`sg1-<token>-`) is `stem`.
-pub fn write_id_line(out: &mut Vec<u8>, stem: &[u8], seq: u64) {
-    let at = out.len();
-    out.resize(at + id_line_len(stem, seq), 0);
-    put_id_line(&mut out[at..], stem, seq);
-}
-
 /// Length of the `id:` line of event `seq`, newline included.
 pub fn id_line_len(stem: &[u8], seq: u64) -> usize {
     "id: \n".len() + stem.len() + seq.checked_ilog10().map_or(1, |l| l as usize + 1)
@@ -121,8 +114,9 @@ mod tests {
     #[test]
     fn an_id_round_trips_and_anything_else_is_not_ours() {
         let t = Token::random().unwrap();
-        let mut line = Vec::new();
-        write_id_line(&mut line, &stem(&t), 18_446_744_073_709_551_615);
+        let stem = stem(&t);
+        let mut line = vec![0; id_line_len(&stem, u64::MAX)];
+        put_id_line(&mut line, &stem, u64::MAX);
         let text = std::str::from_utf8(&line).unwrap();
         let id = text.strip_prefix("id: ").unwrap().trim_end();
         assert_eq!(id.len(), MAX_ID_LEN);

@@ -12,19 +12,47 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
 use super::{Drain, Ending, Layer, Polled, Totals};
-use crate::envelope::write_gateway_error;
 use crate::proxy::drain::{write_draining_envelope, DrainCut, DRAINING_MESSAGE};
-use crate::resume::hub::{Cursor, Read, Stream, BEHIND};
+use crate::resume::hub::{gateway_error, Cursor, Read, Stream, BEHIND};
 use crate::resume::metrics::{End, ResumeMetrics};
 use crate::resume::redis::{ReadError, RemoteReader};
+
+/// What both kinds of subscriber count: events and bytes replayed, and the time to the first replayed byte.
+struct Replay {
+    metrics: Arc<ResumeMetrics>,
+    /// When the request came, until its first byte is sent.
+    asked: Option<Instant>,
+}
+
+impl Replay {
+    /// Counts `events` sent in `bytes`; `replayed`: held before the subscriber came.
+    fn sent(&mut self, bytes: usize, events: u64, replayed: bool) {
+        if !replayed {
+            // Nothing to replay: the first byte waited for the run, which is not what the latency measures.
+            self.asked = None;
+            return;
+        }
+        self.metrics.replayed_events.inc_by(events);
+        self.metrics.replayed_bytes.inc_by(bytes as u64);
+        if let Some(asked) = self.asked.take() {
+            self.metrics.first_replayed_byte.observe(asked.elapsed().as_secs_f64());
+        }
+    }
+}
+
+/// The stream's last frame at the drain deadline: a `gateway_draining` envelope without an id, so the client
+/// resumes from its last event elsewhere.
+fn draining(agent: &str) -> DrainCut {
+    let mut out = Vec::new();
+    write_draining_envelope(&mut out, agent, DRAINING_MESSAGE);
+    DrainCut::Final(Bytes::from(out))
+}
 
 /// One subscriber of a held stream.
 pub struct Follow {
     stream: Arc<Stream>,
     cursor: Cursor,
-    metrics: Arc<ResumeMetrics>,
-    /// When the request came, until its first byte is sent.
-    asked: Option<Instant>,
+    replay: Replay,
     done: bool,
 }
 
@@ -33,8 +61,10 @@ impl Follow {
         Self {
             stream,
             cursor,
-            metrics,
-            asked: Some(asked),
+            replay: Replay {
+                metrics,
+                asked: Some(asked),
+            },
             done: false,
         }
     }
@@ -52,30 +82,19 @@ impl Body for Follow {
         let read = std::task::ready!(this.stream.poll_read(&mut this.cursor, cx));
         let bytes = match read {
             Read::Events(bytes, events, replayed) => {
-                if replayed {
-                    this.metrics.replayed_events.inc_by(events);
-                    this.metrics.replayed_bytes.inc_by(bytes.len() as u64);
-                } else {
-                    // Nothing to replay: the first byte waited for the run, which is not what the latency measures.
-                    this.asked = None;
-                }
+                this.replay.sent(bytes.len(), events, replayed);
                 bytes
             }
             Read::Behind => {
                 this.done = true;
-                this.metrics.watchers_closed.inc();
-                let mut out = Vec::new();
-                write_gateway_error(&mut out, this.stream.agent(), "watcher_behind", BEHIND);
-                Bytes::from(out)
+                this.replay.metrics.watchers_closed.inc();
+                gateway_error(this.stream.agent(), "watcher_behind", BEHIND)
             }
             Read::End => {
                 this.done = true;
                 return Poll::Ready(None);
             }
         };
-        if let Some(asked) = this.asked.take() {
-            this.metrics.first_replayed_byte.observe(asked.elapsed().as_secs_f64());
-        }
         Poll::Ready(Some(Ok(Frame::data(bytes))))
     }
 
@@ -89,15 +108,12 @@ impl Body for Follow {
 }
 
 impl Drain for Follow {
-    /// Ends with a `gateway_draining` envelope without an id: the client resumes from its last event elsewhere.
     fn cut_for_drain(&mut self) -> DrainCut {
         if self.done {
             return DrainCut::Nothing;
         }
         self.done = true;
-        let mut out = Vec::new();
-        write_draining_envelope(&mut out, self.stream.agent(), DRAINING_MESSAGE);
-        DrainCut::Final(Bytes::from(out))
+        draining(self.stream.agent())
     }
 }
 
@@ -124,18 +140,23 @@ type NextRead = Pin<Box<dyn Future<Output = (RemoteReader, Result<Option<(Bytes,
 /// loss (its owner died) said by an `error` envelope, never a silent end.
 pub struct RemoteFollow {
     next: Option<NextRead>,
-    metrics: Arc<ResumeMetrics>,
-    asked: Option<Instant>,
+    replay: Replay,
+    /// The seq of the last event sent (the reader's cursor).
+    seq: u64,
     /// The last events sent, for the agent of an envelope the gateway writes.
     last: Bytes,
 }
 
 impl RemoteFollow {
-    pub fn new(reader: RemoteReader, metrics: Arc<ResumeMetrics>, asked: Instant) -> Self {
+    /// A reader opened after event `after`.
+    pub fn new(reader: RemoteReader, after: u64, metrics: Arc<ResumeMetrics>, asked: Instant) -> Self {
         Self {
             next: Some(Self::read(reader)),
-            metrics,
-            asked: Some(asked),
+            replay: Replay {
+                metrics,
+                asked: Some(asked),
+            },
+            seq: after,
             last: Bytes::new(),
         }
     }
@@ -173,12 +194,11 @@ impl Body for RemoteFollow {
         let (reader, read) = std::task::ready!(next.as_mut().poll(cx));
         this.next = None;
         let bytes = match read {
-            Ok(Some((bytes, _))) => {
+            Ok(Some((bytes, last_seq))) => {
                 this.next = Some(Self::read(reader));
-                this.metrics
-                    .replayed_events
-                    .inc_by(memchr::memmem::find_iter(&bytes, b"\n\n").count() as u64);
-                this.metrics.replayed_bytes.inc_by(bytes.len() as u64);
+                // Read from the store on another instance: all of it counts as replayed.
+                this.replay.sent(bytes.len(), last_seq.saturating_sub(this.seq), true);
+                this.seq = last_seq;
                 this.last = bytes.clone();
                 bytes
             }
@@ -186,24 +206,19 @@ impl Body for RemoteFollow {
             Err(e) => {
                 let (kind, message) = match e {
                     ReadError::Lost => {
-                        this.metrics.ended(End::Lost);
+                        this.replay.metrics.ended(End::Lost);
                         ("upstream_lost", LOST)
                     }
                     ReadError::Gap { .. } => {
-                        this.metrics.watchers_closed.inc();
+                        this.replay.metrics.watchers_closed.inc();
                         ("watcher_behind", BEHIND)
                     }
                     ReadError::Store(_) => ("resume_store_failed", STORE_FAILED),
                 };
                 tracing::warn!(kind, "remote stream read ended");
-                let mut out = Vec::new();
-                write_gateway_error(&mut out, &this.agent(), kind, message);
-                Bytes::from(out)
+                gateway_error(&this.agent(), kind, message)
             }
         };
-        if let Some(asked) = this.asked.take() {
-            this.metrics.first_replayed_byte.observe(asked.elapsed().as_secs_f64());
-        }
         Poll::Ready(Some(Ok(Frame::data(bytes))))
     }
 
@@ -217,9 +232,7 @@ impl Drain for RemoteFollow {
         if self.next.take().is_none() {
             return DrainCut::Nothing;
         }
-        let mut out = Vec::new();
-        write_draining_envelope(&mut out, &self.agent(), DRAINING_MESSAGE);
-        DrainCut::Final(Bytes::from(out))
+        draining(&self.agent())
     }
 }
 

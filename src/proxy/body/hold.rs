@@ -69,28 +69,9 @@ impl<L: Layer + Send + 'static> Body for Hold<L> {
                 Go::Stop(_, out) => return this.stop(out),
             }
         }
-        match Pin::new(inner).poll_frame(cx) {
-            Poll::Pending => {
-                if !stream.writer_waits(cx) {
-                    cx.waker().wake_by_ref();
-                }
-                Poll::Pending
-            }
-            Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
-                Ok(data) => Poll::Ready(Some(Ok(Frame::data(stream.append(data, true))))),
-                Err(frame) => Poll::Ready(Some(Ok(frame))),
-            },
-            Poll::Ready(Some(Err(e))) => {
-                stream.finish(Bytes::new(), End::Completed, true);
-                this.ended = true;
-                Poll::Ready(Some(Err(e)))
-            }
-            Poll::Ready(None) => {
-                stream.finish(Bytes::new(), End::Completed, true);
-                this.ended = true;
-                Poll::Ready(None)
-            }
-        }
+        let polled = write_next(inner, stream, cx);
+        this.ended = matches!(polled, Poll::Ready(None | Some(Err(_))));
+        polled
     }
 
     fn is_end_stream(&self) -> bool {
@@ -112,7 +93,7 @@ impl<L: Layer + Send + 'static> Drain for Hold<L> {
         match (cut, self.stream.as_ref()) {
             (DrainCut::Final(last), Some(stream)) if !self.ended => {
                 self.ended = true;
-                DrainCut::Final(stream.finish(last, End::Drained, true))
+                DrainCut::Final(stream.finish(last, End::Drained))
             }
             (cut, _) => cut,
         }
@@ -140,18 +121,17 @@ impl<L: Layer + Send + 'static> Drop for Hold<L> {
             return;
         }
         stream.original_gone();
-        let pump = Pump {
-            inner,
-            stream,
-            grace: None,
-        };
         match tokio::runtime::Handle::try_current() {
             // Grace left, or a reconnection already attached (no deadline then).
-            Ok(rt) if pump.stream.grace_deadline().is_none_or(|d| d > Instant::now()) => {
-                rt.spawn(pump);
+            Ok(rt) if stream.grace_deadline().is_none_or(|d| d > Instant::now()) => {
+                rt.spawn(Pump {
+                    inner,
+                    stream,
+                    grace: None,
+                });
             }
             // No grace, or no runtime to read on in (shutdown): ends now with its `stream_abandoned` envelope.
-            _ => pump.abandon(),
+            _ => stream.abandon(),
         }
     }
 }
@@ -165,13 +145,6 @@ struct Pump<L: Layer> {
 }
 
 impl<L: Layer> Pump<L> {
-    fn abandon(self) {
-        let far = Instant::now() + std::time::Duration::from_secs(86_400 * 365);
-        let mut cx = Context::from_waker(std::task::Waker::noop());
-        // With no primary and the grace over (or zero), the check ends the run.
-        let _ = self.stream.writer_check(far, &mut cx);
-    }
-
     /// Arms the grace timer for the stream's deadline; true when it has passed.
     fn grace_over(&mut self, cx: &mut Context<'_>) -> bool {
         let Some(deadline) = self.stream.grace_deadline() else {
@@ -205,23 +178,34 @@ impl<L: Layer> Future for Pump<L> {
                     return Poll::Pending;
                 }
             }
-            match Pin::new(&mut this.inner).poll_frame(cx) {
-                Poll::Pending => {
-                    if !this.stream.writer_waits(cx) || this.grace_over(cx) {
-                        continue;
-                    }
-                    return Poll::Pending;
-                }
-                Poll::Ready(Some(Ok(frame))) => {
-                    if let Ok(data) = frame.into_data() {
-                        this.stream.append(data, false);
-                    }
-                }
-                Poll::Ready(Some(Err(_)) | None) => {
-                    this.stream.finish(Bytes::new(), End::Completed, false);
-                    return Poll::Ready(());
-                }
+            match write_next(&mut this.inner, &this.stream, cx) {
+                Poll::Pending if this.grace_over(cx) => continue,
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some(Ok(_))) => {}
+                Poll::Ready(Some(Err(_)) | None) => return Poll::Ready(()),
             }
+        }
+    }
+}
+
+/// One read of the upstream into the stream, for both writers (the original body, then the pump): its events
+/// with their ids, or its end held. Pending, the writer is registered for a reconnection, a detach or a cancel.
+fn write_next<L: Layer>(inner: &mut L, stream: &Stream, cx: &mut Context<'_>) -> Polled {
+    match Pin::new(inner).poll_frame(cx) {
+        Poll::Pending => {
+            if !stream.writer_waits(cx) {
+                // A cancel came meanwhile: poll again to see it.
+                cx.waker().wake_by_ref();
+            }
+            Poll::Pending
+        }
+        Poll::Ready(Some(Ok(frame))) => Poll::Ready(Some(Ok(match frame.into_data() {
+            Ok(data) => Frame::data(stream.append(data)),
+            Err(frame) => frame,
+        }))),
+        ended => {
+            stream.finish(Bytes::new(), End::Completed);
+            ended
         }
     }
 }
