@@ -1,23 +1,28 @@
 //! The client to the one configured upstream (a pool, and dedicated connections for event streams), and the
 //! rewrite of a client request into an upstream one.
 
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
 use http::uri::PathAndQuery;
 use http::{Request, Response, Uri, Version};
+use http_body::{Body, Frame, SizeHint};
 use http_body_util::combinators::BoxBody;
+use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use prometheus::{Histogram, IntCounter, Registry};
 use thiserror::Error;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower_service::Service;
 
-use super::dedicated::{self, UpstreamIncoming};
+use super::body::StreamError;
+use super::dedicated;
 use super::request_body::ClientBody;
 use crate::config::{dot_segment, duration, Settings, UpstreamConnection, UpstreamTarget};
 use crate::telemetry::{counter, counters, histogram, latency_buckets};
@@ -198,7 +203,7 @@ impl Upstream {
             match connection {
                 UpstreamConnection::Dedicated => self.send_dedicated(req).await,
                 UpstreamConnection::Pooled => match self.client.request(req).await {
-                    Ok(resp) => Ok(resp.map(UpstreamIncoming::pooled)),
+                    Ok(resp) => Ok(resp.map(|b| UpstreamIncoming::new(Source::Pooled(b)))),
                     Err(e) if e.is_connect() => Err(ForwardError::Connect(e.into())),
                     Err(e) => Err(ForwardError::Protocol(e.into())),
                 },
@@ -210,22 +215,65 @@ impl Upstream {
         }
     }
 
-    async fn send_dedicated(&self, mut req: Request<ClientBody>) -> Result<Response<UpstreamIncoming>, ForwardError> {
+    async fn send_dedicated(&self, req: Request<ClientBody>) -> Result<Response<UpstreamIncoming>, ForwardError> {
         let io = self
             .connector
             .clone()
             .call(req.uri().clone())
             .await
             .map_err(|e| ForwardError::Connect(e.into()))?;
-        // hyper's connection writes the URI as given; an origin server expects the origin form (the pooled
-        // client does this itself).
-        *req.uri_mut() = req
-            .uri()
-            .path_and_query()
-            .map_or_else(|| Uri::from_static("/"), |pq| pq.clone().into());
-        dedicated::send(io, req)
+        let resp = dedicated::send(io.into_inner(), req)
             .await
-            .map_err(|e| ForwardError::Protocol(e.into()))
+            .map_err(|e| ForwardError::Protocol(e.into()))?;
+        Ok(resp.map(|c| UpstreamIncoming::new(Source::Dedicated(c))))
+    }
+}
+
+/// An upstream response body, holding its `upstream.max_connections` slot for as long as it lives.
+pub struct UpstreamIncoming {
+    source: Source,
+    _slot: Option<OwnedSemaphorePermit>,
+}
+
+enum Source {
+    Pooled(Incoming),
+    Dedicated(dedicated::Connection),
+}
+
+impl UpstreamIncoming {
+    fn new(source: Source) -> Self {
+        Self { source, _slot: None }
+    }
+
+    fn holding(mut self, slot: OwnedSemaphorePermit) -> Self {
+        self._slot = Some(slot);
+        self
+    }
+}
+
+impl Body for UpstreamIncoming {
+    type Data = Bytes;
+    type Error = StreamError;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, StreamError>>> {
+        match &mut self.get_mut().source {
+            Source::Pooled(b) => Pin::new(b).poll_frame(cx).map_err(StreamError::from),
+            Source::Dedicated(c) => Pin::new(c).poll_frame(cx).map_err(StreamError::from),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.source {
+            Source::Pooled(b) => b.is_end_stream(),
+            Source::Dedicated(c) => c.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.source {
+            Source::Pooled(b) => b.size_hint(),
+            Source::Dedicated(c) => c.size_hint(),
+        }
     }
 }
 

@@ -7,6 +7,7 @@ use std::io::ErrorKind;
 use thiserror::Error;
 
 use super::BodyError;
+use crate::proxy::dedicated;
 use crate::proxy::forward::UpstreamErrorKind;
 
 /// The description of an idle timeout, in the error envelope and as the abort's error.
@@ -15,9 +16,12 @@ pub const IDLE_MESSAGE: &str = "upstream sent nothing within upstream.idle_timeo
 /// An upstream stream's failure.
 #[derive(Debug, Error)]
 pub enum StreamError {
-    /// The upstream body failed (reset, early close, bad framing, timeout).
+    /// A pooled upstream body failed (reset, early close, bad framing, timeout).
     #[error(transparent)]
     Upstream(#[from] hyper::Error),
+    /// A dedicated connection failed.
+    #[error(transparent)]
+    Connection(#[from] dedicated::Error),
     /// The upstream sent nothing for `upstream.idle_timeout_secs`.
     #[error("{IDLE_MESSAGE}")]
     IdleTimeout,
@@ -28,6 +32,7 @@ impl StreamError {
     pub fn kind(&self) -> UpstreamErrorKind {
         match self {
             StreamError::Upstream(e) => body_error_kind(e),
+            StreamError::Connection(e) => e.kind(),
             StreamError::IdleTimeout => UpstreamErrorKind::Timeout,
         }
     }
@@ -39,7 +44,12 @@ impl StreamError {
                 "upstream connection closed before the response ended".into()
             }
             StreamError::Upstream(e) if e.is_timeout() => "upstream timed out".into(),
-            StreamError::Upstream(e) => format!("upstream connection failed: {e}").into(),
+            StreamError::Connection(dedicated::Error::Incomplete) => {
+                "upstream connection closed before the response ended".into()
+            }
+            StreamError::Upstream(_) | StreamError::Connection(_) => {
+                format!("upstream connection failed: {self}").into()
+            }
             StreamError::IdleTimeout => IDLE_MESSAGE.into(),
         }
     }
@@ -47,18 +57,16 @@ impl StreamError {
     /// The error a client response is aborted with: hyper's own, or the idle timeout's description.
     pub fn into_body_error(self) -> BodyError {
         match self {
-            StreamError::Upstream(e) => Box::new(e),
             StreamError::IdleTimeout => IDLE_MESSAGE.into(),
+            e => Box::new(e),
         }
     }
 
     /// Logs the failure in the request's span.
     pub fn log(&self, span: &tracing::Span) {
         match self {
-            StreamError::Upstream(e) => {
-                tracing::warn!(parent: span, error = %crate::proxy::error_chain(e), "upstream body failed mid-stream");
-            }
             StreamError::IdleTimeout => tracing::warn!(parent: span, "upstream idle timeout"),
+            e => tracing::warn!(parent: span, error = %crate::proxy::error_chain(e), "upstream body failed mid-stream"),
         }
     }
 }

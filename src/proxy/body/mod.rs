@@ -47,8 +47,8 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::Full;
 
 use super::conn::Flushes;
-use super::dedicated::UpstreamIncoming;
 use super::drain::DrainCut;
+use super::forward::UpstreamIncoming;
 use super::metrics::Metrics;
 use super::negotiate::Mode;
 use super::observe::StreamObserver;

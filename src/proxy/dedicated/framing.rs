@@ -1,0 +1,314 @@
+//! The response body's framing (RFC 9112 §6): how its end is known, and the chunked decoder.
+//!
+//! Sans-I/O: bytes read from the socket go in, the body's data comes out as slices of them (no copy); state
+//! survives any cut between reads, so no partial line is buffered.
+
+use bytes::{Buf, Bytes};
+
+use super::Error;
+
+/// Bytes of chunk extensions one body may carry (they are skipped; hyper's limit).
+const MAX_EXTENSIONS: u64 = 16 << 10;
+/// Bytes of trailer fields one body may carry (they are skipped).
+const MAX_TRAILERS: u64 = 16 << 10;
+
+/// How the body ends.
+#[derive(Debug)]
+pub enum Framing {
+    /// `Content-Length`: this many bytes still to come.
+    Length(u64),
+    Chunked(Chunked),
+    /// Until the connection closes.
+    Close,
+    /// Done (or there was no body).
+    End,
+}
+
+impl Framing {
+    /// The next data piece of `input`, consuming it. `None`: `input` is used up (or the body has ended).
+    pub fn decode(&mut self, input: &mut Bytes) -> Result<Option<Bytes>, Error> {
+        let data = match self {
+            Framing::End => {
+                input.clear();
+                return Ok(None);
+            }
+            Framing::Close => std::mem::take(input),
+            Framing::Length(left) => {
+                let n = input.len().min(usize::try_from(*left).unwrap_or(usize::MAX));
+                *left -= n as u64;
+                let data = input.split_to(n);
+                if *left == 0 {
+                    *self = Framing::End;
+                }
+                data
+            }
+            Framing::Chunked(c) => {
+                let data = c.decode(input)?;
+                if c.state == State::End {
+                    *self = Framing::End;
+                }
+                data
+            }
+        };
+        Ok((!data.is_empty()).then_some(data))
+    }
+
+    /// The connection closed: whether that ends the body or cuts it short.
+    pub fn eof(&mut self) -> Result<(), Error> {
+        match self {
+            Framing::Close | Framing::End => {
+                *self = Framing::End;
+                Ok(())
+            }
+            Framing::Length(_) | Framing::Chunked(_) => Err(Error::Incomplete),
+        }
+    }
+
+    pub fn is_end(&self) -> bool {
+        matches!(self, Framing::End)
+    }
+
+    /// Bytes still to come, when the framing says.
+    pub fn remaining(&self) -> Option<u64> {
+        match self {
+            Framing::Length(n) => Some(*n),
+            Framing::End => Some(0),
+            _ => None,
+        }
+    }
+}
+
+/// Where the chunked decoder is, in the grammar of RFC 9112 §7.1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Hex digits of the size (`digits` so far).
+    Size,
+    /// Whitespace after the size, before `;` or CRLF.
+    SizeSpace,
+    Extension,
+    SizeLf,
+    /// `left` bytes of data.
+    Data,
+    DataCr,
+    DataLf,
+    /// At the start of a trailer line (or the final CRLF).
+    TrailerStart,
+    Trailer,
+    TrailerLf,
+    EndLf,
+    End,
+}
+
+#[derive(Debug)]
+pub struct Chunked {
+    state: State,
+    size: u64,
+    digits: u8,
+    left: u64,
+    extensions: u64,
+    trailers: u64,
+}
+
+impl Default for Chunked {
+    fn default() -> Self {
+        Self {
+            state: State::Size,
+            size: 0,
+            digits: 0,
+            left: 0,
+            extensions: 0,
+            trailers: 0,
+        }
+    }
+}
+
+fn bad(what: &'static str) -> Error {
+    Error::Chunk(what)
+}
+
+impl Chunked {
+    /// Consumes framing bytes up to the next data, and returns that data (empty when `input` ran out first).
+    fn decode(&mut self, input: &mut Bytes) -> Result<Bytes, Error> {
+        while !input.is_empty() {
+            if self.state == State::Data {
+                let n = input.len().min(usize::try_from(self.left).unwrap_or(usize::MAX));
+                self.left -= n as u64;
+                if self.left == 0 {
+                    self.state = State::DataCr;
+                }
+                return Ok(input.split_to(n));
+            }
+            if self.state == State::End {
+                input.clear();
+                break;
+            }
+            let b = input[0];
+            input.advance(1);
+            self.step(b)?;
+        }
+        Ok(Bytes::new())
+    }
+
+    /// One byte of the framing (never of data).
+    fn step(&mut self, b: u8) -> Result<(), Error> {
+        use State::*;
+        self.state = match (self.state, b) {
+            (Size, _) if (b as char).is_ascii_hexdigit() => {
+                // 16 hex digits fill a u64.
+                if self.digits == 16 {
+                    return Err(bad("chunk size overflows"));
+                }
+                self.digits += 1;
+                self.size = self.size << 4 | u64::from((b as char).to_digit(16).unwrap_or(0));
+                Size
+            }
+            (Size, _) if self.digits == 0 => return Err(bad("chunk size line without a size")),
+            (Size | SizeSpace, b' ' | b'\t') => SizeSpace,
+            (Size | SizeSpace, b';') => Extension,
+            (Size | SizeSpace | Extension, b'\r') => SizeLf,
+            (Size | SizeSpace, _) => return Err(bad("invalid chunk size line")),
+            (Extension, b'\n') => return Err(bad("newline in a chunk extension")),
+            (Extension, _) => {
+                self.extensions += 1;
+                if self.extensions > MAX_EXTENSIONS {
+                    return Err(bad("chunk extensions over 16 KiB"));
+                }
+                Extension
+            }
+            (SizeLf, b'\n') if self.size == 0 => TrailerStart,
+            (SizeLf, b'\n') => {
+                self.left = self.size;
+                Data
+            }
+            (SizeLf, _) => return Err(bad("chunk size line without LF")),
+            (DataCr, b'\r') => DataLf,
+            (DataCr, _) => return Err(bad("chunk data without CRLF")),
+            (DataLf, b'\n') => {
+                (self.size, self.digits) = (0, 0);
+                Size
+            }
+            (DataLf, _) => return Err(bad("chunk data without CRLF")),
+            (TrailerStart, b'\r') => EndLf,
+            (TrailerStart | Trailer, _) => {
+                self.trailers += 1;
+                if self.trailers > MAX_TRAILERS {
+                    return Err(bad("trailers over 16 KiB"));
+                }
+                if b == b'\r' {
+                    TrailerLf
+                } else {
+                    Trailer
+                }
+            }
+            (TrailerLf, b'\n') => TrailerStart,
+            (TrailerLf, _) => return Err(bad("trailer line without LF")),
+            (EndLf, b'\n') => End,
+            (EndLf, _) => return Err(bad("last chunk without CRLF")),
+            (Data | End, _) => unreachable!("data and the end are not stepped"),
+        };
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Decodes `parts` fed one after another; the data, and whether the body ended.
+    fn run(f: &mut Framing, parts: &[&[u8]]) -> Result<(Vec<u8>, bool), Error> {
+        let mut out = Vec::new();
+        for p in parts {
+            let mut input = Bytes::copy_from_slice(p);
+            while let Some(d) = f.decode(&mut input)? {
+                out.extend_from_slice(&d);
+            }
+            assert!(input.is_empty(), "all input consumed");
+        }
+        Ok((out, f.is_end()))
+    }
+
+    fn chunked() -> Framing {
+        Framing::Chunked(Chunked::default())
+    }
+
+    const BODY: &[u8] = b"5\r\nhello\r\n6;ext=1;q=\"a\"\r\n world\r\nA  \r\n0123456789\r\n0\r\nX-T: 1\r\n\r\n";
+
+    #[test]
+    fn a_chunked_body_decodes_whatever_the_cuts() {
+        let want = b"hello world0123456789".to_vec();
+        assert_eq!(run(&mut chunked(), &[BODY]).unwrap(), (want.clone(), true));
+        for cut in 0..BODY.len() {
+            let got = run(&mut chunked(), &[&BODY[..cut], &BODY[cut..]]).unwrap();
+            assert_eq!(got, (want.clone(), true), "cut at {cut}");
+        }
+        let bytes: Vec<&[u8]> = BODY.chunks(1).collect();
+        assert_eq!(run(&mut chunked(), &bytes).unwrap(), (want, true), "byte by byte");
+    }
+
+    #[test]
+    fn data_is_sliced_not_copied() {
+        let input = Bytes::from_static(b"5\r\nhello\r\n");
+        let mut rest = input.clone();
+        let d = chunked().decode(&mut rest).unwrap().unwrap();
+        assert_eq!(d.as_ptr(), input[3..].as_ptr());
+    }
+
+    #[test]
+    fn malformed_chunks_are_errors() {
+        for bad in [
+            &b"zz-not-a-size\r\n"[..],
+            b"\r\n",
+            b";ext\r\n",
+            b"5\nhello\r\n",
+            b"5\r\nhelloXX",
+            b"5\r\nhello\n",
+            b"5 x\r\n",
+            b"5;a\nb\r\n",
+            b"11111111111111111\r\n",
+            b"0\r\n\rX",
+            b"0\r\nX-T: 1\rX",
+        ] {
+            let got = run(&mut chunked(), &[bad]);
+            assert!(
+                matches!(got, Err(Error::Chunk(_))),
+                "{:?}: {got:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    #[test]
+    fn extensions_and_trailers_are_bounded() {
+        let mut long = b"1;".to_vec();
+        long.extend(std::iter::repeat_n(b'a', MAX_EXTENSIONS as usize + 1));
+        assert!(matches!(run(&mut chunked(), &[&long]), Err(Error::Chunk(_))));
+        let mut trailers = b"0\r\nX-Long: ".to_vec();
+        trailers.extend(std::iter::repeat_n(b'a', MAX_TRAILERS as usize));
+        assert!(matches!(run(&mut chunked(), &[&trailers]), Err(Error::Chunk(_))));
+    }
+
+    #[test]
+    fn a_body_cut_short_is_incomplete_and_close_delimited_ends_at_eof() {
+        let mut f = chunked();
+        run(&mut f, &[b"5\r\nhel"]).unwrap();
+        assert!(matches!(f.eof(), Err(Error::Incomplete)));
+        let mut f = Framing::Length(10);
+        assert_eq!(run(&mut f, &[b"12345"]).unwrap(), (b"12345".to_vec(), false));
+        assert_eq!(f.remaining(), Some(5));
+        assert!(matches!(f.eof(), Err(Error::Incomplete)));
+        let mut f = Framing::Close;
+        assert_eq!(run(&mut f, &[b"ab", b"c"]).unwrap(), (b"abc".to_vec(), false));
+        assert!(f.eof().is_ok() && f.is_end());
+    }
+
+    #[test]
+    fn bytes_past_the_end_are_not_data() {
+        let mut f = Framing::Length(3);
+        assert_eq!(run(&mut f, &[b"abcdef"]).unwrap(), (b"abc".to_vec(), true));
+        let mut f = chunked();
+        assert_eq!(
+            run(&mut f, &[b"1\r\na\r\n0\r\n\r\nHTTP/1.1"]).unwrap(),
+            (b"a".to_vec(), true)
+        );
+    }
+}

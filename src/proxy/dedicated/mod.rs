@@ -1,0 +1,265 @@
+//! The dedicated connection of an event stream: one request written, one response read, no task of its own.
+//!
+//! hyper's client runs each connection in a task and hands the response body over one chunk at a time through a
+//! channel, holding a read buffer, a write buffer and a request channel per connection (~26 KiB) for as long
+//! as the stream is open. An event stream is one request and one long response, so here the response body *is*
+//! the connection: a poll writes on the request body while it lasts, reads the socket, and decodes every chunk
+//! the read brought (`framing`). A read lands in a buffer on the stack and only the bytes read are kept, so a
+//! stream waiting for its next event holds no buffer at all.
+
+mod framing;
+mod head;
+
+use std::future::poll_fn;
+use std::io;
+use std::mem::MaybeUninit;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body::{Body, Frame, SizeHint};
+use thiserror::Error;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+
+use super::forward::UpstreamErrorKind;
+use super::request_body::{ClientBody, ClientBodyError};
+use framing::Framing;
+use head::BodyFraming;
+
+/// Bytes one socket read takes (on the stack).
+const READ_SIZE: usize = 16 << 10;
+/// Request body bytes gathered into one socket write.
+const WRITE_BATCH: usize = 64 << 10;
+
+/// How a dedicated exchange failed.
+#[derive(Debug, Error)]
+pub enum Error {
+    #[error("upstream connection: {0}")]
+    Io(#[from] io::Error),
+    /// The connection closed before the response (head or body) ended.
+    #[error("upstream closed the connection before the response ended")]
+    Incomplete,
+    #[error("invalid response head: {0}")]
+    Head(#[from] httparse::Error),
+    #[error("response head over {} bytes", head::MAX_HEAD)]
+    HeadTooLarge,
+    #[error("invalid Content-Length")]
+    ContentLength,
+    #[error("invalid chunked body: {0}")]
+    Chunk(&'static str),
+    /// The request body sent more or less than its `Content-Length`.
+    #[error("request body does not match its Content-Length")]
+    BodyLength,
+    /// The client's request body failed (the client's fault, marked by `ClientBody`).
+    #[error("request body failed")]
+    ClientBody(#[source] ClientBodyError),
+}
+
+impl Error {
+    /// For `upstream_errors_total{kind}`: bad framing is a protocol error, a cut connection a reset.
+    pub fn kind(&self) -> UpstreamErrorKind {
+        match self {
+            Error::Io(e) if e.kind() == io::ErrorKind::TimedOut => UpstreamErrorKind::Timeout,
+            Error::Io(_) | Error::Incomplete | Error::ClientBody(_) => UpstreamErrorKind::Reset,
+            Error::Head(_) | Error::HeadTooLarge | Error::ContentLength | Error::Chunk(_) | Error::BodyLength => {
+                UpstreamErrorKind::Protocol
+            }
+        }
+    }
+}
+
+/// Sends `req` (origin-form target) over `io`, a connection of its own, and reads until the response head.
+pub async fn send(mut io: TcpStream, req: Request<ClientBody>) -> Result<Response<Connection>, Error> {
+    let (mut parts, body) = req.into_parts();
+    let target = parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
+    let (exact, empty) = (body.size_hint().exact(), body.is_end_stream());
+    let mut out = Vec::new();
+    let framing = head::encode_request(&parts.method, target, &mut parts.headers, exact, empty, &mut out);
+    let mut writer = Some(Writer {
+        out,
+        at: 0,
+        body: (!empty).then_some(body),
+        framing,
+    });
+    let mut buf = Vec::new();
+    // The request is written (and its body streamed) while the head is awaited: an upstream may answer first.
+    let mut write_failed = None;
+    let (resp, len, framing) = poll_fn(|cx| {
+        if let Some(w) = writer.as_mut() {
+            match w.poll(&mut io, cx) {
+                Poll::Ready(Ok(())) => writer = None,
+                Poll::Ready(Err(e @ Error::ClientBody(_))) => return Poll::Ready(Err(e)),
+                // The upstream stopped reading; it may have answered already.
+                Poll::Ready(Err(e)) => write_failed = writer.take().map(|_| e),
+                Poll::Pending => {}
+            }
+        }
+        loop {
+            if let Some(parsed) = head::parse_response(&parts.method, &buf)? {
+                return Poll::Ready(Ok(parsed));
+            }
+            if buf.len() >= head::MAX_HEAD {
+                return Poll::Ready(Err(Error::HeadTooLarge));
+            }
+            if ready!(read(&mut io, cx, |b| buf.extend_from_slice(b)))? == 0 {
+                return Poll::Ready(Err(write_failed.take().unwrap_or(Error::Incomplete)));
+            }
+        }
+    })
+    .await?;
+    let input = Bytes::copy_from_slice(&buf[len..]);
+    Ok(resp.map(|()| Connection {
+        io,
+        writer,
+        framing,
+        input,
+    }))
+}
+
+/// One socket read into a stack buffer, handed to `take`; the count read (0 at the end).
+fn read(io: &mut TcpStream, cx: &mut Context<'_>, take: impl FnOnce(&[u8])) -> Poll<io::Result<usize>> {
+    let mut storage = [MaybeUninit::<u8>::uninit(); READ_SIZE];
+    let mut buf = ReadBuf::uninit(&mut storage);
+    ready!(Pin::new(io).poll_read(cx, &mut buf))?;
+    take(buf.filled());
+    Poll::Ready(Ok(buf.filled().len()))
+}
+
+/// The request on its way out: the encoded bytes not yet written, and the body still to come.
+struct Writer {
+    out: Vec<u8>,
+    at: usize,
+    body: Option<ClientBody>,
+    framing: BodyFraming,
+}
+
+impl Writer {
+    /// Writes until the request is out (`Ready(Ok)`), the socket or the body waits, or something fails.
+    fn poll(&mut self, io: &mut TcpStream, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+        loop {
+            while self.at < self.out.len() {
+                let n = ready!(Pin::new(&mut *io).poll_write(cx, &self.out[self.at..]))?;
+                if n == 0 {
+                    return Poll::Ready(Err(io::Error::from(io::ErrorKind::WriteZero).into()));
+                }
+                self.at += n;
+            }
+            self.out.clear();
+            self.at = 0;
+            let Some(body) = self.body.as_mut() else {
+                return Poll::Ready(Ok(()));
+            };
+            while self.out.len() < WRITE_BATCH {
+                match Pin::new(&mut *body).poll_frame(cx) {
+                    Poll::Ready(Some(Ok(frame))) => {
+                        if let Ok(data) = frame.into_data() {
+                            put(&mut self.out, &mut self.framing, &data)?;
+                        }
+                    }
+                    Poll::Ready(Some(Err(e))) => return Poll::Ready(Err(Error::ClientBody(e))),
+                    Poll::Ready(None) => {
+                        finish(&mut self.out, self.framing)?;
+                        self.body = None;
+                        break;
+                    }
+                    Poll::Pending if self.out.is_empty() => return Poll::Pending,
+                    Poll::Pending => break,
+                }
+            }
+        }
+    }
+}
+
+/// Encodes a piece of the request body into `out`.
+fn put(out: &mut Vec<u8>, framing: &mut BodyFraming, data: &[u8]) -> Result<(), Error> {
+    match framing {
+        BodyFraming::Length(left) => {
+            *left = left.checked_sub(data.len() as u64).ok_or(Error::BodyLength)?;
+            out.extend_from_slice(data);
+        }
+        BodyFraming::Chunked if data.is_empty() => {}
+        BodyFraming::Chunked => {
+            use std::io::Write;
+            let _ = write!(out, "{:x}\r\n", data.len());
+            out.extend_from_slice(data);
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+    Ok(())
+}
+
+/// Ends the request body in `out`.
+fn finish(out: &mut Vec<u8>, framing: BodyFraming) -> Result<(), Error> {
+    match framing {
+        BodyFraming::Length(0) => {}
+        BodyFraming::Length(_) => return Err(Error::BodyLength),
+        BodyFraming::Chunked => out.extend_from_slice(b"0\r\n\r\n"),
+    }
+    Ok(())
+}
+
+/// The response body of a dedicated exchange, which drives the connection itself.
+pub struct Connection {
+    io: TcpStream,
+    /// The request body still being written (an upstream may answer before it has read it all).
+    writer: Option<Writer>,
+    framing: Framing,
+    /// Read but not yet decoded.
+    input: Bytes,
+}
+
+impl Connection {
+    fn failed(&mut self, e: Error) -> Poll<Option<Result<Frame<Bytes>, Error>>> {
+        self.framing = Framing::End;
+        self.writer = None;
+        Poll::Ready(Some(Err(e)))
+    }
+}
+
+impl Body for Connection {
+    type Data = Bytes;
+    type Error = Error;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Error>>> {
+        let this = self.get_mut();
+        if let Some(w) = this.writer.as_mut() {
+            match w.poll(&mut this.io, cx) {
+                Poll::Ready(Err(e @ Error::ClientBody(_))) => return this.failed(e),
+                // Written, or the upstream stopped reading: its response says how the exchange went.
+                Poll::Ready(_) => this.writer = None,
+                Poll::Pending => {}
+            }
+        }
+        loop {
+            match this.framing.decode(&mut this.input) {
+                Ok(Some(data)) => return Poll::Ready(Some(Ok(Frame::data(data)))),
+                Ok(None) if this.framing.is_end() => return Poll::Ready(None),
+                Ok(None) => {}
+                Err(e) => return this.failed(e),
+            }
+            let input = &mut this.input;
+            match ready!(read(&mut this.io, cx, |b| *input = Bytes::copy_from_slice(b))) {
+                Ok(0) => {
+                    return match this.framing.eof() {
+                        Ok(()) => Poll::Ready(None),
+                        Err(e) => this.failed(e),
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => return this.failed(e.into()),
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.framing.is_end()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.framing
+            .remaining()
+            .map_or_else(SizeHint::default, SizeHint::with_exact)
+    }
+}
