@@ -404,6 +404,9 @@ fn connection_builder(settings: &Settings) -> auto::Builder<TokioExecutor> {
         .timer(TokioTimer::new())
         .header_read_timeout(duration(s.header_read_timeout_secs))
         .max_buf_size(s.max_header_bytes.max(8192))
+        // Otherwise hyper reads while a response is in flight only to see the client leave, and holds an 8 KiB
+        // read buffer per open stream for it; `conn::client_left` watches for that without a buffer.
+        .half_close(true)
         .keep_alive(true);
     builder
         .http2()
