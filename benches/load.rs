@@ -16,6 +16,10 @@ mod instructions;
 mod metrics;
 #[path = "load/procs.rs"]
 mod procs;
+// The tests' Redis server (`procs::start_redis`); its `url` serves the tests only.
+#[allow(dead_code)]
+#[path = "../tests/harness/redis_server.rs"]
+mod redis_server;
 #[path = "load/report.rs"]
 mod report;
 #[path = "load/resume.rs"]
