@@ -1,6 +1,6 @@
 //! Load harness (issue 5): the gateway side by side with the upstream direct and nginx, on 127.0.0.1 only.
 //!
-//! `cargo bench --bench load -- <latency|throughput|idle|large|scaling|resume|all|instructions> [--quick] [options]`; see `usage()`.
+//! `cargo bench --bench load -- <latency|throughput|idle|large|scaling|resume|cost|all|instructions> [--quick] [options]`; see `usage()`.
 //! Processes: this driver (the load client, one current-thread tokio runtime), the synthetic upstream (this
 //! binary re-run as `__upstream`, its own current-thread runtime), nginx (one worker) and the gateway's release
 //! binary (its default multi-thread runtime: 2 workers here). All share the machine's cores. Every phase is
@@ -16,6 +16,10 @@ mod instructions;
 mod metrics;
 #[path = "load/procs.rs"]
 mod procs;
+// The tests' Redis server (`procs::start_redis`); its `url` serves the tests only.
+#[allow(dead_code)]
+#[path = "../tests/harness/redis_server.rs"]
+mod redis_server;
 #[path = "load/report.rs"]
 mod report;
 #[path = "load/resume.rs"]
@@ -71,12 +75,13 @@ fn pin_split() -> Result<(String, String), String> {
 }
 
 fn usage() -> &'static str {
-    "usage: cargo bench --bench load -- <latency|throughput|idle|large|scaling|resume|all|instructions> [options]
+    "usage: cargo bench --bench load -- <latency|throughput|idle|large|scaling|resume|cost|all|instructions> [options]
   --quick            short phases and small counts (CI smoke, < 3 minutes for `all`)
   --rounds N         interleaved rounds per target (A B A B ...)
   --secs S           measured window per phase, seconds
-  --idle-streams N   streams held by `idle` (default 10000; 1000 with --quick)
-  --hold S           seconds `idle` holds them (default 60; 3 with --quick)
+  --idle-streams N   streams held by `idle` (default 10000; 1000 with --quick) and by each memory row of
+                     `cost` (default 1000; 500 with --quick)
+  --hold S           seconds `idle` holds them (default 60; 3 with --quick); `cost`: default 5, 0.5 with --quick
   --counts A,B,..    stream counts of `scaling` (default 1,10,100,1000,10000; 1,10,100 with --quick)
   --resume-streams N streams of each `resume` phase (default 200; 50 with --quick)
   --stores A,B,..    store cases of `resume`: memory, redis (same instance), redis-other (reconnect to a
@@ -91,6 +96,9 @@ fn usage() -> &'static str {
                      proxy under test has its cores to itself, as beside a real client and upstream
 Every scenario but `scaling` also runs `gateway-resume-off`: the gateway with SSE_GATEWAY__RESUME__ENABLED=false
 beside the default (resumption on), to report resumption's cost side by side.
+`cost` (issue 16) gives nginx and the gateway side by side in one run: CPU per event (user+system of every
+proxy process) at 50 streams × 400 ev/s paced over HTTP/1.1 (--secs: its window, default 5), memory per idle
+stream over HTTP/1.1 and h2c (a fresh process per row), the ratios to nginx and the verdicts (default 3 rounds).
 `instructions` (not in `all`) counts the user-space instructions per event of nginx and the gateway under
 valgrind's callgrind (apt-get install -y valgrind): a figure that holds still on a busy machine
 exit status: 1 when a stream was dropped or a process failed; never because of a latency or throughput figure"

@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::redis_server::RedisServer;
+
 /// A child process of the harness; ended (by its own pid) when dropped.
 pub struct Proc {
     pub name: &'static str,
@@ -279,60 +281,18 @@ pub fn redis_installed() -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// A `redis-server` on a free loopback port, no persistence (`--save '' --appendonly no`), for the gateway's
-/// `resume.store = "redis"`; returns (proc, port). Ended with the harness like every child.
-pub fn spawn_redis(dir: &Path) -> Result<(Proc, u16), String> {
+/// A `redis-server` on a free loopback port, no persistence, for the gateway's `resume.store = "redis"`: the
+/// tests' `RedisServer` (tests/harness/redis_server.rs), killed when dropped, so with the harness like every
+/// child. `redis_installed` is checked first, so its skip (and under CI=true, its failure) when there is none
+/// never applies here; its panics (no free port, no start) come back as errors.
+pub fn start_redis() -> Result<RedisServer, String> {
     if !redis_installed() {
         return Err("redis-server is not installed (apt-get install -y redis-server)".into());
     }
-    fs::create_dir_all(dir).map_err(|e| e.to_string())?;
-    let port = free_port()?;
-    let log = fs::File::create(dir.join("redis.log")).map_err(|e| e.to_string())?;
-    let child = Command::new("redis-server")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .args(["--daemonize", "no", "--loglevel", "warning"])
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(log)
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("redis-server: {e} (apt-get install -y redis-server)"))?;
-    let mut p = Proc {
-        name: "redis-server",
-        child,
-        _stdin: None,
-        term_first: false,
-    };
-    let t = Instant::now();
-    while t.elapsed() < Duration::from_secs(10) {
-        if !p.alive() {
-            return Err("redis-server exited at start".into());
-        }
-        if redis_ping(port) {
-            return Ok((p, port));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Err(format!("redis-server not ready on port {port}"))
-}
-
-/// `PING` answered with `+PONG`.
-fn redis_ping(port: u16) -> bool {
-    let Ok(mut s) = TcpStream::connect(addr(port)) else {
-        return false;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
-    let mut buf = [0u8; 7];
-    s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+    std::panic::catch_unwind(RedisServer::start)
+        .ok()
+        .flatten()
+        .ok_or_else(|| "redis-server did not start".into())
 }
 
 fn status_field(pid: u32, key: &str) -> Option<u64> {

@@ -9,7 +9,8 @@
 //!
 //! Stores are `Case`s; `DEFAULT_CASES` names those a run measures (`--stores` overrides): the memory store, the
 //! Redis store resumed on the same instance, and on a second one. Each Redis case starts its own `redis-server`
-//! (`procs::spawn_redis`), and is skipped with a note when it is not installed (apt-get install -y redis-server).
+//! (`procs::start_redis`: the tests' `RedisServer`), and is skipped with a note when it is not installed
+//! (apt-get install -y redis-server).
 
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicUsize;
@@ -29,6 +30,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use crate::client::{histogram, run_phase, Proto, Target};
 use crate::common::{event_body, event_id, find_number_after, find_stamp, now_ns};
 use crate::procs::{self, Proc};
+use crate::redis_server::RedisServer;
 use crate::report::{ms, n, q, verdict, Report};
 use crate::Opts;
 
@@ -103,7 +105,7 @@ fn case_env(case: &Case, redis_port: Option<u16>) -> Vec<(String, String)> {
 /// A case's processes: the Redis server (Redis cases), the gateway the streams start on (A) and the one the
 /// reconnects go to (B: A again, or a second instance).
 struct Running {
-    _redis: Option<Proc>,
+    _redis: Option<RedisServer>,
     a: (Proc, u16, u16),
     b: Option<(Proc, u16, u16)>,
 }
@@ -113,8 +115,9 @@ impl Running {
         let dir = procs::scratch(&format!("resume-{}", case.name));
         let (redis, port) = match case.store {
             Store::Redis => {
-                let (p, port) = procs::spawn_redis(&dir.join("redis"))?;
-                (Some(p), Some(port))
+                let redis = procs::start_redis()?;
+                let port = redis.port;
+                (Some(redis), Some(port))
             }
             Store::Memory => (None, None),
         };

@@ -1,4 +1,5 @@
-//! The scenarios of issue 5: latency, throughput, idle, large, scaling; each prints its markdown table. Since
+//! The scenarios of issue 5: latency, throughput, idle, large, scaling, and issue 16's `cost` (CPU per event
+//! and memory per idle stream against nginx); each prints its markdown table. Since
 //! issue 15 a second gateway process with resumption off (`gateway-resume-off`) runs beside the default one
 //! (resumption on), so the cost of resumption is measured side by side; `resume` is in `crate::resume`.
 
@@ -321,7 +322,7 @@ fn order(round: usize, n: usize) -> Vec<usize> {
 }
 
 /// The scenarios `all` runs, in order.
-const IN_ALL: [&str; 6] = ["latency", "throughput", "large", "scaling", "idle", "resume"];
+const IN_ALL: [&str; 7] = ["latency", "throughput", "large", "scaling", "idle", "resume", "cost"];
 
 pub async fn run(opts: &Opts, nofile: u64) -> Result<bool, String> {
     let mut rep = Report::default();
@@ -365,6 +366,7 @@ pub async fn run(opts: &Opts, nofile: u64) -> Result<bool, String> {
             "large" => large(opts, &mut env, &mut rep, &mut ok).await?,
             "scaling" => scaling(opts, &mut env, &mut rep, &mut ok).await?,
             "idle" => idle(opts, &mut env, &mut rep, &mut ok).await?,
+            "cost" => cost(opts, &mut env, &mut rep, &mut ok).await?,
             "resume" => crate::resume::resume(opts, &env.up, &mut rep, &mut ok).await?,
             _ => crate::instructions::instructions(opts, &env.up, &mut rep, &mut ok).await?,
         }
@@ -666,6 +668,101 @@ async fn large(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> R
     Ok(())
 }
 
+/// One idle measurement: `streams` idle streams through a fresh process of target `ti` over `proto`, held
+/// `hold` after the ramp and `warm`.
+struct IdleSpec {
+    ti: usize,
+    proto: Proto,
+    streams: usize,
+    hold: Duration,
+    warm: Duration,
+}
+
+/// What one idle measurement found.
+struct IdleRow {
+    result: PhaseResult,
+    /// RSS (KiB) of the fresh process after warm-up, and its peak during the hold.
+    base: u64,
+    peak: u64,
+    /// RSS growth per stream, KiB.
+    per: f64,
+    /// The gateway's `sse_gateway_active_streams{mode="translate"}` and the process's descriptors at mid-hold.
+    active: f64,
+    fds: usize,
+    /// Kernel TCP memory growth at mid-hold, KiB per stream (all four sockets of a stream).
+    tcp_kib: f64,
+}
+
+/// Runs one idle measurement (`idle` and `cost`): a fresh process (nginx, or the gateway behind the target,
+/// warmed by 10 short streams), RSS baseline, the streams held while the RSS peak is sampled every 250 ms,
+/// descriptors and kernel TCP memory at mid-hold. Failed streams are reported and fail the run.
+async fn idle_row(
+    opts: &Opts,
+    env: &mut Env,
+    spec: &IdleSpec,
+    rep: &mut Report,
+    ok: &mut bool,
+) -> Result<IdleRow, String> {
+    let (ti, proto, streams, hold) = (spec.ti, spec.proto, spec.streams, spec.hold);
+    let pid = if ti == 1 {
+        env.restart_nginx(opts)?;
+        procs::children(env.nginx.0.pid())
+            .first()
+            .copied()
+            .unwrap_or(env.nginx.0.pid())
+    } else {
+        env.restart_gateway(opts, &format!("idle-{}-{}", proto.label(), ti), ti)?;
+        warm_gateway(env, ti, rep, ok).await?;
+        env.gateway_of(ti).0.pid()
+    };
+    let admin = env.gateway_of(ti).2;
+    let base = procs::rss_kib(pid).unwrap_or(0);
+    let tcp0 = tcp_mem_pages();
+    let plan = Plan {
+        kind: Kind::Idle,
+        streams,
+        interval_us: 1000,
+        ramp_per_sec: 2000.0,
+        warm: spec.warm,
+        window: hold,
+        cut_at_end: false,
+        large_bytes: 0,
+        proto,
+        grace: Duration::from_secs(30),
+    };
+    let t = env.targets()[ti].clone();
+    let stop = Arc::new(AtomicUsize::new(0));
+    let sampler = tokio::spawn(rss_peak(pid, Duration::from_millis(250), Arc::clone(&stop)));
+    let mid = Duration::from_secs_f64(streams as f64 / plan.ramp_per_sec) + plan.warm + hold / 2;
+    let probe = tokio::spawn(async move {
+        tokio::time::sleep(mid).await;
+        let page = tokio::task::spawn_blocking(move || procs::http_get(admin, "/metrics"))
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default();
+        let active = procs::metric(&page, "sse_gateway_active_streams", "mode=\"translate\"").unwrap_or(-1.0);
+        (active, procs::fds(pid).unwrap_or(0), tcp_mem_pages())
+    });
+    let result = run_phase(&t, &plan, Arc::new(AtomicUsize::new(0))).await;
+    stop.store(1, Ordering::Relaxed);
+    let peak = sampler.await.unwrap_or(0);
+    let (active, fds, tcp_mid) = probe.await.unwrap_or((-1.0, 0, 0));
+    env.check_alive()?;
+    report_failures(&result, &t, &plan, rep, ok);
+    let _ = result.keepalives;
+    let page_kib = 4.0;
+    Ok(IdleRow {
+        per: peak.saturating_sub(base) as f64 / streams as f64,
+        tcp_kib: tcp_mid.saturating_sub(tcp0) as f64 * page_kib / streams as f64,
+        result,
+        base,
+        peak,
+        active,
+        fds,
+    })
+}
+
 async fn idle(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> Result<(), String> {
     let streams = opts.idle_streams.unwrap_or(if opts.quick { 1000 } else { 10_000 });
     let hold = Duration::from_secs_f64(opts.hold_secs.unwrap_or(if opts.quick { 3.0 } else { 60.0 }));
@@ -715,87 +812,37 @@ async fn idle(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> Re
     let mut worst_per = 0.0f64;
     let mut all_done = true;
     for (ti, proto, streams) in runs {
-        if ti == 1 {
-            env.restart_nginx(opts)?;
-        } else {
-            env.restart_gateway(opts, &format!("idle-{}-{}", proto.label(), ti), ti)?;
-        }
-        warm_gateway(env, ti, rep, ok).await?;
-        let pid = if ti == 1 {
-            procs::children(env.nginx.0.pid())
-                .first()
-                .copied()
-                .unwrap_or(env.nginx.0.pid())
-        } else {
-            env.gateway_of(ti).0.pid()
-        };
-        let admin = env.gateway_of(ti).2;
-        let base = procs::rss_kib(pid).unwrap_or(0);
-        let tcp0 = tcp_mem_pages();
-        let plan = Plan {
-            kind: Kind::Idle,
-            streams,
-            interval_us: 1000,
-            ramp_per_sec: 2000.0,
-            warm: Duration::from_secs(1),
-            window: hold,
-            cut_at_end: false,
-            large_bytes: 0,
+        let spec = IdleSpec {
+            ti,
             proto,
-            grace: Duration::from_secs(30),
+            streams,
+            hold,
+            warm: Duration::from_secs(1),
         };
-        let t = env.targets()[ti].clone();
-        let opened = Arc::new(AtomicUsize::new(0));
-        let stop = Arc::new(AtomicUsize::new(0));
-        let sampler = tokio::spawn(rss_peak(pid, Duration::from_millis(250), Arc::clone(&stop)));
-        let mid = Duration::from_secs_f64(streams as f64 / plan.ramp_per_sec) + plan.warm + hold / 2;
-        let probe = tokio::spawn(async move {
-            tokio::time::sleep(mid).await;
-            let page = tokio::task::spawn_blocking(move || procs::http_get(admin, "/metrics"))
-                .await
-                .ok()
-                .and_then(Result::ok)
-                .unwrap_or_default();
-            let active = procs::metric(&page, "sse_gateway_active_streams", "mode=\"translate\"").unwrap_or(-1.0);
-            (active, procs::fds(pid).unwrap_or(0), tcp_mem_pages())
-        });
-        let r = run_phase(&t, &plan, Arc::clone(&opened)).await;
-        stop.store(1, Ordering::Relaxed);
-        let peak = sampler.await.unwrap_or(0);
-        let (active, fds, tcp_mid) = probe.await.unwrap_or((-1.0, 0, 0));
-        env.check_alive()?;
-        if !r.failures.is_empty() {
-            *ok = false;
-            all_done = false;
-            rep.line(format!(
-                "**{} of {streams} idle streams FAILED**; first: {}",
-                r.failures.len(),
-                r.failures.iter().take(3).cloned().collect::<Vec<_>>().join(" | ")
-            ));
-        }
-        let per = peak.saturating_sub(base) as f64 / streams as f64;
+        let row = idle_row(opts, env, &spec, rep, ok).await?;
+        all_done &= row.result.failures.is_empty();
         if ti == GW {
-            worst_per = worst_per.max(per);
+            worst_per = worst_per.max(row.per);
         }
         let key = (ti, proto.label());
         match per_stream.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, v)) => v.push(per),
-            None => per_stream.push((key, vec![per])),
+            Some((_, v)) => v.push(row.per),
+            None => per_stream.push((key, vec![row.per])),
         }
-        let page_kib = 4.0;
         rep.line(format!(
-            "| {} | {} | {} | {:.0} s | {} | {:.1} → {:.1} | {:.1} | {active} | {fds} | {:.1} |",
-            t.name,
+            "| {} | {} | {} | {:.0} s | {} | {:.1} → {:.1} | {:.1} | {} | {} | {:.1} |",
+            env.targets()[ti].name,
             proto.label(),
             n(streams as f64),
             hold.as_secs_f64(),
-            n(r.streams_ok as f64),
-            base as f64 / 1024.0,
-            peak as f64 / 1024.0,
-            per,
-            tcp_mid.saturating_sub(tcp0) as f64 * page_kib / streams as f64
+            n(row.result.streams_ok as f64),
+            row.base as f64 / 1024.0,
+            row.peak as f64 / 1024.0,
+            row.per,
+            row.active,
+            row.fds,
+            row.tcp_kib
         ));
-        let _ = r.keepalives;
     }
     rep.line(format!(
         "\n- none dropped: {}; gateway memory per stream ≤ 16 KiB: worst {worst_per:.1} KiB → {}",
@@ -835,6 +882,146 @@ async fn idle(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> Re
          nr_open or several processes), and 10^6 upstream connections (the gateway speaks HTTP/1.1 upstream, one \
          connection per stream: about 28k ephemeral ports per upstream address, so many upstream addresses).\n"
     ));
+    Ok(())
+}
+
+/// `cost`'s rows: (target index, label) — nginx, then the gateway passing through and translating.
+const COST_ROWS: [(usize, &str); 4] = [
+    (1, "nginx (translates nothing)"),
+    (3, "gateway, pass-through (`gateway-pass`)"),
+    (GW, "gateway, translating (`gateway`, resumption on: the default)"),
+    (GW_OFF, "gateway, translating, resumption off (`gateway-resume-off`)"),
+];
+
+/// Issue 16's table in one run: CPU per event of every proxy process at a paced load (50 streams × 400 ev/s
+/// over HTTP/1.1) and memory per idle open stream over HTTP/1.1 and h2c (a fresh process per measurement),
+/// nginx and the gateway side by side, with the ratios to nginx and the verdicts against the targets.
+async fn cost(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> Result<(), String> {
+    let rounds = opts.rounds.unwrap_or(if opts.quick { 1 } else { 3 }).max(1);
+    let window = Duration::from_secs_f64(opts.secs.unwrap_or(if opts.quick { 1.5 } else { 5.0 }));
+    let streams = opts.idle_streams.unwrap_or(if opts.quick { 500 } else { 1000 });
+    let hold = Duration::from_secs_f64(opts.hold_secs.unwrap_or(if opts.quick { 0.5 } else { 5.0 }));
+    let (paced, per_stream_rate) = (50, 400.0);
+    rep.line("## cost: CPU per event and memory per idle stream, against nginx (issue 16)\n");
+    let targets = env.targets();
+    let plan = rated_plan(paced, paced as f64 * per_stream_rate, window, Proto::H1);
+    rep.line(format!(
+        "CPU: {paced} streams over HTTP/1.1, each paced at {per_stream_rate:.0} events/s ({} events/s in all) by the \
+         legacy upstream, which writes each event as its own chunk (like uvicorn); per event = user + system CPU \
+         of every process of the proxy (nginx: master and worker; the gateway: its one process) over the whole \
+         phase (ramp, {:.1} s warm-up, {:.1} s window) / events delivered; /proc ticks of 10 ms. Memory: \
+         {} idle streams per row, held {:.1} s, HTTP/1.1 clients sending `Accept: text/event-stream` and h2c \
+         clients (100 streams per connection); a fresh process per row (the gateway warmed by 10 short streams), \
+         per stream = (peak RSS − RSS before) / streams (nginx: its worker). nginx: `proxy_pass` with \
+         `proxy_buffering off` and upstream keepalive. {rounds} interleaved round(s) (A B … B A); the table gives \
+         the median over rounds, and the ratio is the median over rounds of (row / nginx in the same round). \
+         Saturation throughput (issue 16: not lower than before) is `throughput`'s figure.\n",
+        n(paced as f64 * per_stream_rate),
+        plan.warm.as_secs_f64(),
+        window.as_secs_f64(),
+        n(streams as f64),
+        hold.as_secs_f64()
+    ));
+    // Per row: CPU µs per event, events/s delivered in the window, by round.
+    let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); COST_ROWS.len()];
+    let mut rate: Vec<Vec<f64>> = vec![Vec::new(); COST_ROWS.len()];
+    let mut failed = [0usize; COST_ROWS.len()];
+    for round in 0..rounds {
+        for k in order(round, COST_ROWS.len()) {
+            let ti = COST_ROWS[k].0;
+            let (r, c) = phase(env, &targets[ti], &plan, rep, ok).await?;
+            // `Env::cpu`'s columns: upstream, nginx, the gateway behind the target, client.
+            let proxy = if ti == 1 { c[1] } else { c[2] };
+            cpu[k].push(proxy * 1e6 / r.events.max(1) as f64);
+            rate[k].push(r.rate());
+            failed[k] += r.failed();
+        }
+    }
+    // Per (row, protocol): KiB per idle stream by round.
+    let legs = [Proto::H1, Proto::H2(100)];
+    let mut mem: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); legs.len()]; COST_ROWS.len()];
+    let mut one = Vec::new();
+    for (l, _) in legs.iter().enumerate() {
+        for k in 0..COST_ROWS.len() {
+            one.push((k, l));
+        }
+    }
+    for round in 0..rounds {
+        let mut runs = one.clone();
+        if round % 2 == 1 {
+            runs.reverse();
+        }
+        for (k, l) in runs {
+            let spec = IdleSpec {
+                ti: COST_ROWS[k].0,
+                proto: legs[l],
+                streams,
+                hold,
+                warm: Duration::from_secs_f64(if opts.quick { 0.3 } else { 1.0 }),
+            };
+            let row = idle_row(opts, env, &spec, rep, ok).await?;
+            mem[k][l].push(row.per);
+            failed[k] += row.result.failed();
+        }
+    }
+    // The median over rounds of (row / nginx in the same round).
+    let ratio = |v: &[f64], ng: &[f64]| median(v.iter().zip(ng).map(|(a, b)| a / b.max(f64::MIN_POSITIVE)).collect());
+    let list = |v: &[f64]| v.iter().map(|x| format!("{x:.1}")).collect::<Vec<_>>().join(", ");
+    rep.line("| | CPU per event, µs (all proxy processes, user+system) | memory per idle stream, HTTP/1.1 (KiB) | memory per idle stream, h2c (KiB) |");
+    rep.line("|---|---|---|---|");
+    for (k, (_, label)) in COST_ROWS.iter().enumerate() {
+        let cell = |v: &[f64], ng: &[f64]| {
+            if k == 0 {
+                format!("{:.1}", median(v.to_vec()))
+            } else {
+                format!("{:.1} ({:.2}×)", median(v.to_vec()), ratio(v, ng))
+            }
+        };
+        rep.line(format!(
+            "| {label} | {} | {} | {} |",
+            cell(&cpu[k], &cpu[0]),
+            cell(&mem[k][0], &mem[0][0]),
+            cell(&mem[k][1], &mem[0][1])
+        ));
+    }
+    rep.line("\nBy round:\n");
+    rep.line(format!(
+        "| target | CPU µs/event | events/s delivered (offered {}) | KiB/stream h1 | KiB/stream h2c | failed streams |",
+        n(paced as f64 * per_stream_rate)
+    ));
+    rep.line("|---|---|---|---|---|---|");
+    for (k, (ti, _)) in COST_ROWS.iter().enumerate() {
+        rep.line(format!(
+            "| {} | {} | {} | {} | {} | {} |",
+            targets[*ti].name,
+            list(&cpu[k]),
+            rate[k].iter().map(|r| n(*r)).collect::<Vec<_>>().join(", "),
+            list(&mem[k][0]),
+            list(&mem[k][1]),
+            failed[k]
+        ));
+    }
+    let gw = COST_ROWS.iter().position(|(ti, _)| *ti == GW).unwrap_or(2);
+    rep.line("");
+    for (l, leg) in ["HTTP/1.1", "h2c"].iter().enumerate() {
+        let r = ratio(&mem[gw][l], &mem[0][l]);
+        rep.line(format!(
+            "- memory per idle stream, gateway translating / nginx, {leg}: {:.1} / {:.1} KiB = {r:.2}× \
+             (target ≤ 1.0×: {})",
+            median(mem[gw][l].clone()),
+            median(mem[0][l].clone()),
+            verdict(r <= 1.0)
+        ));
+    }
+    let r = ratio(&cpu[gw], &cpu[0]);
+    rep.line(format!(
+        "- CPU per event, gateway translating / nginx, {paced} streams × {per_stream_rate:.0} ev/s: {:.1} / {:.1} µs = \
+         {r:.2}× (target ≤ 1.1×: {}; wall-clock CPU on a shared machine: `instructions` gives the steady figure)",
+        median(cpu[gw].clone()),
+        median(cpu[0].clone()),
+        verdict(r <= 1.1)
+    ));
+    rep.line(format!("- none dropped: {}\n", verdict(failed.iter().all(|f| *f == 0))));
     Ok(())
 }
 
