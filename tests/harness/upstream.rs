@@ -461,6 +461,16 @@ pub fn sse_head() -> Step {
     Step::head(200, &[("Content-Type", "text/event-stream")], true)
 }
 
+/// A paced SSE answer: the head, each event written alone and followed by `gap`, then the body's end.
+pub fn paced(events: impl IntoIterator<Item = Vec<u8>>, gap: Duration) -> Vec<Step> {
+    let mut steps = vec![sse_head()];
+    for e in events {
+        steps.extend([Step::WriteAll(e), Step::Pause(gap)]);
+    }
+    steps.push(Step::EndChunks);
+    steps
+}
+
 /// The upstream with a [`Step`] script per connection: answers each request with the handler's steps, then
 /// closes. Keeps accepting for the rest of the test, even once dropped. Derefs to its [`Upstream`].
 pub struct Emulator {
@@ -503,7 +513,12 @@ impl Emulator {
 
     /// Answers every request with an SSE head ([`sse_head`]), then `steps`.
     pub async fn sse(steps: Vec<Step>) -> Emulator {
-        Emulator::start(move |_| [vec![sse_head()], steps.clone()].concat()).await
+        Emulator::always([vec![sse_head()], steps].concat()).await
+    }
+
+    /// Answers every request with `steps`.
+    pub async fn always(steps: Vec<Step>) -> Emulator {
+        Emulator::start(move |_| steps.clone()).await
     }
 }
 
