@@ -446,6 +446,11 @@ impl Step {
         Step::WriteAll(bytes.to_vec())
     }
 
+    /// A whole answer: a `status` head carrying `headers` (not chunked), then `body`.
+    pub fn answer(status: u16, headers: &[(&str, &str)], body: &[u8]) -> Vec<Step> {
+        vec![Step::head(status, headers, false), Step::write_all(body)]
+    }
+
     /// A `Head` from string pairs.
     pub fn head(status: u16, headers: &[(&str, &str)], chunked: bool) -> Self {
         Step::Head {
@@ -614,7 +619,6 @@ pub fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 impl Emulator {
     /// An emulator that answers every request with a `status` head carrying `headers` (not chunked), then `body`.
     pub async fn answering(status: u16, headers: &[(&str, &str)], body: &[u8]) -> Emulator {
-        let steps = vec![Step::head(status, headers, false), Step::write_all(body)];
-        Emulator::start(move |_| steps.clone()).await
+        Emulator::always(Step::answer(status, headers, body)).await
     }
 }
