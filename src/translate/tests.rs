@@ -87,6 +87,11 @@ fn assert_fields(env: &Value, want: Value) {
     }
 }
 
+/// Each envelope's type, with `field` of it.
+fn types_with<'a, T>(envs: &'a [Value], field: impl Fn(&'a Value) -> T) -> Vec<(&'a str, T)> {
+    envs.iter().map(|e| (e["type"].as_str().unwrap(), field(e))).collect()
+}
+
 const META: &str = r#"data: <meta_init data="{&quot;format&quot;: &quot;xml&quot;, &quot;agent_uuid&quot;: &quot;A&quot;, &quot;parent_agent_uuid&quot;: null}"></meta_init>"#;
 
 #[test]
@@ -194,10 +199,7 @@ fn server_results_end_at_the_cdata_end_that_ends_the_event() {
 fn multimodal_results_send_text_images_and_a_final_marker() {
     let input = "data: <content-block-tool_result id=\"t\" name=\"shot\"><text><![CDATA[see\\n]]></text><image src=\"data:image/png;base64,AA==\" media_type=\"image/png\" /></content-block-tool_result>\n\n";
     let envs = run_split(input);
-    let kinds: Vec<_> = envs
-        .iter()
-        .map(|e| (e["type"].as_str().unwrap(), e["final"].as_bool().unwrap()))
-        .collect();
+    let kinds = types_with(&envs, |e| e["final"].as_bool().unwrap());
     assert_eq!(
         kinds,
         [
@@ -262,10 +264,7 @@ data: <content-block-text>hi</content-block-text>\n\n\
 data: <content-block-tool_result id=\"spawn\" name=\"spawn_subagent\"><![CDATA[done]]></content-block-tool_result>\n\n"
     );
     let envs = run(Options::default(), &input);
-    let agents: Vec<_> = envs
-        .iter()
-        .map(|e| (e["type"].as_str().unwrap(), e["agent"].as_str().unwrap()))
-        .collect();
+    let agents = types_with(&envs, |e| e["agent"].as_str().unwrap());
     assert_eq!(
         agents,
         [
