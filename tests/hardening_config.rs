@@ -202,8 +202,7 @@ async fn client_agent_ids_that_are_too_long_or_unsafe_are_replaced_by_a_fresh_uu
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_x_forwarded_for_line_reaches_the_upstream_in_order_and_untrusted_forwarded_headers_do_not() {
-    let up = Emulator::start(|_| vec![Step::head(200, &[("Content-Length", "0")], false)]).await;
-    let gw = TestGateway::start(&up.url(), |_| {}).await;
+    let (up, gw) = gateway_with(vec![Step::head(200, &[("Content-Length", "0")], false)], |_| {}).await;
     // What a client behind HAProxy's `option forwardfor` looks like: its own forged line, then HAProxy's.
     let (parts, _) = send(
         "GET",

@@ -18,6 +18,18 @@ fn sse_script(body: Vec<u8>) -> Vec<Step> {
     vec![sse_head(), Step::Write(body), Step::EndChunks]
 }
 
+/// An upstream answering `<prefix><i>` with `streams[i]` as an SSE body (the first for any other target), and a
+/// gateway in front of it.
+async fn serving_streams(prefix: &'static str, streams: Vec<Vec<u8>>) -> (Emulator, TestGateway) {
+    let up = Emulator::start(move |r| {
+        let i: usize = r.target.trim_start_matches(prefix).parse().unwrap_or(0);
+        sse_script(streams[i].clone())
+    })
+    .await;
+    let gw = TestGateway::start(&up.url(), |_| {}).await;
+    (up, gw)
+}
+
 /// The `Accept` an SSE client sends (EventSource, httpx-sse): such requests get a dedicated upstream connection.
 const ACCEPT_SSE: (&str, &str) = ("accept", "text/event-stream");
 
@@ -41,12 +53,7 @@ async fn end_to_end_on_dedicated_connections_matches_the_contract_block_by_block
 async fn corpus_end_to_end(headers: &[(&str, &str)], dedicated: bool) {
     let scenarios = corpus();
     let streams: Vec<Vec<u8>> = scenarios.iter().map(|s| s.stream.clone()).collect();
-    let up = Emulator::start(move |r| {
-        let i: usize = r.target.trim_start_matches("/run/").parse().unwrap_or(0);
-        sse_script(streams[i].clone())
-    })
-    .await;
-    let gw = TestGateway::start(&up.url(), |_| {}).await;
+    let (_up, gw) = serving_streams("/run/", streams).await;
     for (i, sc) in scenarios.iter().enumerate() {
         let mut h = vec![("x-agent-id", "fallback")];
         h.extend_from_slice(headers);
@@ -129,12 +136,7 @@ async fn end_to_end_generated_corpus_of_the_core_in_both_dialects() {
         streams.push(em.sse);
         expected.push(em.expected);
     }
-    let up = Emulator::start(move |r| {
-        let i: usize = r.target.trim_start_matches("/gen/").parse().unwrap_or(0);
-        sse_script(streams[i].clone())
-    })
-    .await;
-    let gw = TestGateway::start(&up.url(), |_| {}).await;
+    let (_up, gw) = serving_streams("/gen/", streams).await;
     for (i, want) in expected.iter().enumerate() {
         let (parts, body) = send("POST", &gw.url(&format!("/gen/{i}")), &[("x-agent-id", FALLBACK)], "{}").await;
         assert_eq!(parts.status, 200);
@@ -149,8 +151,7 @@ async fn end_to_end_generated_corpus_of_the_core_in_both_dialects() {
 async fn http2_prior_knowledge_client_gets_a_translated_stream() {
     let stream = corpus().remove(0).stream;
     let expected = translate_all(Options::default(), "a", &stream).0;
-    let up = Emulator::start(move |_| sse_script(stream.clone())).await;
-    let gw = TestGateway::start(&up.url(), |_| {}).await;
+    let (_up, gw) = gateway_with(sse_script(stream.clone()), |_| {}).await;
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .http2_only(true)
         .build_http::<http_body_util::Full<Bytes>>();
@@ -171,17 +172,12 @@ async fn http2_prior_knowledge_client_gets_a_translated_stream() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn translated_response_headers_are_streaming_safe() {
-    let up = Emulator::answering(
-        200,
-        &[
-            ("Content-Type", "text/event-stream"),
-            ("Content-Length", "24"),
-            ("Cache-Control", "private"),
-        ],
-        b"data: [DONE]\n\ndata: x\n\n",
-    )
-    .await;
-    let gw = TestGateway::start(&up.url(), |_| {}).await;
+    let head = [
+        ("Content-Type", "text/event-stream"),
+        ("Content-Length", "24"),
+        ("Cache-Control", "private"),
+    ];
+    let (up, gw) = gateway_with(Step::answer(200, &head, b"data: [DONE]\n\ndata: x\n\n"), |_| {}).await;
     let (parts, _) = send("GET", &gw.url("/s"), &[], Bytes::new()).await;
     let h = &parts.headers;
     assert!(h.get("content-length").is_none(), "{h:?}");
@@ -233,9 +229,7 @@ async fn non_event_stream_responses_pass_through_byte_identical() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn legacy_format_requests_get_the_original_stream() {
     let stream = corpus().remove(1).stream;
-    let s2 = stream.clone();
-    let up = Emulator::start(move |_| sse_script(s2.clone())).await;
-    let gw = TestGateway::start(&up.url(), |_| {}).await;
+    let (up, gw) = gateway_with(sse_script(stream.clone()), |_| {}).await;
     let (parts, body) = send(
         "POST",
         &gw.url("/agent/run"),
@@ -264,9 +258,7 @@ async fn legacy_format_requests_get_the_original_stream() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shadow_mode_counts_translation_but_sends_original_bytes() {
     let stream = corpus().remove(0).stream;
-    let s2 = stream.clone();
-    let up = Emulator::start(move |_| sse_script(s2.clone())).await;
-    let gw = TestGateway::start(&up.url(), |s| s.translate.shadow = true).await;
+    let (_up, gw) = gateway_with(sse_script(stream.clone()), |s| s.translate.shadow = true).await;
     let (_, body) = send("POST", &gw.url("/agent/run"), &[], "{}").await;
     assert!(body == stream, "shadow mode altered the stream");
     let m = gw.metrics().await;
@@ -287,36 +279,26 @@ async fn shadow_mode_counts_translation_but_sends_original_bytes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn headers_minus_hop_by_hop_are_preserved_both_ways() {
-    let up = Emulator::answering(
-        200,
-        &[
-            ("Content-Type", "text/plain"),
-            ("X-Upstream", "u"),
-            ("Set-Cookie", "a=1"),
-            ("Keep-Alive", "timeout=5"),
-            ("X-Hop", "drop"),
-            ("Connection", "X-Hop"),
-        ],
-        b"hello",
-    )
-    .await;
-    let gw = TestGateway::start(&up.url(), |_| {}).await;
-    let (parts, body) = send(
-        "GET",
-        &gw.url("/h?q=1"),
-        &[
-            ("x-client", "c"),
-            ("authorization", "Bearer t"),
-            ("connection", "x-drop-me"),
-            ("x-drop-me", "1"),
-            ("te", "trailers"),
-            ("proxy-authorization", "secret"),
-            ("x-forwarded-for", "10.1.1.1"),
-            ("x-request-id", "req-123"),
-        ],
-        Bytes::new(),
-    )
-    .await;
+    let head = [
+        ("Content-Type", "text/plain"),
+        ("X-Upstream", "u"),
+        ("Set-Cookie", "a=1"),
+        ("Keep-Alive", "timeout=5"),
+        ("X-Hop", "drop"),
+        ("Connection", "X-Hop"),
+    ];
+    let (up, gw) = gateway_with(Step::answer(200, &head, b"hello"), |_| {}).await;
+    let sent = [
+        ("x-client", "c"),
+        ("authorization", "Bearer t"),
+        ("connection", "x-drop-me"),
+        ("x-drop-me", "1"),
+        ("te", "trailers"),
+        ("proxy-authorization", "secret"),
+        ("x-forwarded-for", "10.1.1.1"),
+        ("x-request-id", "req-123"),
+    ];
+    let (parts, body) = send("GET", &gw.url("/h?q=1"), &sent, Bytes::new()).await;
     assert_eq!(body, b"hello");
     let h = &parts.headers;
     assert_eq!(h["x-upstream"], "u");
@@ -340,8 +322,7 @@ async fn headers_minus_hop_by_hop_are_preserved_both_ways() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn never_forwards_to_a_host_named_in_the_request() {
-    let up = Emulator::start(|_| vec![Step::head(200, &[], false)]).await;
-    let gw = TestGateway::start(&up.url(), |_| {}).await;
+    let (up, gw) = gateway_with(vec![Step::head(200, &[], false)], |_| {}).await;
     // Pooled, then dedicated: either way the upstream gets the origin form and its own Host.
     let requests: [&[u8]; 2] = [
         b"GET http://evil.invalid/steal HTTP/1.1\r\nHost: evil.invalid\r\nConnection: close\r\n\r\n",
@@ -397,8 +378,7 @@ async fn resumed_runs_take_the_agent_from_the_json_body_then_the_header() {
     // No meta_init (a resumed run): envelopes carry the fallback agent.
     let stream =
         b"data: <content-block-text>\n\ndata: resumed\n\ndata: </content-block-text>\n\ndata: [DONE]\n\n".to_vec();
-    let up = Emulator::start(move |_| sse_script(stream.clone())).await;
-    let gw = TestGateway::start(&up.url(), |_| {}).await;
+    let (up, gw) = gateway_with(sse_script(stream.clone()), |_| {}).await;
     let agent_of = |body: &[u8]| -> Vec<String> {
         envelopes(body)
             .iter()
@@ -464,8 +444,7 @@ async fn assert_json_failures(gw: TestGateway, (status, error): (u16, &str), con
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failure_slow_upstream_head_is_504_json() {
-    let up = Emulator::start(|_| vec![Step::Hang]).await;
-    let gw = TestGateway::start(&up.url(), |s| s.upstream.response_timeout_secs = 0.3).await;
+    let (_up, gw) = gateway_with(vec![Step::Hang], |s| s.upstream.response_timeout_secs = 0.3).await;
     assert_json_failures(gw, (504, "upstream_timeout"), None, "timeout").await;
 }
 
@@ -586,8 +565,7 @@ async fn failure_client_hang_up_closes_the_upstream_within_a_second() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failure_slowloris_half_request_line_is_cut_off() {
-    let up = Emulator::start(|_| vec![]).await;
-    let gw = TestGateway::start(&up.url(), |s| s.server.header_read_timeout_secs = 0.5).await;
+    let (up, gw) = gateway_with(vec![], |s| s.server.header_read_timeout_secs = 0.5).await;
     let mut half_line = raw(gw.addr, b"GET /agent/ru").await;
     let mut nothing = raw(gw.addr, b"").await;
     let mut h2_preface_start = raw(gw.addr, b"PRI * HTTP/2").await;
@@ -606,8 +584,7 @@ async fn failure_slowloris_half_request_line_is_cut_off() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failure_oversized_request_head_is_refused() {
-    let up = Emulator::start(|_| vec![Step::head(200, &[], false)]).await;
-    let gw = TestGateway::start(&up.url(), |s| s.server.max_header_bytes = 16384).await;
+    let (up, gw) = gateway_with(vec![Step::head(200, &[], false)], |s| s.server.max_header_bytes = 16384).await;
     let big = format!("GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n", "a".repeat(64 * 1024));
     let mut s = tokio::net::TcpStream::connect(gw.addr).await.unwrap();
     let _ = s.write_all(big.as_bytes()).await;
@@ -623,8 +600,7 @@ async fn failure_oversized_request_head_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failure_connect_is_refused() {
-    let up = Emulator::start(|_| vec![Step::head(200, &[], false)]).await;
-    let gw = TestGateway::start(&up.url(), |_| {}).await;
+    let (up, gw) = gateway_with(vec![Step::head(200, &[], false)], |_| {}).await;
     let mut s = raw(
         gw.addr,
         b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n",
@@ -684,8 +660,7 @@ async fn idle_translated_streams_get_keepalive_comments() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_endpoints_and_every_metric_family() {
     let stream = corpus().remove(0).stream;
-    let up = Emulator::start(move |_| sse_script(stream.clone())).await;
-    let gw = TestGateway::start(&up.url(), |_| {}).await;
+    let (_up, gw) = gateway_with(sse_script(stream.clone()), |_| {}).await;
     let (_, _) = send("POST", &gw.url("/agent/run"), &[], "{}").await;
     let (p, _) = get(&format!("http://{}/healthz", gw.admin)).await;
     assert_eq!(p.status, 200);

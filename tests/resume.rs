@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
+use harness::legacy::text_block;
 use harness::prelude::*;
 use proptest::prelude::*;
 use serde_json::Value;
@@ -26,22 +27,7 @@ const WAIT: Duration = Duration::from_secs(15);
 
 /// A legacy stream's events, one `Vec` each: a text block of `words` deltas, then `[DONE]`.
 fn legacy_events(words: usize) -> Vec<Vec<u8>> {
-    let mut out = vec![b"data: <content-block-text>\n\n".to_vec()];
-    out.extend((0..words).map(|i| format!("data: word{i} \n\n").into_bytes()));
-    out.push(b"data: </content-block-text>\n\n".to_vec());
-    out.push(b"data: [DONE]\n\n".to_vec());
-    out
-}
-
-/// The emulator's steps for `events`: the SSE head, each event written alone and followed by `gap`, the end.
-fn paced(events: &[Vec<u8>], gap: Duration) -> Vec<Step> {
-    let mut steps = vec![sse_head()];
-    for e in events {
-        steps.push(Step::WriteAll(e.clone()));
-        steps.push(Step::Pause(gap));
-    }
-    steps.push(Step::EndChunks);
-    steps
+    text_block((0..words).map(|i| format!("word{i} ")), &["[DONE]"])
 }
 
 /// The emulator's steps for `events` written at once.
@@ -62,6 +48,23 @@ fn big_stream(deltas: usize) -> Vec<u8> {
 /// The translation of a whole legacy stream, as the gateway writes it without its ids.
 fn translated(legacy: &[u8]) -> Vec<u8> {
     translate_all(Options::default(), "fallback", legacy).0
+}
+
+/// `body` (events with ids) is, its ids taken out, the translation of the whole `legacy` stream.
+fn assert_translation_of(body: &[u8], legacy: &[u8], what: &str) {
+    assert_eq!(
+        String::from_utf8_lossy(&without_ids(body)),
+        String::from_utf8_lossy(&translated(legacy)),
+        "{what}"
+    );
+}
+
+/// What a client read of stream `token` and the seq of its last id; then it leaves (with a reset when `rst`).
+fn leave(c: Client, token: &str, rst: bool) -> (Vec<Ev>, u64) {
+    let first = with_ids(&events_of(&c.body), 0, token);
+    let last = first.last().expect("events").seq();
+    c.disconnect(rst);
+    (first, last)
 }
 
 /// The headers a translating SSE client sends (as fetch-event-source does: a `POST` with a JSON body).
@@ -238,16 +241,12 @@ async fn metric_until(gw: &TestGateway, name: &str, labels: &[&str], ok: impl Fn
     }
 }
 
-fn outcome(o: &str) -> String {
-    format!("outcome=\"{o}\"")
-}
-
 fn state(s: &str) -> String {
     format!("state=\"{s}\"")
 }
 
 async fn requests_counted(gw: &TestGateway, o: &str) -> f64 {
-    metric(&gw.metrics().await, "sse_gateway_resume_requests_total", &[&outcome(o)])
+    resume_requests(&gw.metrics().await, o)
 }
 
 /// Reads until the body holds at least `n` complete events with ids.
@@ -259,6 +258,30 @@ async fn read_events(c: &mut Client, n: usize) {
         assert!(!left.is_zero(), "fewer than {n} events within {WAIT:?}");
         let _ = tokio::time::timeout(left, c.read_some(64 << 10)).await;
     }
+}
+
+/// In the metrics `m`: one held stream ended `how`, and the held streams per state are `states`.
+fn assert_ended(m: &str, how: &str, states: &[(&str, f64)]) {
+    assert_eq!(resume_ended(m, how), 1.0, "streams ended {how}");
+    for &(state, n) in states {
+        assert_eq!(resume_streams(m, state), n, "streams {state}");
+    }
+}
+
+/// The end of a test: the upstream got the run's one request (no reconnect, replay or watcher went upstream);
+/// then the gateway stops.
+async fn one_upstream_request_then_stop(up: &Upstream, gw: TestGateway) {
+    assert_eq!(up.recorded().len(), 1, "{:?}", up.recorded());
+    gw.stop().await;
+}
+
+/// Starts a run on `addr` (with `extra` headers) and reads its first `n` events; returns the client, the stream's
+/// token and its URL.
+async fn run_started(addr: SocketAddr, extra: &[(&str, &str)], n: usize) -> (Client, String, String) {
+    let mut c = open(addr, "POST", "/agent/run", extra).await;
+    let (token, url) = stream_of(&c.head);
+    read_events(&mut c, n).await;
+    (c, token, url)
 }
 
 /// Waits for the emulator's `AwaitClose` step to see the gateway close the upstream connection.
@@ -503,8 +526,7 @@ async fn translated_events_carry_consecutive_ids_the_first_a_retry_and_the_head_
         Step::Pause(Duration::from_millis(1600)),
     ];
     steps.extend([Step::WriteAll(events[3..].concat()), Step::EndChunks]);
-    let up = Emulator::start(move |_| steps.clone()).await;
-    let gw = TestGateway::start(&up.url(), |s| s.translate.keepalive_interval_secs = 1.0).await;
+    let (_up, gw) = gateway_with(steps, |s| s.translate.keepalive_interval_secs = 1.0).await;
     let (status, head, body) = whole(gw.addr, "POST", "/agent/run", &[]).await;
     assert_eq!(status, 200, "{head}");
     let (token, _) = stream_of(&head);
@@ -555,13 +577,7 @@ async fn translated_events_carry_consecutive_ids_the_first_a_retry_and_the_head_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reconnect_from_each_position_replays_exactly_the_events_after_it_and_never_reaches_the_upstream() {
-    let events = legacy_events(6);
-    let up = Emulator::start({
-        let events = events.clone();
-        move |_| quick(&events)
-    })
-    .await;
-    let gw = TestGateway::start(&up.url(), |_| {}).await;
+    let (up, gw) = gateway_with(quick(&legacy_events(6)), |_| {}).await;
     let (status, head, body) = whole(gw.addr, "POST", "/agent/run", &[]).await;
     assert_eq!(status, 200);
     let (token, _) = stream_of(&head);
@@ -594,10 +610,7 @@ async fn a_reconnect_from_each_position_replays_exactly_the_events_after_it_and_
         up.recorded()
     );
     let m = gw.metrics().await;
-    assert_eq!(
-        metric(&m, "sse_gateway_resume_requests_total", &[&outcome("replayed")]),
-        (n + 1) as f64
-    );
+    assert_eq!(resume_requests(&m, "replayed"), (n + 1) as f64);
     assert_eq!(
         metric(&m, "sse_gateway_resume_replayed_events_total", &[]),
         replayed_events as f64
@@ -609,12 +622,7 @@ async fn a_reconnect_from_each_position_replays_exactly_the_events_after_it_and_
         metric(&m, "sse_gateway_resume_replayed_bytes_total", &[]),
         all_after as f64
     );
-    assert_eq!(
-        metric(&m, "sse_gateway_resume_ended_total", &["how=\"completed\""]),
-        1.0
-    );
-    assert_eq!(metric(&m, "sse_gateway_resume_streams", &[&state("retained")]), 1.0);
-    assert_eq!(metric(&m, "sse_gateway_resume_streams", &[&state("live")]), 0.0);
+    assert_ended(&m, "completed", &[("retained", 1.0), ("live", 0.0)]);
     assert_eq!(
         metric(&m, "sse_gateway_resume_subscribers", &[]),
         0.0,
@@ -636,24 +644,14 @@ async fn a_reconnect_from_each_position_replays_exactly_the_events_after_it_and_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_dropped_mid_run_resumes_live_from_its_last_id_and_the_run_equals_an_uninterrupted_one() {
-    let events = legacy_events(20);
-    let up = Emulator::start({
-        let events = events.clone();
-        move |_| paced(&events, Duration::from_millis(90))
-    })
-    .await;
-    let gw = TestGateway::start(&up.url(), |_| {}).await;
+    let (up, gw) = gateway_with(paced(legacy_events(20), Duration::from_millis(90)), |_| {}).await;
     // The same upstream uninterrupted, at the same time, for reference.
     let reference = tokio::spawn({
         let addr = gw.addr;
         async move { whole(addr, "POST", "/reference", &[]).await }
     });
-    let mut c = open(gw.addr, "POST", "/agent/run", &[]).await;
-    let (token, _) = stream_of(&c.head);
-    read_events(&mut c, 6).await;
-    let first = with_ids(&events_of(&c.body), 0, &token);
-    let last = first.last().expect("events").seq();
-    c.disconnect(false);
+    let (c, token, _) = run_started(gw.addr, &[], 6).await;
+    let (first, last) = leave(c, &token, false);
     assert!(
         up.conn("/agent/run").is_some_and(|l| !l.done),
         "the upstream ended before the reconnect: not a live resume"
@@ -699,12 +697,7 @@ async fn a_client_dropped_mid_run_resumes_live_from_its_last_id_and_the_run_equa
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_position_no_longer_held_is_410_resume_gap_and_counted() {
     let legacy = big_stream(1200);
-    let up = Emulator::start({
-        let legacy = legacy.clone();
-        move |_| vec![sse_head(), Step::WriteAll(legacy.clone()), Step::EndChunks]
-    })
-    .await;
-    let gw = TestGateway::start(&up.url(), |s| s.resume.buffer_bytes = 65536).await;
+    let (up, gw) = gateway_with(quick(&[legacy]), |s| s.resume.buffer_bytes = 65536).await;
     let (status, head, body) = whole(gw.addr, "POST", "/agent/run", &[]).await;
     assert_eq!(status, 200);
     assert!(body.len() > 1 << 20, "{} bytes", body.len());
@@ -725,15 +718,13 @@ async fn a_position_no_longer_held_is_410_resume_gap_and_counted() {
         held <= (65536 + (64 << 10)) as f64,
         "{held} bytes held with a 64 KiB buffer"
     );
-    assert_eq!(up.recorded().len(), 1);
-    gw.stop().await;
+    one_upstream_request_then_stop(&up, gw).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_token_or_an_unsent_position_is_410_resume_unknown_and_a_foreign_id_is_forwarded() {
     let events = legacy_events(3);
-    let up = Emulator::start(move |_| quick(&events)).await;
-    let gw = TestGateway::start(&up.url(), |_| {}).await;
+    let (up, gw) = gateway_with(quick(&events), |_| {}).await;
     let (_, head, body) = whole(gw.addr, "POST", "/agent/run", &[]).await;
     let (token, _) = stream_of(&head);
     let n = with_ids(&events_of(&body), 0, &token).len() as u64;
@@ -766,8 +757,7 @@ async fn an_unknown_token_or_an_unsent_position_is_410_resume_unknown_and_a_fore
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reconnect_without_the_original_bound_headers_is_404_as_if_unknown_and_counted_denied() {
     let events = legacy_events(3);
-    let up = Emulator::start(move |_| quick(&events)).await;
-    let gw = TestGateway::start(&up.url(), |_| {}).await;
+    let (up, gw) = gateway_with(quick(&events), |_| {}).await;
     let a = ("authorization", "Bearer a");
     let (_, head, body) = whole(gw.addr, "POST", "/agent/run", &[a]).await;
     let (token, url) = stream_of(&head);
@@ -788,8 +778,7 @@ async fn a_reconnect_without_the_original_bound_headers_is_404_as_if_unknown_and
     let all = events_of(&body);
     assert_eq!(events_of(&replay), all[1..].to_vec());
     assert_eq!(requests_counted(&gw, "replayed").await, 1.0);
-    assert_eq!(up.recorded().len(), 1);
-    gw.stop().await;
+    one_upstream_request_then_stop(&up, gw).await;
 }
 
 // ------------------------------------------------------------------------------------------------------------
@@ -836,25 +825,24 @@ fn text_of(evs: &[Ev]) -> String {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nobody_back_within_the_grace_period_drops_the_upstream_and_the_stream_ends_stream_abandoned() {
-    let up = Upstream::start(open_run).await;
-    let gw = TestGateway::start(&up.url(), |s| s.resume.grace_secs = 1.0).await;
-    let mut c = open(gw.addr, "POST", "/agent/run", &[]).await;
-    let (token, _) = stream_of(&c.head);
-    read_events(&mut c, 1).await;
-    c.disconnect(false);
-    let left = Instant::now();
-    // The upstream is kept, and read on: the run is in its grace period.
-    let grace = metric_until(&gw, "sse_gateway_resume_streams", &[&state("grace")], |v| v == 1.0).await;
-    assert_eq!(grace, 1.0, "the stream is not in its grace period");
+/// Opens a run of an [`open_run`] upstream on `addr`, reads its first event and leaves (with a reset when `rst`);
+/// returns the stream's token and when its client left.
+async fn open_and_leave(addr: SocketAddr, rst: bool) -> (String, Instant) {
+    let (c, token, _) = run_started(addr, &[], 1).await;
+    c.disconnect(rst);
+    (token, Instant::now())
+}
+
+/// The [`open_run`] upstream its client `left` is kept through the 1 s grace period, then dropped; a late reconnect
+/// to `addr` gets every held event (those the pump read too), then why the run stopped: `stream_abandoned`.
+async fn assert_abandoned_after_the_grace(up: &Upstream, addr: SocketAddr, token: &str, left: Instant) {
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(
         up.conn("/agent/run").and_then(|l| l.closed),
         None,
         "dropped within the grace period"
     );
-    let closed = closed_at(&up, "/agent/run", Duration::from_secs(5))
+    let closed = closed_at(up, "/agent/run", Duration::from_secs(5))
         .await
         .expect("the upstream closed after the grace");
     let kept = closed.duration_since(left);
@@ -863,36 +851,36 @@ async fn nobody_back_within_the_grace_period_drops_the_upstream_and_the_stream_e
         "dropped after {kept:?}, before the 1 s grace"
     );
     assert!(kept <= Duration::from_secs(4), "dropped only after {kept:?}");
-    // A late reconnect: every held event (those the pump read too), then why the run stopped.
-    let (status, _, body) = whole(gw.addr, "POST", "/agent/run", &[("last-event-id", &id(&token, 0))]).await;
+    let (status, _, body) = whole(addr, "POST", "/agent/run", &[("last-event-id", &id(token, 0))]).await;
     assert_eq!(status, 200);
-    let evs = with_ids(&events_of(&body), 0, &token);
+    let evs = with_ids(&events_of(&body), 0, token);
     assert_eq!(
         text_of(&evs),
         "word0 word1 word2 ",
         "the events read in the grace period are held"
     );
     assert_eq!(ending_error(&evs), "stream_abandoned");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nobody_back_within_the_grace_period_drops_the_upstream_and_the_stream_ends_stream_abandoned() {
+    let up = Upstream::start(open_run).await;
+    let gw = TestGateway::start(&up.url(), |s| s.resume.grace_secs = 1.0).await;
+    let (token, left) = open_and_leave(gw.addr, false).await;
+    // The upstream is kept, and read on: the run is in its grace period.
+    let grace = metric_until(&gw, "sse_gateway_resume_streams", &[&state("grace")], |v| v == 1.0).await;
+    assert_eq!(grace, 1.0, "the stream is not in its grace period");
+    assert_abandoned_after_the_grace(&up, gw.addr, &token, left).await;
     let m = gw.metrics().await;
-    assert_eq!(
-        metric(&m, "sse_gateway_resume_ended_total", &["how=\"abandoned\""]),
-        1.0
-    );
-    assert_eq!(metric(&m, "sse_gateway_resume_streams", &[&state("grace")]), 0.0);
-    assert_eq!(metric(&m, "sse_gateway_resume_streams", &[&state("retained")]), 1.0);
-    assert_eq!(up.recorded().len(), 1);
-    gw.stop().await;
+    assert_ended(&m, "abandoned", &[("grace", 0.0), ("retained", 1.0)]);
+    one_upstream_request_then_stop(&up, gw).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_no_grace_period_the_upstream_goes_with_its_client_at_once() {
     let up = Upstream::start(open_run).await;
     let gw = TestGateway::start(&up.url(), |s| s.resume.grace_secs = 0.0).await;
-    let mut c = open(gw.addr, "POST", "/agent/run", &[]).await;
-    let (token, _) = stream_of(&c.head);
-    read_events(&mut c, 1).await;
-    c.disconnect(false);
-    let left = Instant::now();
+    let (token, left) = open_and_leave(gw.addr, false).await;
     let closed = closed_at(&up, "/agent/run", Duration::from_secs(3))
         .await
         .expect("the upstream closed");
@@ -904,14 +892,7 @@ async fn with_no_grace_period_the_upstream_goes_with_its_client_at_once() {
     let (status, _, body) = whole(gw.addr, "POST", "/agent/run", &[("last-event-id", &id(&token, 1))]).await;
     assert_eq!(status, 200);
     assert_eq!(ending_error(&events_of(&body)), "stream_abandoned");
-    assert_eq!(
-        metric(
-            &gw.metrics().await,
-            "sse_gateway_resume_ended_total",
-            &["how=\"abandoned\""]
-        ),
-        1.0
-    );
+    assert_eq!(resume_ended(&gw.metrics().await, "abandoned"), 1.0);
     gw.stop().await;
 }
 
@@ -924,9 +905,7 @@ async fn delete_on_the_stream_url_drops_the_upstream_and_ends_the_original_strea
     let mut up = Emulator::open_until_closed().await;
     let gw = TestGateway::start(&up.url(), |_| {}).await;
     let a = ("authorization", "Bearer a");
-    let mut c = open(gw.addr, "POST", "/agent/run", &[a]).await;
-    let (token, url) = stream_of(&c.head);
-    read_events(&mut c, 1).await;
+    let (mut c, token, url) = run_started(gw.addr, &[a], 1).await;
     let random = format!("/_gateway/streams/{:032x}", fastrand::u128(..));
     for (path, h, why) in [
         (url.as_str(), vec![("authorization", "Bearer b")], "other bound headers"),
@@ -955,14 +934,8 @@ async fn delete_on_the_stream_url_drops_the_upstream_and_ends_the_original_strea
     let evs = with_ids(&events_of(&c.body), 0, &token);
     assert_eq!(ending_error(&evs), "stream_cancelled");
     let m = gw.metrics().await;
-    assert_eq!(
-        metric(&m, "sse_gateway_resume_ended_total", &["how=\"cancelled\""]),
-        1.0
-    );
-    assert_eq!(metric(&m, "sse_gateway_resume_streams", &[&state("retained")]), 1.0);
-    assert_eq!(metric(&m, "sse_gateway_resume_streams", &[&state("live")]), 0.0);
-    assert_eq!(up.recorded().len(), 1);
-    gw.stop().await;
+    assert_ended(&m, "cancelled", &[("retained", 1.0), ("live", 0.0)]);
+    one_upstream_request_then_stop(&up, gw).await;
 }
 
 // ------------------------------------------------------------------------------------------------------------
@@ -971,13 +944,9 @@ async fn delete_on_the_stream_url_drops_the_upstream_and_ends_the_original_strea
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watchers_attached_mid_run_get_the_whole_stream_or_the_events_after_their_id() {
-    let events = legacy_events(20);
-    let up = Emulator::start(move |_| paced(&events, Duration::from_millis(60))).await;
-    let gw = TestGateway::start(&up.url(), |_| {}).await;
+    let (up, gw) = gateway_with(paced(legacy_events(20), Duration::from_millis(60)), |_| {}).await;
     let a = ("authorization", "Bearer a");
-    let mut c = open(gw.addr, "POST", "/agent/run", &[a]).await;
-    let (token, url) = stream_of(&c.head);
-    read_events(&mut c, 5).await;
+    let (mut c, token, url) = run_started(gw.addr, &[a], 5).await;
     let mut w1 = open(gw.addr, "GET", &url, &[a]).await;
     let mut w2 = open(gw.addr, "GET", &url, &[a]).await;
     let mut w3 = open(gw.addr, "GET", &url, &[a, ("last-event-id", &id(&token, 3))]).await;
@@ -987,10 +956,7 @@ async fn watchers_attached_mid_run_get_the_whole_stream_or_the_events_after_thei
     }
     let subscribers = metric_until(&gw, "sse_gateway_resume_subscribers", &[], |v| v == 3.0).await;
     assert_eq!(subscribers, 3.0);
-    assert_eq!(
-        metric(&gw.metrics().await, "sse_gateway_resume_streams", &[&state("live")]),
-        1.0
-    );
+    assert_eq!(resume_streams(&gw.metrics().await, "live"), 1.0);
     assert!(
         up.conn("/agent/run").is_some_and(|l| !l.done),
         "the run ended before the watchers came"
@@ -1020,13 +986,9 @@ async fn watchers_attached_mid_run_get_the_whole_stream_or_the_events_after_thei
         0.0
     );
     let m = gw.metrics().await;
-    assert_eq!(
-        metric(&m, "sse_gateway_resume_requests_total", &[&outcome("replayed")]),
-        3.0
-    );
+    assert_eq!(resume_requests(&m, "replayed"), 3.0);
     assert!(metric(&m, "sse_gateway_resume_replayed_events_total", &[]) >= 5.0 + 5.0 + 2.0);
-    assert_eq!(up.recorded().len(), 1);
-    gw.stop().await;
+    one_upstream_request_then_stop(&up, gw).await;
 }
 
 /// Decodes a chunked body (as far as it goes).
@@ -1053,9 +1015,7 @@ async fn a_watcher_that_stops_reading_is_closed_watcher_behind_and_the_original_
     let legacy = big_stream(4096);
     let up = paused_after_first_delta(&legacy, Duration::from_millis(400)).await;
     let gw = TestGateway::start(&up.url(), |s| s.resume.buffer_bytes = 65536).await;
-    let mut c = open(gw.addr, "POST", "/agent/run", &[]).await;
-    let (token, url) = stream_of(&c.head);
-    read_events(&mut c, 1).await;
+    let (mut c, token, url) = run_started(gw.addr, &[], 1).await;
     // The watcher: a small receive buffer, and it reads nothing past the head until the run is over.
     let socket = tokio::net::TcpSocket::new_v4().expect("socket");
     socket.set_recv_buffer_size(4096).expect("SO_RCVBUF");
@@ -1079,11 +1039,7 @@ async fn a_watcher_that_stops_reading_is_closed_watcher_behind_and_the_original_
         .await
         .expect("the original reads to the end at full speed");
     let all = with_ids(&events_of(&c.body), 0, &token);
-    assert_eq!(
-        String::from_utf8_lossy(&without_ids(&c.body)),
-        String::from_utf8_lossy(&translated(&legacy)),
-        "the original lost something"
-    );
+    assert_translation_of(&c.body, &legacy, "the original lost something");
     // Reading again, the watcher gets what was in flight, then is told it fell behind.
     let rest = read_to_eof(&mut w).await.expect("the watcher's stream ends");
     seen.extend_from_slice(&rest);
@@ -1095,10 +1051,7 @@ async fn a_watcher_that_stops_reading_is_closed_watcher_behind_and_the_original_
     assert_eq!(ending_error(&wevs), "watcher_behind");
     let m = gw.metrics().await;
     assert_eq!(metric(&m, "sse_gateway_resume_watchers_closed_total", &[]), 1.0);
-    assert_eq!(
-        metric(&m, "sse_gateway_resume_ended_total", &["how=\"completed\""]),
-        1.0
-    );
+    assert_eq!(resume_ended(&m, "completed"), 1.0);
     gw.stop().await;
 }
 
@@ -1111,31 +1064,20 @@ async fn while_the_client_is_away_a_full_buffer_stops_the_upstream_and_the_recon
     let legacy = big_stream(10240);
     let head_end = find(&legacy, b"data: 000002").expect("third delta");
     let total = (legacy.len() - head_end) as u64;
-    let up = Emulator::start({
-        let legacy = legacy.clone();
-        move |_| {
-            let mut steps = vec![
-                sse_head(),
-                Step::WriteAll(legacy[..head_end].to_vec()),
-                Step::Pause(Duration::from_millis(600)),
-            ];
-            steps.extend(legacy[head_end..].chunks(64 << 10).map(|c| Step::WriteAll(c.to_vec())));
-            steps.push(Step::EndChunks);
-            steps
-        }
-    })
-    .await;
-    let gw = TestGateway::start(&up.url(), |s| {
+    let mut steps = vec![
+        sse_head(),
+        Step::WriteAll(legacy[..head_end].to_vec()),
+        Step::Pause(Duration::from_millis(600)),
+    ];
+    steps.extend(legacy[head_end..].chunks(64 << 10).map(|c| Step::WriteAll(c.to_vec())));
+    steps.push(Step::EndChunks);
+    let (up, gw) = gateway_with(steps, |s| {
         s.resume.buffer_bytes = 65536;
         s.resume.grace_secs = 30.0;
     })
     .await;
-    let mut c = open(gw.addr, "POST", "/agent/run", &[]).await;
-    let (token, _) = stream_of(&c.head);
-    read_events(&mut c, 2).await;
-    let first = with_ids(&events_of(&c.body), 0, &token);
-    let last = first.last().expect("events").seq();
-    c.disconnect(false);
+    let (c, token, _) = run_started(gw.addr, &[], 2).await;
+    let (first, last) = leave(c, &token, false);
     // The pump fills the buffer with what nobody was sent, then stops reading: the upstream's writes block.
     assert_eq!(
         metric_until(&gw, "sse_gateway_resume_streams", &[&state("grace")], |v| v == 1.0).await,
@@ -1168,13 +1110,12 @@ async fn while_the_client_is_away_a_full_buffer_stops_the_upstream_and_the_recon
     r.read_to_end(WAIT).await.expect("the rest");
     let rest = with_ids(&events_of(&r.body), last, &token);
     let joined: String = first.iter().chain(&rest).map(|e| e.raw.as_str()).collect();
-    assert_eq!(
-        String::from_utf8_lossy(&without_ids(joined.as_bytes())),
-        String::from_utf8_lossy(&translated(&legacy)),
-        "the resumed run differs from the uninterrupted translation"
+    assert_translation_of(
+        joined.as_bytes(),
+        &legacy,
+        "the resumed run differs from the uninterrupted translation",
     );
-    assert_eq!(up.recorded().len(), 1);
-    gw.stop().await;
+    one_upstream_request_then_stop(&up, gw).await;
 }
 
 // ------------------------------------------------------------------------------------------------------------
@@ -1184,13 +1125,12 @@ async fn while_the_client_is_away_a_full_buffer_stops_the_upstream_and_the_recon
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ended_stream_is_forgotten_after_its_retention_and_then_410_resume_unknown() {
     let events = legacy_events(3);
-    let up = Emulator::start(move |_| quick(&events)).await;
-    let gw = TestGateway::start(&up.url(), |s| s.resume.retention_secs = 1.0).await;
+    let (up, gw) = gateway_with(quick(&events), |s| s.resume.retention_secs = 1.0).await;
     let (_, head, _) = whole(gw.addr, "POST", "/agent/run", &[]).await;
     let (token, _) = stream_of(&head);
     let ended = Instant::now();
     let m = gw.metrics().await;
-    assert_eq!(metric(&m, "sse_gateway_resume_streams", &[&state("retained")]), 1.0);
+    assert_eq!(resume_streams(&m, "retained"), 1.0);
     assert!(metric(&m, "sse_gateway_resume_held_bytes", &[]) > 0.0);
     let (status, _, _) = whole(gw.addr, "POST", "/agent/run", &[("last-event-id", &id(&token, 1))]).await;
     assert_eq!(status, 200, "readable within its retention");
@@ -1210,12 +1150,8 @@ async fn an_ended_stream_is_forgotten_after_its_retention_and_then_410_resume_un
     assert_eq!(error_code(&body), "resume_unknown");
     let m = gw.metrics().await;
     assert_eq!(metric(&m, "sse_gateway_resume_held_bytes", &[]), 0.0);
-    assert_eq!(
-        metric(&m, "sse_gateway_resume_requests_total", &[&outcome("unknown")]),
-        1.0
-    );
-    assert_eq!(up.recorded().len(), 1);
-    gw.stop().await;
+    assert_eq!(resume_requests(&m, "unknown"), 1.0);
+    one_upstream_request_then_stop(&up, gw).await;
 }
 
 // ------------------------------------------------------------------------------------------------------------
@@ -1224,35 +1160,31 @@ async fn an_ended_stream_is_forgotten_after_its_retention_and_then_410_resume_un
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_is_counted_live_then_in_grace_then_live_again_then_retained() {
-    let events = legacy_events(12);
-    let up = Emulator::start(move |_| paced(&events, Duration::from_millis(80))).await;
-    let gw = TestGateway::start(&up.url(), |_| {}).await;
-    let gauge = |m: &str, s: &str| metric(m, "sse_gateway_resume_streams", &[&state(s)]);
-    let mut c = open(gw.addr, "POST", "/agent/run", &[]).await;
-    let (token, _) = stream_of(&c.head);
-    read_events(&mut c, 2).await;
+    let (_up, gw) = gateway_with(paced(legacy_events(12), Duration::from_millis(80)), |_| {}).await;
+    // The held streams (live, in grace, retained).
+    let by_state = |m: &str| {
+        let n = |s| resume_streams(m, s);
+        (n("live"), n("grace"), n("retained"))
+    };
+    let (c, token, _) = run_started(gw.addr, &[], 2).await;
     let m = gw.metrics().await;
-    assert_eq!(
-        (gauge(&m, "live"), gauge(&m, "grace"), gauge(&m, "retained")),
-        (1.0, 0.0, 0.0)
-    );
+    assert_eq!(by_state(&m), (1.0, 0.0, 0.0));
     assert_eq!(
         metric(&m, "sse_gateway_resume_subscribers", &[]),
         0.0,
         "the original is no subscriber"
     );
     assert!(metric(&m, "sse_gateway_resume_held_bytes", &[]) > 0.0);
-    let last = with_ids(&events_of(&c.body), 0, &token).last().expect("events").seq();
-    c.disconnect(false);
+    let (_, last) = leave(c, &token, false);
     assert_eq!(
         metric_until(&gw, "sse_gateway_resume_streams", &[&state("grace")], |v| v == 1.0).await,
         1.0
     );
-    assert_eq!(gauge(&gw.metrics().await, "live"), 0.0);
+    assert_eq!(resume_streams(&gw.metrics().await, "live"), 0.0);
     let mut r = open(gw.addr, "POST", "/agent/run", &[("last-event-id", &id(&token, last))]).await;
     read_events(&mut r, 1).await;
     let m = gw.metrics().await;
-    assert_eq!((gauge(&m, "live"), gauge(&m, "grace")), (1.0, 0.0));
+    assert_eq!((resume_streams(&m, "live"), resume_streams(&m, "grace")), (1.0, 0.0));
     assert_eq!(
         metric(&m, "sse_gateway_resume_subscribers", &[]),
         1.0,
@@ -1264,14 +1196,8 @@ async fn a_run_is_counted_live_then_in_grace_then_live_again_then_retained() {
         0.0
     );
     let m = gw.metrics().await;
-    assert_eq!(
-        (gauge(&m, "live"), gauge(&m, "grace"), gauge(&m, "retained")),
-        (0.0, 0.0, 1.0)
-    );
-    assert_eq!(
-        metric(&m, "sse_gateway_resume_ended_total", &["how=\"completed\""]),
-        1.0
-    );
+    assert_eq!(by_state(&m), (0.0, 0.0, 1.0));
+    assert_eq!(resume_ended(&m, "completed"), 1.0);
     assert_eq!(metric(&m, "sse_gateway_resume_ended_total", &[]), 1.0);
     gw.stop().await;
 }
@@ -1386,68 +1312,27 @@ fn check_config_shows_the_resume_settings_but_never_the_binding_key() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_binary_answers_a_post_reconnect_itself_and_the_run_goes_on_with_one_upstream_request() {
     let events = legacy_events(16);
-    let up = Emulator::start({
-        let events = events.clone();
-        move |_| paced(&events, Duration::from_millis(80))
-    })
-    .await;
+    let up = Emulator::always(paced(events.clone(), Duration::from_millis(80))).await;
     let gw = Process::against(&up.url(), &[("SSE_GATEWAY__RESUME__GRACE_SECS", "1")]);
-    let mut c = open(gw.addr, "POST", "/agent/run", &[("cookie", "s=1")]).await;
-    let (token, _) = stream_of(&c.head);
-    read_events(&mut c, 4).await;
-    let first = with_ids(&events_of(&c.body), 0, &token);
-    let last = first.last().expect("events").seq();
-    c.disconnect(true);
+    let (c, token, _) = run_started(gw.addr, &[("cookie", "s=1")], 4).await;
+    let (first, last) = leave(c, &token, true);
     let h = [("cookie", "s=1"), ("last-event-id", &id(&token, last))];
     let (status, _, body) = whole(gw.addr, "POST", "/agent/run", &h).await;
     assert_eq!(status, 200, "{}", gw.log_tail());
     let rest = with_ids(&events_of(&body), last, &token);
     let joined: String = first.iter().chain(&rest).map(|e| e.raw.as_str()).collect();
-    assert_eq!(
-        String::from_utf8_lossy(&without_ids(joined.as_bytes())),
-        String::from_utf8_lossy(&translated(&events.concat()))
-    );
+    assert_translation_of(joined.as_bytes(), &events.concat(), "the resumed run");
     assert_eq!(up.recorded().len(), 1, "the reconnect went upstream");
-    assert_eq!(
-        gw.metric("sse_gateway_resume_requests_total", &[&outcome("replayed")])
-            .await,
-        1.0
-    );
+    assert_eq!(resume_requests(&gw.metrics().await, "replayed"), 1.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_binary_drops_an_abandoned_upstream_after_its_one_second_grace() {
     let up = Upstream::start(open_run).await;
     let gw = Process::against(&up.url(), &[("SSE_GATEWAY__RESUME__GRACE_SECS", "1")]);
-    let mut c = open(gw.addr, "POST", "/agent/run", &[]).await;
-    let (token, _) = stream_of(&c.head);
-    read_events(&mut c, 1).await;
-    c.disconnect(true);
-    let left = Instant::now();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(
-        up.conn("/agent/run").and_then(|l| l.closed),
-        None,
-        "dropped within the grace period"
-    );
-    let closed = closed_at(&up, "/agent/run", Duration::from_secs(5))
-        .await
-        .expect("the upstream closed after the grace");
-    let kept = closed.duration_since(left);
-    assert!(
-        (Duration::from_millis(900)..=Duration::from_secs(4)).contains(&kept),
-        "dropped after {kept:?}"
-    );
-    let (status, _, body) = whole(gw.addr, "POST", "/agent/run", &[("last-event-id", &id(&token, 0))]).await;
-    assert_eq!(status, 200);
-    let evs = with_ids(&events_of(&body), 0, &token);
-    assert_eq!(text_of(&evs), "word0 word1 word2 ");
-    assert_eq!(ending_error(&evs), "stream_abandoned");
-    assert_eq!(
-        gw.metric("sse_gateway_resume_ended_total", &["how=\"abandoned\""])
-            .await,
-        1.0
-    );
+    let (token, left) = open_and_leave(gw.addr, true).await;
+    assert_abandoned_after_the_grace(&up, gw.addr, &token, left).await;
+    assert_eq!(resume_ended(&gw.metrics().await, "abandoned"), 1.0);
 }
 
 // ------------------------------------------------------------------------------------------------------------
@@ -1463,9 +1348,7 @@ async fn the_original_still_reading_gets_its_whole_stream_after_a_reconnect_came
         s.resume.grace_secs = 1.0;
     })
     .await;
-    let mut a = open(gw.addr, "POST", "/agent/run", &[]).await;
-    let (token, _) = stream_of(&a.head);
-    read_events(&mut a, 1).await;
+    let (mut a, token, _) = run_started(gw.addr, &[], 1).await;
     // Another client resumes the same run (it takes it over), then leaves; the original never left.
     let b = open(gw.addr, "POST", "/agent/run", &[("last-event-id", &id(&token, 1))]).await;
     assert_eq!(b.status, 200, "{}", b.head);
@@ -1474,32 +1357,21 @@ async fn the_original_still_reading_gets_its_whole_stream_after_a_reconnect_came
         .await
         .expect("the original's stream goes on to its end");
     with_ids(&events_of(&a.body), 0, &token);
-    assert_eq!(
-        String::from_utf8_lossy(&without_ids(&a.body)),
-        String::from_utf8_lossy(&translated(&legacy)),
-        "the original's stream"
-    );
+    assert_translation_of(&a.body, &legacy, "the original's stream");
     let m = gw.metrics().await;
-    assert_eq!(
-        metric(&m, "sse_gateway_resume_ended_total", &["how=\"completed\""]),
-        1.0
-    );
-    assert_eq!(metric(&m, "sse_gateway_resume_streams", &[&state("grace")]), 0.0);
+    assert_ended(&m, "completed", &[("grace", 0.0)]);
     gw.stop().await;
 }
 
 /// An upstream that writes `legacy`'s first delta, pauses, then writes the rest.
 async fn paused_after_first_delta(legacy: &[u8], pause: Duration) -> Emulator {
     let first = find(legacy, b"data: 000001").expect("second delta");
-    let (head, rest) = (legacy[..first].to_vec(), legacy[first..].to_vec());
-    Emulator::start(move |_| {
-        vec![
-            sse_head(),
-            Step::WriteAll(head.clone()),
-            Step::Pause(pause),
-            Step::WriteAll(rest.clone()),
-            Step::EndChunks,
-        ]
-    })
+    Emulator::always(vec![
+        sse_head(),
+        Step::write_all(&legacy[..first]),
+        Step::Pause(pause),
+        Step::write_all(&legacy[first..]),
+        Step::EndChunks,
+    ])
     .await
 }

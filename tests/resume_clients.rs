@@ -123,13 +123,7 @@ fn static_file(path: &str) -> Option<(Vec<u8>, &'static str)> {
 fn answer(req: &Recorded, items: &[String]) -> Vec<Step> {
     let path = req.target.split('?').next().unwrap_or("");
     if path == RUN {
-        let mut steps = vec![sse_head()];
-        for item in items {
-            steps.push(Step::WriteAll(format!("data: {item}\n\n").into_bytes()));
-            steps.push(Step::Pause(PACE));
-        }
-        steps.push(Step::EndChunks);
-        return steps;
+        return paced(items.iter().map(|i| format!("data: {i}\n\n").into_bytes()), PACE);
     }
     if path == "/report" {
         return vec![Step::head(204, &[], false)];
@@ -405,51 +399,41 @@ fn fetch_event_source_installed() -> bool {
 /// at different places of the events.
 const CUTS: [usize; 3] = [1450, 4100, 3333];
 
+/// Runs `page` in headless Chromium (one browser at a time) through a relay that cuts the event streams after
+/// `cuts` bytes, and checks its report as [`Setup::assert_ok`] does (`what`; with the request's headers when `fes`,
+/// a page of fetch-event-source); returns the report, or `None` when skipped (no Chromium, or no fetch-event-source
+/// for a `fes` page).
+async fn run_checked(page: &str, cuts: &[usize], what: &str, fes: bool) -> Option<Value> {
+    let chromium = chromium()?;
+    if fes && !fetch_event_source_installed() {
+        return None;
+    }
+    let _one = ONE_BROWSER.lock().await;
+    let setup = Setup::start(cuts).await;
+    let report = setup.run_page(&chromium, page).await;
+    setup.assert_ok(what, &report, fes);
+    setup.gw.stop().await;
+    Some(report)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chromium_eventsource_resumes_a_run_cut_three_times() {
-    let Some(chromium) = chromium() else { return };
-    let _one = ONE_BROWSER.lock().await;
-    let setup = Setup::start(&CUTS).await;
-    let report = setup.run_page(&chromium, "eventsource.html").await;
-    setup.assert_ok(
-        "EventSource in Chromium, through a relay that cuts it 3 times",
-        &report,
-        false,
-    );
-    setup.gw.stop().await;
+    let what = "EventSource in Chromium, through a relay that cuts it 3 times";
+    run_checked("eventsource.html", &CUTS, what, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fetch_event_source_post_resumes_a_run_cut_three_times() {
-    let Some(chromium) = chromium() else { return };
-    if !fetch_event_source_installed() {
-        return;
-    }
-    let _one = ONE_BROWSER.lock().await;
-    let setup = Setup::start(&[1300, 3900, 2777]).await;
-    let report = setup.run_page(&chromium, "fetch-event-source.html?mode=cut").await;
-    setup.assert_ok(
-        "@microsoft/fetch-event-source POST in Chromium, through a relay that cuts it 3 times",
-        &report,
-        true,
-    );
-    setup.gw.stop().await;
+    let what = "@microsoft/fetch-event-source POST in Chromium, through a relay that cuts it 3 times";
+    run_checked("fetch-event-source.html?mode=cut", &[1300, 3900, 2777], what, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fetch_event_source_hidden_tab_resumes_the_same_run() {
-    let Some(chromium) = chromium() else { return };
-    if !fetch_event_source_installed() {
+    let what = "@microsoft/fetch-event-source POST in Chromium, its tab hidden and shown twice";
+    let Some(report) = run_checked("fetch-event-source.html?mode=hidden", &[], what, true).await else {
         return;
-    }
-    let _one = ONE_BROWSER.lock().await;
-    let setup = Setup::start(&[]).await;
-    let report = setup.run_page(&chromium, "fetch-event-source.html?mode=hidden").await;
-    setup.assert_ok(
-        "@microsoft/fetch-event-source POST in Chromium, its tab hidden and shown twice",
-        &report,
-        true,
-    );
+    };
     // The library did abort and re-request: the page hid and showed its tab twice, and opened three responses.
     let notes = report["notes"].to_string();
     let opens = report["opens"].as_array().map_or(0, Vec::len);
@@ -457,5 +441,4 @@ async fn fetch_event_source_hidden_tab_resumes_the_same_run() {
         notes.matches("tab hidden").count() == 2 && notes.matches("tab shown").count() == 2 && opens == 3,
         "the page did not hide and show its tab twice, with a request each time: {opens} opens, notes {notes}"
     );
-    setup.gw.stop().await;
 }

@@ -8,6 +8,7 @@ mod harness;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use harness::legacy::text_block;
 use harness::prelude::*;
 use harness::redis_server::RedisServer;
 use harness::sse::split_id;
@@ -29,12 +30,10 @@ const WAIT: Duration = Duration::from_secs(10);
 /// The legacy stream of a run: an open text block, `words` pieces, its end, a `meta_final` and `[DONE]`, item by
 /// item.
 fn legacy_items(words: usize) -> Vec<Vec<u8>> {
-    let mut items = vec![b"data: <content-block-text>\n\n".to_vec()];
-    items.extend((0..words).map(|i| format!("data: word{i:03} \n\n").into_bytes()));
-    items.push(b"data: </content-block-text>\n\n".to_vec());
-    items.push(b"data: <meta_final data=\"{&quot;ok&quot;:true}\"></meta_final>\n\n".to_vec());
-    items.push(b"data: [DONE]\n\n".to_vec());
-    items
+    text_block(
+        (0..words).map(|i| format!("word{i:03} ")),
+        &["<meta_final data=\"{&quot;ok&quot;:true}\"></meta_final>", "[DONE]"],
+    )
 }
 
 /// The whole legacy body of a run of `words` pieces.
@@ -45,17 +44,6 @@ fn legacy(words: usize) -> Vec<u8> {
 /// What the gateway must send for it, ids aside.
 fn expected(words: usize) -> Vec<u8> {
     translate_all(Options::default(), AGENT, &legacy(words)).0
-}
-
-/// The upstream's script for a run: each item, then a pause, then the end.
-fn paced(words: usize) -> Vec<Step> {
-    let mut steps = vec![sse_head()];
-    for item in legacy_items(words) {
-        steps.push(Step::WriteAll(item));
-        steps.push(Step::Pause(PACE));
-    }
-    steps.push(Step::EndChunks);
-    steps
 }
 
 /// An upstream answering `/run/<words>` (and `/run/<words>/<anything>`) with a paced run of that many pieces;
@@ -76,7 +64,7 @@ async fn upstream() -> Emulator {
             .next()
             .and_then(|w| w.parse().ok())
             .unwrap_or(5);
-        paced(words)
+        paced(legacy_items(words), PACE)
     })
     .await
 }
@@ -169,6 +157,35 @@ impl Setup {
                 (seq, String::from_utf8(event.clone()).expect("utf-8 event"))
             })
             .collect()
+    }
+
+    /// Starts a run of `path` on A with the client's credentials, reads its first `n` events and waits until the
+    /// store knows the stream; returns A's client, the stream's URL and its token.
+    async fn run_on_a(&self, path: &str, n: usize) -> (Client, String, String) {
+        let mut on_a = open(self.a.addr, &run_request(path, &[("Authorization", AUTH)])).await;
+        let (url, token) = stream_of(&on_a);
+        read_events(&mut on_a, n).await;
+        self.wait_visible(&token).await;
+        (on_a, url, token)
+    }
+
+    /// A watcher of stream `url` on B, with the client's credentials; answered 200.
+    async fn watch_on_b(&self, url: &str) -> Client {
+        let c = open(self.b.addr, &bare_request("GET", url, &[("Authorization", AUTH)])).await;
+        assert_eq!(c.status, 200, "{}\n{}", c.head, self.logs());
+        c
+    }
+
+    /// The client's reconnection on `addr` to its run of `path` after event `seq` of stream `token`; answered 200.
+    async fn resume(&self, addr: SocketAddr, path: &str, token: &str, seq: u64) -> Client {
+        let id = last_id(token, seq);
+        let c = open(
+            addr,
+            &run_request(path, &[("Authorization", AUTH), ("Last-Event-ID", &id)]),
+        )
+        .await;
+        assert_eq!(c.status, 200, "{}\n{}", c.head, self.logs());
+        c
     }
 
     /// Both gateways' logs, for failure messages.
@@ -380,9 +397,7 @@ async fn a_run_cut_on_a_is_resumed_on_b() {
 
     // Resumed two events before the last one received: those two come again.
     let from = first.last().and_then(|e| e.seq).expect("an id") - 2;
-    let id = last_id(&token, from);
-    let mut on_b = open(s.b.addr, &run_request(&cut_path, &[auth[0], ("Last-Event-ID", &id)])).await;
-    assert_eq!(on_b.status, 200, "{}\n{}", on_b.head, s.logs());
+    let mut on_b = s.resume(s.b.addr, &cut_path, &token, from).await;
     assert_eq!(stream_of(&on_b).1, token, "B names the same stream");
     let b_first = read_events(&mut on_b, 3).await;
     let upstream_running = !s.up.conn(&cut_path).expect("the run's connection").done;
@@ -414,14 +429,9 @@ async fn a_run_cut_on_a_is_resumed_on_b() {
 async fn a_watcher_on_b_gets_the_whole_stream_of_a() {
     let Some(s) = setup(&[]).await else { return };
     let path = "/run/25";
-    let auth = [("Authorization", AUTH)];
-    let mut on_a = open(s.a.addr, &run_request(path, &auth)).await;
-    let (url, token) = stream_of(&on_a);
-    read_events(&mut on_a, 6).await;
-    s.wait_visible(&token).await;
+    let (mut on_a, url, _) = s.run_on_a(path, 6).await;
 
-    let mut watcher = open(s.b.addr, &bare_request("GET", &url, &auth)).await;
-    assert_eq!(watcher.status, 200, "{}\n{}", watcher.head, s.logs());
+    let mut watcher = s.watch_on_b(&url).await;
     let early = read_events(&mut watcher, 1).await;
     let upstream_running = !s.up.conn(path).expect("the run's connection").done;
     let watched = read_all(&mut watcher).await;
@@ -449,13 +459,8 @@ async fn a_watcher_on_b_gets_the_whole_stream_of_a() {
 async fn readers_on_b_end_with_upstream_lost_when_a_dies() {
     let Some(s) = setup(&[]).await else { return };
     let path = "/run/60";
-    let auth = [("Authorization", AUTH)];
-    let mut on_a = open(s.a.addr, &run_request(path, &auth)).await;
-    let (url, token) = stream_of(&on_a);
-    read_events(&mut on_a, 5).await;
-    s.wait_visible(&token).await;
-    let mut follower = open(s.b.addr, &bare_request("GET", &url, &auth)).await;
-    assert_eq!(follower.status, 200, "{}\n{}", follower.head, s.logs());
+    let (on_a, url, token) = s.run_on_a(path, 5).await;
+    let mut follower = s.watch_on_b(&url).await;
     read_events(&mut follower, 6).await;
 
     assert!(
@@ -486,9 +491,7 @@ async fn readers_on_b_end_with_upstream_lost_when_a_dies() {
     assert_eq!(text(&from_a[..common]), text(&events[..common]));
 
     // A reconnect after A died: the stored events after its id, then the same envelope.
-    let id = last_id(&token, 2);
-    let mut again = open(s.b.addr, &run_request(path, &[auth[0], ("Last-Event-ID", &id)])).await;
-    assert_eq!(again.status, 200, "{}\n{}", again.head, s.logs());
+    let mut again = s.resume(s.b.addr, path, &token, 2).await;
     let replayed = within(Duration::from_secs(6), "the reconnect's end", read_all(&mut again)).await;
     let (events, last) = replayed.split_at(replayed.len() - 1);
     assert_ends_with_error(last, "upstream_lost", "the reconnect");
@@ -501,10 +504,7 @@ async fn readers_on_b_end_with_upstream_lost_when_a_dies() {
 async fn b_refuses_a_wrong_binding_and_an_unknown_token() {
     let Some(s) = setup(&[]).await else { return };
     let path = "/run/20";
-    let mut on_a = open(s.a.addr, &run_request(path, &[("Authorization", AUTH)])).await;
-    let (url, token) = stream_of(&on_a);
-    read_events(&mut on_a, 3).await;
-    s.wait_visible(&token).await;
+    let (mut on_a, url, token) = s.run_on_a(path, 3).await;
     let b = |p: &str| format!("http://{}{p}", s.b.addr);
     let id = last_id(&token, 1);
     let error_of = |body: &[u8]| -> String {
@@ -514,56 +514,65 @@ async fn b_refuses_a_wrong_binding_and_an_unknown_token() {
             .to_owned()
     };
 
-    for (what, method, target, headers) in [
+    let unknown = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
+    let unknown_id = last_id(&unknown, 3);
+    let (other, auth) = (("authorization", "Bearer user-2"), ("authorization", AUTH));
+    let (resume, resume_unknown) = (("last-event-id", id.as_str()), ("last-event-id", unknown_id.as_str()));
+    let watch_unknown = b(&format!("/_gateway/streams/{unknown}"));
+    // Other bound headers: 404 as if unknown; an unknown token: 410.
+    for (what, method, target, headers, status, error) in [
         (
             "reconnect, other Authorization",
             "POST",
             b(path),
-            vec![("authorization", "Bearer user-2"), ("last-event-id", id.as_str())],
+            vec![other, resume],
+            404,
+            "not_found",
         ),
         (
             "reconnect, no Authorization",
             "POST",
             b(path),
-            vec![("last-event-id", id.as_str())],
+            vec![resume],
+            404,
+            "not_found",
         ),
         (
             "watch, other Authorization",
             "GET",
             b(&url),
-            vec![("authorization", "Bearer user-2")],
+            vec![other],
+            404,
+            "not_found",
         ),
         (
             "cancel, other Authorization",
             "DELETE",
             b(&url),
-            vec![("authorization", "Bearer user-2")],
+            vec![other],
+            404,
+            "not_found",
         ),
-    ] {
-        let (parts, body) = within(WAIT, what, send(method, &target, &headers, "{}")).await;
-        assert_eq!(parts.status, 404, "{what}: {}", String::from_utf8_lossy(&body));
-        assert_eq!(error_of(&body), "not_found", "{what}");
-    }
-
-    let unknown = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
-    let unknown_id = last_id(&unknown, 3);
-    for (what, method, target, headers) in [
         (
             "reconnect, unknown token",
             "POST",
             b(path),
-            vec![("authorization", AUTH), ("last-event-id", unknown_id.as_str())],
+            vec![auth, resume_unknown],
+            410,
+            "resume_unknown",
         ),
         (
             "watch, unknown token",
             "GET",
-            b(&format!("/_gateway/streams/{unknown}")),
-            vec![("authorization", AUTH)],
+            watch_unknown,
+            vec![auth],
+            410,
+            "resume_unknown",
         ),
     ] {
         let (parts, body) = within(WAIT, what, send(method, &target, &headers, "{}")).await;
-        assert_eq!(parts.status, 410, "{what}: {}", String::from_utf8_lossy(&body));
-        assert_eq!(error_of(&body), "resume_unknown", "{what}");
+        assert_eq!(parts.status, status, "{what}: {}", String::from_utf8_lossy(&body));
+        assert_eq!(error_of(&body), error, "{what}");
     }
 
     // The refused cancel cancelled nothing: A's run ends as it would have.
@@ -575,14 +584,8 @@ async fn b_refuses_a_wrong_binding_and_an_unknown_token() {
     assert_eq!(requests_for(&s.up, path), 1, "nothing forwarded");
     assert_eq!(s.up.recorded().len(), 1, "nothing forwarded");
     let m = s.b.metrics().await;
-    assert_eq!(
-        metric(&m, "sse_gateway_resume_requests_total", &["outcome=\"denied\""]),
-        3.0
-    );
-    assert_eq!(
-        metric(&m, "sse_gateway_resume_requests_total", &["outcome=\"unknown\""]),
-        2.0
-    );
+    assert_eq!(resume_requests(&m, "denied"), 3.0);
+    assert_eq!(resume_requests(&m, "unknown"), 2.0);
 }
 
 /// `DELETE` on B of a stream A holds: 204, A drops the upstream within about 3 s, and A's client ends with a
@@ -591,10 +594,7 @@ async fn b_refuses_a_wrong_binding_and_an_unknown_token() {
 async fn a_delete_on_b_cancels_the_run_on_a() {
     let Some(mut s) = setup(&[]).await else { return };
     let auth = [("Authorization", AUTH)];
-    let mut on_a = open(s.a.addr, &run_request("/hold", &auth)).await;
-    let (url, token) = stream_of(&on_a);
-    read_events(&mut on_a, 3).await;
-    s.wait_visible(&token).await;
+    let (mut on_a, url, _) = s.run_on_a("/hold", 3).await;
 
     let target = format!("http://{}{url}", s.b.addr);
     let (parts, body) = within(WAIT, "DELETE", send("DELETE", &target, &auth, "")).await;
@@ -627,11 +627,7 @@ async fn redis_down_mid_run_spares_the_live_stream() {
     let Some(mut s) = setup(&[]).await else { return };
     const WORDS: usize = 30;
     let path = "/run/30";
-    let auth = [("Authorization", AUTH)];
-    let mut on_a = open(s.a.addr, &run_request(path, &auth)).await;
-    let (_, token) = stream_of(&on_a);
-    read_events(&mut on_a, 5).await;
-    s.wait_visible(&token).await;
+    let (mut on_a, _, token) = s.run_on_a(path, 5).await;
     assert_eq!(s.a.metric("sse_gateway_resume_unresumable_total", &[]).await, 0.0);
 
     s.redis.kill();
@@ -657,15 +653,13 @@ async fn redis_down_mid_run_spares_the_live_stream() {
     assert_eq!(status, 200, "A stays ready without Redis");
 
     // A still holds it.
-    let id = last_id(&token, 2);
-    let resume = run_request(path, &[auth[0], ("Last-Event-ID", &id)]);
-    let mut again = open(s.a.addr, &resume).await;
-    assert_eq!(again.status, 200, "{}\n{}", again.head, s.logs());
+    let mut again = s.resume(s.a.addr, path, &token, 2).await;
     let replayed = read_all(&mut again).await;
     assert_eq!(text(&replayed), text(&all[2..]), "A's replay from memory");
 
     // B cannot read it: refused, and soon.
     let asked = Instant::now();
+    let id = last_id(&token, 2);
     let headers = [("authorization", AUTH), ("last-event-id", id.as_str())];
     let b_url = format!("http://{}{path}", s.b.addr);
     let (parts, body) = within(
@@ -702,9 +696,8 @@ async fn a_reader_on_b_keeps_the_run_on_a_past_its_grace_period() {
     let left = Instant::now();
     s.wait_visible(&token).await;
 
-    let id = last_id(&token, first.last().and_then(|e| e.seq).expect("an id"));
-    let mut on_b = open(s.b.addr, &run_request(path, &[auth[0], ("Last-Event-ID", &id)])).await;
-    assert_eq!(on_b.status, 200, "{}\n{}", on_b.head, s.logs());
+    let last = first.last().and_then(|e| e.seq).expect("an id");
+    let mut on_b = s.resume(s.b.addr, path, &token, last).await;
     // Slowly: a small read, then a pause, to the end.
     within(Duration::from_secs(15), "B's slow read", async {
         while !on_b.ended {
@@ -751,12 +744,6 @@ async fn a_reader_on_b_keeps_the_run_on_a_past_its_grace_period() {
     );
     assert_eq!(requests_for(&s.up, path), 1);
     let m = s.a.metrics().await;
-    assert_eq!(
-        metric(&m, "sse_gateway_resume_ended_total", &["how=\"abandoned\""]),
-        0.0
-    );
-    assert_eq!(
-        metric(&m, "sse_gateway_resume_ended_total", &["how=\"completed\""]),
-        1.0
-    );
+    assert_eq!(resume_ended(&m, "abandoned"), 0.0);
+    assert_eq!(resume_ended(&m, "completed"), 1.0);
 }

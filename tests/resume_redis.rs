@@ -125,6 +125,15 @@ async fn two(opts: RedisOptions) -> Option<Two> {
     Some(Two { server, a, b, a_counts })
 }
 
+impl Two {
+    /// A new stream, created by the owner `a` with binding 1; its token.
+    fn created(&self) -> String {
+        let tok = token();
+        self.a.create(&tok, binding(1));
+        tok
+    }
+}
+
 /// Opens `token` on `store` once the owner's first write has landed.
 async fn open_when_visible(store: &RedisStore, token: &str, b: [u8; 32], after: Option<u64>) -> RemoteReader {
     within(PATIENCE, "stream visible", async {
@@ -174,8 +183,7 @@ async fn remote_state_until(store: &RedisStore, token: &str, what: &str, f: impl
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replays_from_the_start_and_from_each_position() {
     let Some(t) = two(opts()).await else { return };
-    let tok = token();
-    t.a.create(&tok, binding(1));
+    let tok = t.created();
     assert!(append(&t.a, &tok, 1..=1));
     assert!(append(&t.a, &tok, 2..=4));
     assert!(append(&t.a, &tok, 5..=6));
@@ -210,8 +218,7 @@ async fn a_trimmed_position_is_a_gap() {
     else {
         return;
     };
-    let tok = token();
-    t.a.create(&tok, binding(1));
+    let tok = t.created();
     // A reader at the start before anything is written: trimmed under it, it must say so.
     let mut early = open_when_visible(&t.b, &tok, binding(1), None).await;
     for first in (1..=500).step_by(10) {
@@ -258,8 +265,7 @@ async fn unknown_and_denied() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_follower_gets_later_events_in_order() {
     let Some(t) = two(opts()).await else { return };
-    let tok = token();
-    t.a.create(&tok, binding(1));
+    let tok = t.created();
     let mut r = open_when_visible(&t.b, &tok, binding(1), None).await;
     let reading = tokio::spawn(async move { read_all(&mut r).await });
     for seq in 1..=20 {
@@ -317,8 +323,7 @@ async fn a_lost_owner_ends_readers_with_lost_after_every_stored_event() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_is_seen_by_remote_state() {
     let Some(t) = two(opts()).await else { return };
-    let tok = token();
-    t.a.create(&tok, binding(1));
+    let tok = t.created();
     open_when_visible(&t.b, &tok, binding(1), None).await;
     assert_eq!(t.a.remote_state(&tok).await.expect("state"), RemoteState::default());
     t.b.cancel(&tok, binding(1)).await.expect("cancel");
@@ -328,8 +333,7 @@ async fn a_cancel_is_seen_by_remote_state() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_primary_cursor_is_seen_by_remote_state() {
     let Some(t) = two(opts()).await else { return };
-    let tok = token();
-    t.a.create(&tok, binding(1));
+    let tok = t.created();
     assert!(append(&t.a, &tok, 1..=4));
     let mut r = open_when_visible(&t.b, &tok, binding(1), Some(2)).await;
     assert_eq!(t.a.remote_state(&tok).await.expect("state").primary_cursor, None);
@@ -353,8 +357,7 @@ async fn an_overflowing_queue_gives_the_stream_up() {
     let Some(t) = two(RedisOptions { queue: 4, ..opts() }).await else {
         return;
     };
-    let tok = token();
-    t.a.create(&tok, binding(1));
+    let tok = t.created();
     assert!(append(&t.a, &tok, 1..=2));
     assert!(!append(&t.a, &tok, 3..=7), "5 events at once exceed a queue of 4");
     assert_eq!(t.a_counts.unresumable.load(Ordering::SeqCst), 1);
@@ -371,8 +374,7 @@ async fn an_overflowing_queue_gives_the_stream_up() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_killed_mid_stream_gives_streams_up_without_blocking() {
     let Some(mut t) = two(opts()).await else { return };
-    let tok = token();
-    t.a.create(&tok, binding(1));
+    let tok = t.created();
     let mut r = open_when_visible(&t.b, &tok, binding(1), None).await;
     for seq in 1..=20 {
         assert!(append(&t.a, &tok, seq..=seq));

@@ -27,6 +27,20 @@ def sel(extra: str = "") -> str:
     return "{" + SEL + (", " + extra if extra else "") + "}"
 
 
+def sum_rate(metric: str, by: str = "") -> str:
+    """The per-second rate of a counter, summed (per `by` label) over the selected instances."""
+    return f"sum{by_clause(by)}(rate({metric}{sel()}[{RATE}]))"
+
+
+def sum_of(metric: str, by: str = "") -> str:
+    """A gauge summed (per `by` label) over the selected instances."""
+    return f"sum{by_clause(by)}({metric}{sel()})"
+
+
+def by_clause(by: str) -> str:
+    return f" by ({by}) " if by else ""
+
+
 S5XX = sel('status_class="5xx"')
 STRANSLATE = sel('mode="translate"')
 
@@ -88,14 +102,16 @@ class Layout:
         self.x = 0
         self.row_h = 0
 
-    def add(self, panel: dict, w: int, h: int):
-        if self.x + w > 24:
-            self._newline()
-        panel["id"] = self._id()
-        panel["gridPos"] = {"h": h, "w": w, "x": self.x, "y": self.y}
-        self.x += w
-        self.row_h = max(self.row_h, h)
-        self.panels.append(panel)
+    def add(self, w: int, h: int, *panels: dict):
+        """Places the panels one after the other, each w columns wide and h high."""
+        for panel in panels:
+            if self.x + w > 24:
+                self._newline()
+            panel["id"] = self._id()
+            panel["gridPos"] = {"h": h, "w": w, "x": self.x, "y": self.y}
+            self.x += w
+            self.row_h = max(self.row_h, h)
+            self.panels.append(panel)
 
 
 def timeseries(title, description, tgts, unit="short", stack=False, min0=True):
@@ -126,7 +142,7 @@ def timeseries(title, description, tgts, unit="short", stack=False, min0=True):
 
 def ops_by_kind(title, description, counter):
     """A stacked timeseries of a counter's rate, one series per `kind` label."""
-    tgts = targets((f"sum by (kind) (rate({counter}{sel()}[{RATE}]))", "{{kind}}"))
+    tgts = targets((sum_rate(counter, by="kind"), "{{kind}}"))
     return timeseries(title, description, tgts, unit="ops", stack=True)
 
 
@@ -194,45 +210,31 @@ def build() -> dict:
     # ------------------------------------------------------------------ overview
     L.row("Overview", "Is the fleet up, ready and serving streams right now?")
     L.add(
+        4,
+        4,
         stat(
             "Targets up",
             "Gateway admin endpoints Prometheus scraped successfully (up == 1).",
-            f"sum(up{sel()})",
+            sum_of("up"),
         ),
-        4,
-        4,
-    )
-    L.add(
         stat(
             "Ready",
             "Instances whose /readyz is true. Lower than 'Targets up' while instances drain.",
-            f"sum(sse_gateway_ready{sel()})",
+            sum_of("sse_gateway_ready"),
         ),
-        4,
-        4,
-    )
-    L.add(
         stat(
             "Draining",
             "Instances shutting down (SIGTERM received, finishing open streams).",
-            f"sum(sse_gateway_draining{sel()})",
+            sum_of("sse_gateway_draining"),
             thresholds=[{"color": "green", "value": None}, {"color": "orange", "value": 1}],
         ),
-        4,
-        4,
-    )
-    L.add(stat("Active streams", "Event streams open now, all modes.", f"sum(sse_gateway_active_streams{sel()})"), 4, 4)
-    L.add(
+        stat("Active streams", "Event streams open now, all modes.", sum_of("sse_gateway_active_streams")),
         stat(
             "Requests / s",
             "All requests answered (streams and pass-through).",
-            f"sum(rate(sse_gateway_requests_total{sel()}[{RATE}]))",
+            sum_rate("sse_gateway_requests_total"),
             unit="reqps",
         ),
-        4,
-        4,
-    )
-    L.add(
         stat(
             "5xx ratio",
             "Share of requests answered with a 5xx status (502/504 from the gateway, or the upstream's own).",
@@ -246,79 +248,65 @@ def build() -> dict:
             ],
             decimals=2,
         ),
-        4,
-        4,
     )
 
     # ------------------------------------------------------------------ RED
     L.row("Requests and streams", "Rate, errors and duration: the RED view of streams and requests.")
     L.add(
+        8,
+        8,
         timeseries(
             "Active streams by mode",
             "Open event streams: translate (JSON envelopes), passthrough (legacy stream), shadow.",
-            targets((f"sum by (mode) (sse_gateway_active_streams{sel()})", "{{mode}}")),
+            targets((sum_of("sse_gateway_active_streams", by="mode"), "{{mode}}")),
             stack=True,
         ),
-        8,
-        8,
-    )
-    L.add(
         timeseries(
             "Requests by status class",
             "Requests answered per second, by mode and HTTP status class.",
             targets(
                 (
-                    f"sum by (mode, status_class) (rate(sse_gateway_requests_total{sel()}[{RATE}]))",
+                    sum_rate("sse_gateway_requests_total", by="mode, status_class"),
                     "{{mode}} {{status_class}}",
                 )
             ),
             unit="reqps",
             stack=True,
         ),
-        8,
-        8,
-    )
-    L.add(
         timeseries(
             "Streams ended by outcome",
             "Streams ending per second: completed, upstream_error (backend failed mid-stream), "
             "client_gone (the client hung up first).",
             targets(
                 (
-                    f"sum by (outcome) (rate(sse_gateway_streams_total{sel()}[{RATE}]))",
+                    sum_rate("sse_gateway_streams_total", by="outcome"),
                     "{{outcome}}",
                 )
             ),
             unit="ops",
             stack=True,
         ),
-        8,
-        8,
     )
     L.add(
+        12,
+        8,
         timeseries(
             "Stream duration",
             "How long translated streams stay open (p50 / p95 / p99).",
             targets(*quantiles("sse_gateway_stream_duration_seconds", by="mode")),
             unit="s",
         ),
-        12,
-        8,
-    )
-    L.add(
         timeseries(
             "Requests by instance",
             "Requests per second per instance: uneven bars show the load balancer's spread.",
             targets(
                 (
-                    f"sum by (instance) (rate(sse_gateway_requests_total{sel()}[{RATE}]))",
+                    sum_rate("sse_gateway_requests_total", by="instance"),
                     "{{instance}}",
                 )
             ),
             unit="reqps",
         ),
-        12,
-        8,
     )
 
     # ------------------------------------------------------------------ latency
@@ -327,6 +315,8 @@ def build() -> dict:
         "Time to first byte on both sides of the gateway, and what translation adds to each event.",
     )
     L.add(
+        12,
+        9,
         timeseries(
             "Time to first byte: upstream vs downstream",
             "Upstream: request sent to the backend's response head. Downstream: request received to the "
@@ -337,20 +327,16 @@ def build() -> dict:
             ),
             unit="s",
         ),
-        12,
-        9,
-    )
-    L.add(
         heatmap(
             "Per-event translation latency",
             "Upstream event complete to its envelopes written, every event. Design target: p99 under 100 µs.",
             "sse_gateway_event_translation_seconds",
             "s",
         ),
-        12,
-        9,
     )
     L.add(
+        24,
+        7,
         timeseries(
             "Per-event translation latency quantiles",
             "p50 / p99 / p99.9 of the per-event translation latency, per instance.",
@@ -366,8 +352,6 @@ def build() -> dict:
             ),
             unit="s",
         ),
-        24,
-        7,
     )
 
     # ------------------------------------------------------------------ fragmentation
@@ -377,6 +361,8 @@ def build() -> dict:
         "fit the byte budget.",
     )
     L.add(
+        8,
+        8,
         timeseries(
             "Fragmented legacy items",
             "Share of legacy items that spanned more than one upstream event or data: line. A proxy "
@@ -390,42 +376,26 @@ def build() -> dict:
             ),
             unit="percentunit",
         ),
-        8,
-        8,
-    )
-    L.add(
         timeseries(
             "Legacy items per second",
             "Legacy items translated per second, and how many of them arrived fragmented.",
             targets(
-                (f"sum(rate(sse_gateway_items_total{sel()}[{RATE}]))", "items"),
-                (f"sum(rate(sse_gateway_fragmented_items_total{sel()}[{RATE}]))", "fragmented"),
+                (sum_rate("sse_gateway_items_total"), "items"),
+                (sum_rate("sse_gateway_fragmented_items_total"), "fragmented"),
             ),
             unit="ops",
         ),
-        8,
-        8,
-    )
-    L.add(
         timeseries(
             "Upstream events per legacy item",
             "How many upstream SSE events one legacy item spanned (p50 / p99 / max bucket).",
             targets(*quantiles("sse_gateway_item_upstream_events", qs=(0.5, 0.99, 1.0))),
         ),
-        8,
-        8,
-    )
-    L.add(
         timeseries(
             "Envelopes per block",
             "Output chunks per closed block, by envelope type (p50 / p99): large tool results and "
             "histories are split into many budget-sized envelopes.",
             targets(*quantiles("sse_gateway_block_chunks", by="type", qs=(0.5, 0.99))),
         ),
-        8,
-        8,
-    )
-    L.add(
         heatmap(
             "Envelope size distribution",
             "Size of each envelope's JSON object in bytes. Everything should sit at or below the budget "
@@ -433,25 +403,19 @@ def build() -> dict:
             "sse_gateway_envelope_bytes",
             "bytes",
         ),
-        8,
-        8,
-    )
-    L.add(
         timeseries(
             "Envelopes and oversize envelopes by type",
             "Envelopes written per second by type, and those sent over the budget (citations, or fixed "
             "fields alone over it): oversize is drawn on the same axis, look for non-zero lines.",
             targets(
-                (f"sum by (type) (rate(sse_gateway_envelopes_total{sel()}[{RATE}]))", "{{type}}"),
+                (sum_rate("sse_gateway_envelopes_total", by="type"), "{{type}}"),
                 (
-                    f"sum by (type) (rate(sse_gateway_oversize_envelopes_total{sel()}[{RATE}]))",
+                    sum_rate("sse_gateway_oversize_envelopes_total", by="type"),
                     "oversize {{type}}",
                 ),
             ),
             unit="ops",
         ),
-        8,
-        8,
     )
 
     # ------------------------------------------------------------------ errors
@@ -461,78 +425,68 @@ def build() -> dict:
         "by a well-formed error envelope or a clean close.",
     )
     L.add(
+        8,
+        8,
         ops_by_kind(
             "Parse errors by kind",
             "Legacy input the translator could not parse (syntax, entity, invalid_utf8, item_too_large, "
             "truncated, invalid_json, unexpected, invalid_id); each became an error envelope.",
             "sse_gateway_parse_errors_total",
         ),
-        8,
-        8,
-    )
-    L.add(
         timeseries(
             "Unknown tags and scope conflicts",
             "Unknown legacy tags (passed on as text or dropped, per config) and agent-scope conflicts "
             "(a block opened while another was open, e.g. parallel subagents).",
             targets(
-                (f"sum(rate(sse_gateway_unknown_tags_total{sel()}[{RATE}]))", "unknown tags"),
-                (f"sum(rate(sse_gateway_scope_conflicts_total{sel()}[{RATE}]))", "scope conflicts"),
+                (sum_rate("sse_gateway_unknown_tags_total"), "unknown tags"),
+                (sum_rate("sse_gateway_scope_conflicts_total"), "scope conflicts"),
             ),
             unit="ops",
         ),
-        8,
-        8,
-    )
-    L.add(
         ops_by_kind(
             "Upstream errors by kind",
             "Failures talking to the backend: connect, timeout (no response head in time), reset "
             "(mid-stream), protocol, status (5xx from the backend).",
             "sse_gateway_upstream_errors_total",
         ),
-        8,
-        8,
     )
     L.add(
+        12,
+        7,
         timeseries(
             "Client disconnects",
             "Responses whose client went away before the end (the upstream request is dropped at once).",
-            targets((f"sum(rate(sse_gateway_client_disconnects_total{sel()}[{RATE}]))", "client disconnects")),
+            targets((sum_rate("sse_gateway_client_disconnects_total"), "client disconnects")),
             unit="ops",
         ),
-        12,
-        7,
-    )
-    L.add(
         timeseries(
             "Keepalives sent",
             "': keepalive' comments written to idle translated streams, so that idle timeouts of load "
             "balancers in between do not cut them.",
-            targets((f"sum(rate(sse_gateway_keepalives_total{sel()}[{RATE}]))", "keepalives")),
+            targets((sum_rate("sse_gateway_keepalives_total"), "keepalives")),
             unit="ops",
         ),
-        12,
-        7,
     )
 
     # ------------------------------------------------------------------ traffic
     L.row("Traffic", "Bytes through the gateway, per mode and direction, and the upstream connections used.")
     L.add(
+        12,
+        8,
         timeseries(
             "Bytes in and out",
             "Response body bytes read from the upstream (in) and sent to clients (out). JSON envelopes are "
             "larger than the legacy XML they replace; the ratio shows by how much.",
             targets(
-                (f"sum by (mode) (rate(sse_gateway_bytes_in_total{sel()}[{RATE}]))", "in {{mode}}"),
-                (f"sum by (mode) (rate(sse_gateway_bytes_out_total{sel()}[{RATE}]))", "out {{mode}}"),
+                (sum_rate("sse_gateway_bytes_in_total", by="mode"), "in {{mode}}"),
+                (sum_rate("sse_gateway_bytes_out_total", by="mode"), "out {{mode}}"),
             ),
             unit="Bps",
         ),
-        12,
-        8,
     )
     L.add(
+        6,
+        8,
         timeseries(
             "Output / input byte ratio",
             "Bytes sent per byte received on translated streams.",
@@ -545,25 +499,19 @@ def build() -> dict:
             ),
             unit="none",
         ),
-        6,
-        8,
-    )
-    L.add(
         timeseries(
             "Upstream requests by connection",
             "Requests sent to the backend: on a dedicated connection (requests that accept "
             "text/event-stream, read by the response itself; upstream.stream_connections) or from the pool.",
             targets(
                 (
-                    f"sum by (connection) (rate(sse_gateway_upstream_requests_total{sel()}[{RATE}]))",
+                    sum_rate("sse_gateway_upstream_requests_total", by="connection"),
                     "{{connection}}",
                 )
             ),
             unit="reqps",
             stack=True,
         ),
-        6,
-        8,
     )
 
     # ------------------------------------------------------------------ resumable streams
@@ -575,6 +523,8 @@ def build() -> dict:
         "and the shared store (resume.store = \"redis\"). See docs/RESUME.md.",
     )
     L.add(
+        8,
+        8,
         timeseries(
             "Resumptions by outcome",
             "Reconnects answered by the gateway per second: replayed (held events sent, then live), gap "
@@ -582,99 +532,67 @@ def build() -> dict:
             "instance on the memory store), denied (404: Authorization/Cookie differ from the original).",
             targets(
                 (
-                    f"sum by (outcome) (rate(sse_gateway_resume_requests_total{sel()}[{RATE}]))",
+                    sum_rate("sse_gateway_resume_requests_total", by="outcome"),
                     "{{outcome}}",
                 )
             ),
             unit="reqps",
             stack=True,
         ),
-        8,
-        8,
-    )
-    L.add(
         timeseries(
             "Events replayed",
             "Held events sent again to reconnecting clients and watchers, per second.",
-            targets((f"sum(rate(sse_gateway_resume_replayed_events_total{sel()}[{RATE}]))", "events")),
+            targets((sum_rate("sse_gateway_resume_replayed_events_total"), "events")),
             unit="ops",
         ),
-        8,
-        8,
-    )
-    L.add(
         timeseries(
             "Bytes replayed",
             "Bytes of held events sent again to reconnecting clients and watchers, per second.",
-            targets((f"sum(rate(sse_gateway_resume_replayed_bytes_total{sel()}[{RATE}]))", "replayed")),
+            targets((sum_rate("sse_gateway_resume_replayed_bytes_total"), "replayed")),
             unit="Bps",
         ),
-        8,
-        8,
-    )
-    L.add(
         timeseries(
             "Streams held by state",
             "live: a client is attached; grace: none attached, the upstream kept for resume.grace_secs; "
             "retained: finished, readable for resume.retention_secs.",
-            targets((f"sum by (state) (sse_gateway_resume_streams{sel()})", "{{state}}")),
+            targets((sum_of("sse_gateway_resume_streams", by="state"), "{{state}}")),
             stack=True,
         ),
-        8,
-        8,
-    )
-    L.add(
         timeseries(
             "Bytes held",
             "Event bytes held for resumption, per instance (bounded by resume.max_total_bytes each; the "
             "oldest finished streams are evicted first).",
-            targets((f"sum by (instance) (sse_gateway_resume_held_bytes{sel()})", "{{instance}}")),
+            targets((sum_of("sse_gateway_resume_held_bytes", by="instance"), "{{instance}}")),
             unit="bytes",
         ),
-        8,
-        8,
-    )
-    L.add(
         timeseries(
             "Subscribers",
             "Clients reading held streams (originals, reconnections and watchers), per instance.",
-            targets((f"sum by (instance) (sse_gateway_resume_subscribers{sel()})", "{{instance}}")),
+            targets((sum_of("sse_gateway_resume_subscribers", by="instance"), "{{instance}}")),
         ),
-        8,
-        8,
-    )
-    L.add(
         timeseries(
             "Held streams ended, watchers closed",
             "Held streams ending per second by how (completed, abandoned: nobody back within the grace "
             "period, cancelled: DELETE, lost: the owning instance died), and watchers closed for falling "
             "behind the buffer (watcher_behind).",
             targets(
-                (f"sum by (how) (rate(sse_gateway_resume_ended_total{sel()}[{RATE}]))", "{{how}}"),
-                (f"sum(rate(sse_gateway_resume_watchers_closed_total{sel()}[{RATE}]))", "watchers closed"),
+                (sum_rate("sse_gateway_resume_ended_total", by="how"), "{{how}}"),
+                (sum_rate("sse_gateway_resume_watchers_closed_total"), "watchers closed"),
             ),
             unit="ops",
         ),
-        8,
-        8,
-    )
-    L.add(
         timeseries(
             "Store operations and errors",
             "Operations on the resume store per second, by operation and result; any error line above zero "
             "means streams may be marked not resumable.",
             targets(
                 (
-                    f"sum by (op, result) (rate(sse_gateway_resume_store_operations_total{sel()}[{RATE}]))",
+                    sum_rate("sse_gateway_resume_store_operations_total", by="op, result"),
                     "{{op}} {{result}}",
                 )
             ),
             unit="ops",
         ),
-        8,
-        8,
-    )
-    L.add(
         timeseries(
             "Store latency p99",
             "p99 duration of resume store operations, by operation (Redis/Valkey round trips, pipelined "
@@ -682,26 +600,22 @@ def build() -> dict:
             targets(*quantiles("sse_gateway_resume_store_seconds", by="op", qs=(0.99,))),
             unit="s",
         ),
-        8,
-        8,
     )
     L.add(
+        12,
+        7,
         timeseries(
             "Unresumable streams",
             "Streams marked not resumable per second because the store failed (they go on live, but a "
             "client that disconnects cannot resume them), per instance.",
             targets(
                 (
-                    f"sum by (instance) (rate(sse_gateway_resume_unresumable_total{sel()}[{RATE}]))",
+                    sum_rate("sse_gateway_resume_unresumable_total", by="instance"),
                     "{{instance}}",
                 )
             ),
             unit="ops",
         ),
-        12,
-        7,
-    )
-    L.add(
         timeseries(
             "Reconnect to first replayed byte",
             "From a resuming request (Last-Event-ID or a watcher) to the first byte of its replayed events: "
@@ -709,8 +623,6 @@ def build() -> dict:
             targets(*quantiles("sse_gateway_resume_first_byte_seconds", qs=(0.5, 0.99))),
             unit="s",
         ),
-        12,
-        7,
     )
 
     variables = [

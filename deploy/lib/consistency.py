@@ -62,6 +62,14 @@ def ok(msg: str):
     notes.append(msg)
 
 
+def fail_if(failed: bool, fail_msg: str, ok_msg: str):
+    """Records one check: fail_msg if it failed, else ok_msg (both messages are built up front)."""
+    if failed:
+        fail(fail_msg)
+    else:
+        ok(ok_msg)
+
+
 def finish() -> int:
     for n in notes:
         print(f"  ok   {n}")
@@ -97,10 +105,11 @@ def ignored(rel: str, patterns: list) -> bool:
 def check_docker() -> int:
     df = (DEPLOY / "docker/Dockerfile").read_text()
     pats = ignore_patterns(DEPLOY / "docker/Dockerfile.dockerignore")
-    if pats != ignore_patterns(DEPLOY / "docker/.dockerignore"):
-        fail("docker/.dockerignore and docker/Dockerfile.dockerignore differ")
-    else:
-        ok("Dockerfile.dockerignore and .dockerignore agree")
+    fail_if(
+        pats != ignore_patterns(DEPLOY / "docker/.dockerignore"),
+        "docker/.dockerignore and docker/Dockerfile.dockerignore differ",
+        "Dockerfile.dockerignore and .dockerignore agree",
+    )
     for m in re.finditer(r"^COPY (?!--from)(.+)$", df, re.M):
         srcs = m.group(1).split()[:-1]
         for s in srcs:
@@ -120,10 +129,11 @@ def check_docker() -> int:
     for section, default_dir in (("bin", "src/bin"), ("bench", "benches"), ("test", "tests"), ("example", "examples")):
         for t in manifest.get(section, []):
             path = t.get("path") or f"{default_dir}/{t['name']}.rs"
-            if not any(path == c or path.startswith(c + "/") for c in copied):
-                fail(f"Cargo.toml [[{section}]] {t['name']} ({path}) is not copied into the builder stage")
-            else:
-                ok(f"Cargo.toml [[{section}]] {t['name']} ({path}) is in the build context")
+            fail_if(
+                not any(path == c or path.startswith(c + "/") for c in copied),
+                f"Cargo.toml [[{section}]] {t['name']} ({path}) is not copied into the builder stage",
+                f"Cargo.toml [[{section}]] {t['name']} ({path}) is in the build context",
+            )
     if (ROOT / "build.rs").exists() and "build.rs" not in copied:
         fail("build.rs exists but is not copied into the builder stage")
     # The builder stage's view of the repository: only the COPY'd paths. cargo must resolve
@@ -146,10 +156,11 @@ def check_docker() -> int:
             text=True,
             timeout=300,
         )
-        if p.returncode != 0:
-            fail(f"cargo metadata --locked in the builder's context: {p.stderr.strip()[-500:]}")
-        else:
-            ok("cargo resolves the manifest and Cargo.lock from the COPY'd files alone (--locked)")
+        fail_if(
+            p.returncode != 0,
+            f"cargo metadata --locked in the builder's context: {p.stderr.strip()[-500:]}",
+            "cargo resolves the manifest and Cargo.lock from the COPY'd files alone (--locked)",
+        )
     for bad in ("target/release/sse-gateway", ".git/HEAD"):
         if not ignored(bad, pats):
             fail(f".dockerignore lets {bad} into the context")
@@ -160,18 +171,17 @@ def check_docker() -> int:
     else:
         ok("EXPOSE 8080 9090")
     user = re.findall(r"^USER (\S+)", df, re.M)
-    if not user or user[-1].split(":")[0] in ("root", "0"):
-        fail("the runtime stage must end with a non-root USER")
-    else:
-        ok(f"runtime user {user[-1]}")
-    if not re.search(r"^HEALTHCHECK .*\n?.*127\.0\.0\.1:9090/healthz", df, re.M):
-        fail("HEALTHCHECK must probe http://127.0.0.1:9090/healthz")
-    else:
-        ok("HEALTHCHECK on the admin port's /healthz")
-    if len(re.findall(r"^FROM ", df, re.M)) < 2:
-        fail("the Dockerfile must be multi-stage")
-    else:
-        ok("multi-stage build")
+    fail_if(
+        not user or user[-1].split(":")[0] in ("root", "0"),
+        "the runtime stage must end with a non-root USER",
+        f"runtime user {user[-1]}",
+    )
+    fail_if(
+        not re.search(r"^HEALTHCHECK .*\n?.*127\.0\.0\.1:9090/healthz", df, re.M),
+        "HEALTHCHECK must probe http://127.0.0.1:9090/healthz",
+        "HEALTHCHECK on the admin port's /healthz",
+    )
+    fail_if(len(re.findall(r"^FROM ", df, re.M)) < 2, "the Dockerfile must be multi-stage", "multi-stage build")
     if "SSE_GATEWAY__SERVER__ADMIN_LISTEN=0.0.0.0:9090" not in df:
         fail("the image must bind the admin listener on all interfaces (probes, Prometheus)")
     return finish()
@@ -214,10 +224,11 @@ def check_kubernetes() -> int:
             by_kind.setdefault(d["kind"], []).append(d)
         kust = by_kind.get("Kustomization", [{}])[0]
         files = {f.name for f in (DEPLOY / "kubernetes" / style).glob("*.yaml")} - {"kustomization.yaml"}
-        if set(kust.get("resources", [])) != files:
-            fail(f"{style}: kustomization resources {kust.get('resources')} != files {sorted(files)}")
-        else:
-            ok(f"{style}: kustomization lists every manifest")
+        fail_if(
+            set(kust.get("resources", [])) != files,
+            f"{style}: kustomization resources {kust.get('resources')} != files {sorted(files)}",
+            f"{style}: kustomization lists every manifest",
+        )
         for kind in ("Deployment", "Service", "ConfigMap", "HorizontalPodAutoscaler", "PodDisruptionBudget", "ServiceMonitor"):
             if kind not in by_kind:
                 fail(f"{style}: no {kind}")
@@ -242,57 +253,65 @@ def check_kubernetes() -> int:
             sleep = prestop_sleep(gw)
             if sleep <= 0:
                 fail(f"{name}: the gateway needs a preStop sleep (LB deregistration before the drain)")
-            if grace <= sleep + drain:
-                fail(f"{name}: terminationGracePeriodSeconds {grace} <= preStop {sleep} + drain {drain}")
-            else:
-                ok(f"{name}: grace {grace}s > preStop {sleep:g}s + drain {drain:g}s")
+            fail_if(
+                grace <= sleep + drain,
+                f"{name}: terminationGracePeriodSeconds {grace} <= preStop {sleep} + drain {drain}",
+                f"{name}: grace {grace}s > preStop {sleep:g}s + drain {drain:g}s",
+            )
             ports = {p["name"]: p["containerPort"] for p in gw.get("ports", [])}
             for var, pname in (("SSE_GATEWAY__SERVER__LISTEN", "http"), ("SSE_GATEWAY__SERVER__ADMIN_LISTEN", "admin")):
                 addr = env.get(var, "")
-                if not addr.startswith("0.0.0.0:") or int(addr.rsplit(":", 1)[1]) != ports.get(pname):
-                    fail(f"{name}: {var}={addr!r} must bind 0.0.0.0 on containerPort {pname}={ports.get(pname)}")
-                else:
-                    ok(f"{name}: {var} matches containerPort {pname}")
+                fail_if(
+                    not addr.startswith("0.0.0.0:") or int(addr.rsplit(":", 1)[1]) != ports.get(pname),
+                    f"{name}: {var}={addr!r} must bind 0.0.0.0 on containerPort {pname}={ports.get(pname)}",
+                    f"{name}: {var} matches containerPort {pname}",
+                )
             for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
                 get = gw.get(probe, {}).get("httpGet", {})
-                if get.get("port") != "admin" or get.get("path") != path:
-                    fail(f"{name}: {probe} must be GET {path} on port admin, is {get}")
-                else:
-                    ok(f"{name}: {probe} GET {path} on the admin port")
+                fail_if(
+                    get.get("port") != "admin" or get.get("path") != path,
+                    f"{name}: {probe} must be GET {path} on port admin, is {get}",
+                    f"{name}: {probe} GET {path} on the admin port",
+                )
             upstream = env.get("SSE_GATEWAY__UPSTREAM__URL", "")
             others = [c for c in spec["containers"] if c is not gw]
             if style == "sidecar":
                 backend = others[0] if others else {}
                 bports = [p["containerPort"] for p in backend.get("ports", [])]
                 m = re.fullmatch(r"http://127\.0\.0\.1:(\d+)/?", upstream)
-                if not m or int(m.group(1)) not in bports:
-                    fail(f"{name}: sidecar upstream {upstream!r} must be http://127.0.0.1:<backend port {bports}>")
-                else:
-                    ok(f"{name}: upstream is the backend container on loopback")
+                fail_if(
+                    not m or int(m.group(1)) not in bports,
+                    f"{name}: sidecar upstream {upstream!r} must be http://127.0.0.1:<backend port {bports}>",
+                    f"{name}: upstream is the backend container on loopback",
+                )
                 bsleep = prestop_sleep(backend)
-                if bsleep < sleep + drain or grace <= bsleep:
-                    fail(f"{name}: backend preStop {bsleep}s must be >= gateway preStop+drain and < grace")
-                else:
-                    ok(f"{name}: backend outlives the gateway's drain ({bsleep:g}s)")
+                fail_if(
+                    bsleep < sleep + drain or grace <= bsleep,
+                    f"{name}: backend preStop {bsleep}s must be >= gateway preStop+drain and < grace",
+                    f"{name}: backend outlives the gateway's drain ({bsleep:g}s)",
+                )
             for svc in by_kind.get("Service", []):
                 if selects({"matchLabels": svc["spec"]["selector"]}, labels):
                     tps = {p["targetPort"] for p in svc["spec"]["ports"]}
-                    if not tps <= {"http", "admin"}:
-                        fail(f"{style}/{svc['metadata']['name']}: targets {tps}, not the gateway's ports")
-                    else:
-                        ok(f"{style}/{svc['metadata']['name']}: targets the gateway ({', '.join(sorted(tps))})")
+                    fail_if(
+                        not tps <= {"http", "admin"},
+                        f"{style}/{svc['metadata']['name']}: targets {tps}, not the gateway's ports",
+                        f"{style}/{svc['metadata']['name']}: targets the gateway ({', '.join(sorted(tps))})",
+                    )
             for kind in ("PodDisruptionBudget",):
                 for o in by_kind.get(kind, []):
-                    if not selects(o["spec"]["selector"], labels):
-                        fail(f"{style}/{kind}: selector does not match the pods")
-                    else:
-                        ok(f"{style}/{kind} selects the pods")
+                    fail_if(
+                        not selects(o["spec"]["selector"], labels),
+                        f"{style}/{kind}: selector does not match the pods",
+                        f"{style}/{kind} selects the pods",
+                    )
             for hpa in by_kind.get("HorizontalPodAutoscaler", []):
                 ref = hpa["spec"]["scaleTargetRef"]
-                if ref["kind"] != "Deployment" or ref["name"] != dep["metadata"]["name"]:
-                    fail(f"{style}/HPA: scaleTargetRef {ref} is not {dep['metadata']['name']}")
-                else:
-                    ok(f"{style}/HPA scales {ref['name']}")
+                fail_if(
+                    ref["kind"] != "Deployment" or ref["name"] != dep["metadata"]["name"],
+                    f"{style}/HPA: scaleTargetRef {ref} is not {dep['metadata']['name']}",
+                    f"{style}/HPA scales {ref['name']}",
+                )
             if dep["spec"].get("strategy", {}).get("rollingUpdate", {}).get("maxUnavailable", 1) != 0:
                 fail(f"{name}: rollingUpdate.maxUnavailable should be 0 (new pod ready before an old one drains)")
         for sm in by_kind.get("ServiceMonitor", []):
@@ -318,10 +337,11 @@ def check_systemd() -> int:
         if m:
             keys.setdefault(m.group(1), []).append(m.group(2))
     stop = keys.get("TimeoutStopSec", ["90s"])[-1]
-    if secs(stop) <= DEFAULT_DRAIN_SECS:
-        fail(f"TimeoutStopSec={stop} must exceed the drain timeout ({DEFAULT_DRAIN_SECS:g} s)")
-    else:
-        ok(f"TimeoutStopSec={stop} > drain timeout {DEFAULT_DRAIN_SECS:g}s")
+    fail_if(
+        secs(stop) <= DEFAULT_DRAIN_SECS,
+        f"TimeoutStopSec={stop} must exceed the drain timeout ({DEFAULT_DRAIN_SECS:g} s)",
+        f"TimeoutStopSec={stop} > drain timeout {DEFAULT_DRAIN_SECS:g}s",
+    )
     want = {
         "DynamicUser": "yes",
         "NoNewPrivileges": "yes",
@@ -334,14 +354,12 @@ def check_systemd() -> int:
         "KillSignal": "SIGTERM",
     }
     for k, v in want.items():
-        if keys.get(k, [None])[-1] != v:
-            fail(f"{k} should be {v}")
-        else:
-            ok(f"{k}={v}")
-    if "ExecReload" in keys:
-        fail("ExecReload is set but the daemon has no reload signal")
-    else:
-        ok("no ExecReload (the daemon has no reload; restart drains)")
+        fail_if(keys.get(k, [None])[-1] != v, f"{k} should be {v}", f"{k}={v}")
+    fail_if(
+        "ExecReload" in keys,
+        "ExecReload is set but the daemon has no reload signal",
+        "no ExecReload (the daemon has no reload; restart drains)",
+    )
     return finish()
 
 
@@ -359,29 +377,29 @@ def check_lb() -> int:
         "gzip": "off",
         "proxy_http_version": "1.1",
     }.items():
-        if d.get(k) != [v]:
-            fail(f"nginx: {k} should be {v}, is {d.get(k)}")
-        else:
-            ok(f"nginx: {k} {v}")
+        fail_if(d.get(k) != [v], f"nginx: {k} should be {v}, is {d.get(k)}", f"nginx: {k} {v}")
     if 'Connection ""' not in " ".join(d.get("proxy_set_header", [])):
         fail('nginx: proxy_set_header Connection "" (upstream keep-alive) missing')
     else:
         ok('nginx: Connection "" to the gateways (keep-alive)')
-    if not d.get("keepalive"):
-        fail("nginx: upstream keepalive pool missing")
-    else:
-        ok(f"nginx: upstream keepalive {d['keepalive'][0]}")
+    fail_if(
+        not d.get("keepalive"),
+        "nginx: upstream keepalive pool missing",
+        f"nginx: upstream keepalive {d['keepalive'][0]}",
+    )
     for k in ("proxy_read_timeout", "proxy_send_timeout"):
         v = secs(d.get(k, ["60s"])[0])
-        if v <= 2 * DEFAULT_KEEPALIVE_SECS:
-            fail(f"nginx: {k} {v}s should be well above the keepalive interval {DEFAULT_KEEPALIVE_SECS:g}s")
-        else:
-            ok(f"nginx: {k} {v:g}s > 2 x keepalive {DEFAULT_KEEPALIVE_SECS:g}s")
+        fail_if(
+            v <= 2 * DEFAULT_KEEPALIVE_SECS,
+            f"nginx: {k} {v}s should be well above the keepalive interval {DEFAULT_KEEPALIVE_SECS:g}s",
+            f"nginx: {k} {v:g}s > 2 x keepalive {DEFAULT_KEEPALIVE_SECS:g}s",
+        )
     gz = re.search(r"gzip_types([^;]*);", main)
-    if gz and "text/event-stream" in gz.group(1):
-        fail("nginx.conf: text/event-stream must not be in gzip_types")
-    else:
-        ok("nginx.conf: text/event-stream not in gzip_types")
+    fail_if(
+        gz and "text/event-stream" in gz.group(1),
+        "nginx.conf: text/event-stream must not be in gzip_types",
+        "nginx.conf: text/event-stream not in gzip_types",
+    )
 
     # Resumable streams: the reconnect's Last-Event-ID and the bound headers (Authorization,
     # Cookie) reach the gateway as the client sent them; X-Gateway-Stream reaches the client.
@@ -389,10 +407,11 @@ def check_lb() -> int:
         fail("nginx: proxy_pass_request_headers off would drop Last-Event-ID")
     bad = [h for h in d.get("proxy_set_header", []) if h.split()[0].lower() in RESUME_REQUEST_HEADERS]
     hidden = [h for h in d.get("proxy_hide_header", []) if h.lower() == "x-gateway-stream"]
-    if bad or hidden:
-        fail(f"nginx: resumption headers overridden or hidden: {bad + hidden}")
-    else:
-        ok("nginx: Last-Event-ID, Authorization, Cookie forwarded as sent; X-Gateway-Stream not hidden")
+    fail_if(
+        bad or hidden,
+        f"nginx: resumption headers overridden or hidden: {bad + hidden}",
+        "nginx: Last-Event-ID, Authorization, Cookie forwarded as sent; X-Gateway-Stream not hidden",
+    )
     if "non_idempotent" in " ".join(d.get("proxy_next_upstream", [])):
         fail("nginx: proxy_next_upstream non_idempotent would replay a POST (and restart the run)")
     check_haproxy_sse(DEPLOY / "haproxy/haproxy.cfg")
@@ -411,22 +430,26 @@ def check_haproxy_sse(path: Path) -> None:
     for k in ("client", "server", "tunnel"):
         v = timeouts.get(k)
         val = secs(v.replace("h", "")) * 3600 if v and v.endswith("h") else secs(v) if v else 0
-        if val <= 2 * DEFAULT_KEEPALIVE_SECS:
-            fail(f"{rel}: timeout {k} {v} should be well above the keepalive interval")
-        else:
-            ok(f"{rel}: timeout {k} {v}")
-    if re.search(r"^\s*compression ", cfg, re.M):
-        fail(f"{rel}: no compression (SSE must not be compressed)")
-    else:
-        ok(f"{rel}: no compression")
-    if "option http-keep-alive" not in cfg or "http-reuse" not in cfg:
-        fail(f"{rel}: keep-alive to the gateways (option http-keep-alive, http-reuse) missing")
-    else:
-        ok(f"{rel}: keep-alive and connection reuse to the gateways")
-    if "uri /readyz" not in cfg:
-        fail(f"{rel}: health check should use /readyz (drain-aware)")
-    else:
-        ok(f"{rel}: health check on /readyz")
+        fail_if(
+            val <= 2 * DEFAULT_KEEPALIVE_SECS,
+            f"{rel}: timeout {k} {v} should be well above the keepalive interval",
+            f"{rel}: timeout {k} {v}",
+        )
+    fail_if(
+        re.search(r"^\s*compression ", cfg, re.M),
+        f"{rel}: no compression (SSE must not be compressed)",
+        f"{rel}: no compression",
+    )
+    fail_if(
+        "option http-keep-alive" not in cfg or "http-reuse" not in cfg,
+        f"{rel}: keep-alive to the gateways (option http-keep-alive, http-reuse) missing",
+        f"{rel}: keep-alive and connection reuse to the gateways",
+    )
+    fail_if(
+        "uri /readyz" not in cfg,
+        f"{rel}: health check should use /readyz (drain-aware)",
+        f"{rel}: health check on /readyz",
+    )
     if "shutdown-sessions" in cfg:
         fail(f"{rel}: on-marked-down shutdown-sessions would cut draining streams")
     touched = [
@@ -435,10 +458,11 @@ def check_haproxy_sse(path: Path) -> None:
         if m.group(1).lower() in RESUME_REQUEST_HEADERS
     ]
     touched += [m.group(0).strip() for m in re.finditer(r"^\s*http-response\s+del-header\s+x-gateway-stream\b.*$", cfg, re.M | re.I)]
-    if touched:
-        fail(f"{rel}: resumption headers rewritten or removed: {touched}")
-    else:
-        ok(f"{rel}: Last-Event-ID, Authorization, Cookie forwarded as sent; X-Gateway-Stream kept")
+    fail_if(
+        touched,
+        f"{rel}: resumption headers rewritten or removed: {touched}",
+        f"{rel}: Last-Event-ID, Authorization, Cookie forwarded as sent; X-Gateway-Stream kept",
+    )
 
 
 def check_daemon_config(binary: str) -> int:
@@ -510,10 +534,11 @@ def check_daemon_config(binary: str) -> int:
             key = k.split("__")[-1].lower()
             if not re.search(rf'^{key} = "?{re.escape(v)}(\.0)?"?$', out, re.M):
                 lost.append(f"{k}={v}")
-        if lost:
-            fail(f"{name}: accepted, but not in the effective config: {lost}")
-        else:
-            ok(f"{name}: {len(env)} settings accepted by the daemon")
+        fail_if(
+            lost,
+            f"{name}: accepted, but not in the effective config: {lost}",
+            f"{name}: {len(env)} settings accepted by the daemon",
+        )
     return finish()
 
 
@@ -619,18 +644,20 @@ def check_resume() -> int:
     # The row shows every family of the contract (histograms through their _bucket series).
     shown = {re.sub(r"_bucket$", "", n) for n in seen}
     missing = sorted(set(metrics) - shown)
-    if missing:
-        fail(f"dashboard: no panel for {missing}")
-    else:
-        ok(f"dashboard: a panel for each of the {len(metrics)} resume metrics")
+    fail_if(
+        missing,
+        f"dashboard: no panel for {missing}",
+        f"dashboard: a panel for each of the {len(metrics)} resume metrics",
+    )
     settings = resume_env_settings()
     for where, key in settings:
         if key.lower() not in keys:
             fail(f"{where}: SSE_GATEWAY__RESUME__{key} is not a resume.* key of docs/RESUME.md {sorted(keys)}")
-    if not settings:
-        fail("no SSE_GATEWAY__RESUME__* setting shipped anywhere in deploy/")
-    else:
-        ok(f"{len(settings)} SSE_GATEWAY__RESUME__* settings, all resume.* keys of docs/RESUME.md")
+    fail_if(
+        not settings,
+        "no SSE_GATEWAY__RESUME__* setting shipped anywhere in deploy/",
+        f"{len(settings)} SSE_GATEWAY__RESUME__* settings, all resume.* keys of docs/RESUME.md",
+    )
     return finish()
 
 
@@ -653,19 +680,22 @@ def check_compose() -> int:
         return finish()
     envs = {n: compose_env(s) for n, s in gws.items()}
     first = next(iter(envs.values()))
-    if any(e != first for e in envs.values()):
-        fail(f"compose: the gateways' settings differ: {envs}")
-    else:
-        ok(f"compose: {len(gws)} gateways ({', '.join(gws)}) with identical settings")
+    fail_if(
+        any(e != first for e in envs.values()),
+        f"compose: the gateways' settings differ: {envs}",
+        f"compose: {len(gws)} gateways ({', '.join(gws)}) with identical settings",
+    )
     builds = {json_key(s.get("build")) + (s.get("image") or "") for s in gws.values()}
-    if len(builds) != 1:
-        fail("compose: the gateways must run the same image (same build or image)")
-    else:
-        ok("compose: one image for every gateway")
-    if first.get("SSE_GATEWAY__RESUME__STORE") != "redis":
-        fail("compose: SSE_GATEWAY__RESUME__STORE must be redis (a reconnect may land on the other instance)")
-    else:
-        ok('compose: resume.store = "redis"')
+    fail_if(
+        len(builds) != 1,
+        "compose: the gateways must run the same image (same build or image)",
+        "compose: one image for every gateway",
+    )
+    fail_if(
+        first.get("SSE_GATEWAY__RESUME__STORE") != "redis",
+        "compose: SSE_GATEWAY__RESUME__STORE must be redis (a reconnect may land on the other instance)",
+        'compose: resume.store = "redis"',
+    )
     url = urlsplit(first.get("SSE_GATEWAY__RESUME__REDIS_URL", ""))
     store = services.get(url.hostname or "")
     if url.scheme not in ("redis", "rediss") or store is None:
@@ -674,32 +704,37 @@ def check_compose() -> int:
         cmd = " ".join(map(str, store.get("command", [])))
         port = int(re.search(r"--port\s+(\d+)", cmd).group(1)) if "--port" in cmd else 6379
         shared = set(store.get("networks", [])) & set.intersection(*(set(s.get("networks", [])) for s in gws.values()))
-        if (url.port or 6379) != port or not shared:
-            fail(f"compose: redis_url port {url.port} / store port {port}, shared networks {shared}")
-        else:
-            ok(f"compose: redis_url reaches service {url.hostname}:{port} on network {', '.join(sorted(shared))}")
+        fail_if(
+            (url.port or 6379) != port or not shared,
+            f"compose: redis_url port {url.port} / store port {port}, shared networks {shared}",
+            f"compose: redis_url reaches service {url.hostname}:{port} on network {', '.join(sorted(shared))}",
+        )
         if store.get("ports"):
             fail(f"compose: the store {url.hostname} must not publish ports")
-        if not all(doc.get("networks", {}).get(n, {}).get("internal") for n in store.get("networks", [])):
-            fail(f"compose: the store's networks should be internal (only the gateways reach it)")
-        else:
-            ok(f"compose: the store is only on internal networks, no published ports")
-        if "healthcheck" not in store or any(s.get("depends_on", {}).get(url.hostname, {}).get("condition") != "service_healthy" for s in gws.values()):
-            fail("compose: gateways should wait for a healthy store (healthcheck + depends_on service_healthy)")
-        else:
-            ok("compose: gateways start after the store is healthy")
+        fail_if(
+            not all(doc.get("networks", {}).get(n, {}).get("internal") for n in store.get("networks", [])),
+            f"compose: the store's networks should be internal (only the gateways reach it)",
+            f"compose: the store is only on internal networks, no published ports",
+        )
+        fail_if(
+            "healthcheck" not in store or any(s.get("depends_on", {}).get(url.hostname, {}).get("condition") != "service_healthy" for s in gws.values()),
+            "compose: gateways should wait for a healthy store (healthcheck + depends_on service_healthy)",
+            "compose: gateways start after the store is healthy",
+        )
     key = first.get("SSE_GATEWAY__RESUME__BINDING_KEY", "")
-    if not re.fullmatch(r"\$\{[A-Z0-9_]+:\?[^}]+\}", key):
-        fail(f"compose: resume.binding_key must come from a required variable (${{VAR:?msg}}), not {key!r}")
-    else:
-        ok("compose: resume.binding_key from one required variable, shared by every gateway")
+    fail_if(
+        not re.fullmatch(r"\$\{[A-Z0-9_]+:\?[^}]+\}", key),
+        f"compose: resume.binding_key must come from a required variable (${{VAR:?msg}}), not {key!r}",
+        "compose: resume.binding_key from one required variable, shared by every gateway",
+    )
     for n, s in gws.items():
         g = secs(s.get("stop_grace_period", "10s"))
         drain = secs(envs[n].get("SSE_GATEWAY__SERVER__DRAIN_TIMEOUT_SECS", DEFAULT_DRAIN_SECS))
-        if g <= drain:
-            fail(f"compose: {n} stop_grace_period {g:g}s <= drain timeout {drain:g}s")
-        else:
-            ok(f"compose: {n} stop_grace_period {g:g}s > drain timeout {drain:g}s")
+        fail_if(
+            g <= drain,
+            f"compose: {n} stop_grace_period {g:g}s <= drain timeout {drain:g}s",
+            f"compose: {n} stop_grace_period {g:g}s > drain timeout {drain:g}s",
+        )
     # The load balancer: the committed haproxy.cfg, round-robin over exactly the gateways.
     lbs = [(n, s) for n, s in services.items() if any(str(v).startswith("./haproxy.cfg:") for v in s.get("volumes", []))]
     if len(lbs) != 1:
@@ -709,10 +744,11 @@ def check_compose() -> int:
     cfg = re.sub(r"#.*", "", (DEPLOY / "compose/haproxy.cfg").read_text())
     backend = cfg.split("backend ", 1)[1] if "backend " in cfg else ""
     servers = dict(re.findall(r"^\s*server\s+\S+\s+([\w.-]+):(\d+)", backend, re.M))
-    if set(servers) != set(gws) or any(p != "8080" for p in servers.values()):
-        fail(f"compose/haproxy.cfg: servers {servers} should be the gateways {sorted(gws)} on port 8080")
-    else:
-        ok(f"compose/haproxy.cfg: servers are the gateways on their public port")
+    fail_if(
+        set(servers) != set(gws) or any(p != "8080" for p in servers.values()),
+        f"compose/haproxy.cfg: servers {servers} should be the gateways {sorted(gws)} on port 8080",
+        f"compose/haproxy.cfg: servers are the gateways on their public port",
+    )
     if not re.search(r"^\s*balance\s+roundrobin\b", backend, re.M):
         fail("compose/haproxy.cfg: balance roundrobin (so a reconnect goes to the other instance)")
     else:
@@ -721,10 +757,11 @@ def check_compose() -> int:
         fail("compose/haproxy.cfg: health checks on the admin port 9090")
     bind = re.search(r"^\s*bind\s+\S*:(\d+)", cfg, re.M)
     published = [str(p).rsplit(":", 1)[0].rsplit(":", 1)[-1] for p in lb.get("ports", [])]
-    if not bind or bind.group(1) not in published:
-        fail(f"compose: {name} publishes {lb.get('ports')} but haproxy binds {bind and bind.group(1)}")
-    else:
-        ok(f"compose: {name} publishes haproxy's port {bind.group(1)}")
+    fail_if(
+        not bind or bind.group(1) not in published,
+        f"compose: {name} publishes {lb.get('ports')} but haproxy binds {bind and bind.group(1)}",
+        f"compose: {name} publishes haproxy's port {bind.group(1)}",
+    )
     deps = lb.get("depends_on", {})
     if set(deps) != set(gws):
         fail(f"compose: {name} should depend on every gateway, depends on {sorted(deps)}")
@@ -767,10 +804,11 @@ def check_kubernetes_resume(files: list) -> int:
         else:
             ok(f"{label}: the gateway runs resume.store = \"redis\"")
         bk = ref.get("SSE_GATEWAY__RESUME__BINDING_KEY")
-        if not bk or not bk.get("name") or not bk.get("key") or bk.get("optional"):
-            fail(f"{label}: SSE_GATEWAY__RESUME__BINDING_KEY must come from a required Secret key, is {bk}")
-        else:
-            ok(f"{label}: resume.binding_key from Secret {bk['name']}/{bk['key']}")
+        fail_if(
+            not bk or not bk.get("name") or not bk.get("key") or bk.get("optional"),
+            f"{label}: SSE_GATEWAY__RESUME__BINDING_KEY must come from a required Secret key, is {bk}",
+            f"{label}: resume.binding_key from Secret {bk['name']}/{bk['key']}",
+        )
         raw = val.get("SSE_GATEWAY__RESUME__REDIS_URL") or ""
         # $(VAR) references expand only variables defined earlier in the list.
         idx = names.index("SSE_GATEWAY__RESUME__REDIS_URL") if raw else -1
@@ -796,10 +834,11 @@ def check_kubernetes_resume(files: list) -> int:
         sc = store["spec"]["template"]["spec"]["containers"][0]
         cports = {p["name"]: p["containerPort"] for p in sc.get("ports", [])}
         tp = sport[0]["targetPort"]
-        if cports.get(tp, tp) not in cports.values():
-            fail(f"{label}: Service {url.hostname} targets {tp}, not a port of {sc['name']}")
-        else:
-            ok(f"{label}: redis_url -> Service {url.hostname}:{url.port or 6379} -> {store['metadata']['name']}")
+        fail_if(
+            cports.get(tp, tp) not in cports.values(),
+            f"{label}: Service {url.hostname} targets {tp}, not a port of {sc['name']}",
+            f"{label}: redis_url -> Service {url.hostname}:{url.port or 6379} -> {store['metadata']['name']}",
+        )
         # The password: the same Secret key on both sides.
         sref = {e["name"]: e.get("valueFrom", {}).get("secretKeyRef") for e in sc.get("env", [])}
         args = " ".join(sc.get("args", []))
@@ -823,10 +862,11 @@ def check_kubernetes_resume(files: list) -> int:
             for rule in p["spec"].get("ingress", [])
             for src in rule.get("from", [])
         )
-        if not pols or not admitted:
-            fail(f"{label}: no NetworkPolicy admitting the gateway pods {pod_labels} to the store")
-        else:
-            ok(f"{label}: NetworkPolicy admits the gateway pods to the store")
+        fail_if(
+            not pols or not admitted,
+            f"{label}: no NetworkPolicy admitting the gateway pods {pod_labels} to the store",
+            f"{label}: NetworkPolicy admits the gateway pods to the store",
+        )
     return finish()
 
 

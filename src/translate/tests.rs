@@ -75,6 +75,23 @@ fn split_invariant(input: &str) -> Vec<u8> {
     whole
 }
 
+/// The envelopes of `input` translated with the default options, checked the same at every split point.
+fn run_split(input: &str) -> Vec<Value> {
+    parse(&split_invariant(input))
+}
+
+/// Each field of `want` (a JSON object) has that value in the envelope `env`.
+fn assert_fields(env: &Value, want: Value) {
+    for (k, v) in want.as_object().expect("an object of fields") {
+        assert_eq!(&env[k], v, "{k} of {env}");
+    }
+}
+
+/// Each envelope's type, with `field` of it.
+fn types_with<'a, T>(envs: &'a [Value], field: impl Fn(&'a Value) -> T) -> Vec<(&'a str, T)> {
+    envs.iter().map(|e| (e["type"].as_str().unwrap(), field(e))).collect()
+}
+
 const META: &str = r#"data: <meta_init data="{&quot;format&quot;: &quot;xml&quot;, &quot;agent_uuid&quot;: &quot;A&quot;, &quot;parent_agent_uuid&quot;: null}"></meta_init>"#;
 
 #[test]
@@ -82,16 +99,14 @@ fn a_text_block_streams_its_deltas_and_closes_with_an_empty_final() {
     let input = format!(
         "{META}\n\ndata: <content-block-text>\n\ndata: Hel\n\ndata: lo\\nworld \\\\n\n\ndata: </content-block-text>\n\ndata: [DONE]\n\n"
     );
-    let envs = run(Options::default(), &input);
-    assert_eq!(envs[0]["type"], "meta_init");
-    assert_eq!(envs[0]["agent"], "A");
+    let envs = run_split(&input);
+    assert_fields(&envs[0], json!({"type": "meta_init", "agent": "A"}));
     let meta: Value = serde_json::from_str(envs[0]["delta"].as_str().unwrap()).unwrap();
     assert_eq!(meta["format"], "json");
     assert_eq!(envs[1], json!({"type":"text","agent":"A","final":false,"delta":"Hel"}));
     assert_eq!(envs[2]["delta"], "lo\nworld \\n");
     assert_eq!(envs[3], json!({"type":"text","agent":"A","final":true,"delta":""}));
     assert_eq!(envs[4], "[DONE]");
-    split_invariant(&input);
 }
 
 #[test]
@@ -135,8 +150,7 @@ fn a_close_tag_counts_only_where_it_ends_its_event() {
     assert_eq!(blocks(&envs), [b("text", "fallback", "say </content-block-text> now")]);
     // Split across events, the close tag still closes.
     let input = "data: <content-block-text>x</conte\n\ndata: nt-block-text>\n\n";
-    assert_eq!(blocks(&run(Options::default(), input)), [b("text", "fallback", "x")]);
-    split_invariant(input);
+    assert_eq!(blocks(&run_split(input)), [b("text", "fallback", "x")]);
 }
 
 #[test]
@@ -146,23 +160,20 @@ fn tool_calls_unescape_arguments_and_empty_input_becomes_an_object() {
 data: <content-block-tool_call id="t2" name="now" arguments="&quot;&quot;"></content-block-tool_call>
 
 "#;
-    let envs = run(Options::default(), input);
+    let envs = run_split(input);
     assert_eq!(
         envs[0],
         json!({"type":"tool_call","agent":"fallback","final":true,"delta":"{\"q\": \"a\\nb\"}","id":"t1","name":"search"})
     );
     assert_eq!(envs[1]["delta"], "{}");
-    split_invariant(input);
 }
 
 #[test]
 fn client_tool_results_join_cdata_sections_and_unescape_newlines_only() {
     let input = "data: <content-block-tool_result id=\"t1\" name=\"f\"><![CDATA[a]]]]><![CDATA[>b\\nC:\\dir]]></content-block-tool_result>\n\n";
-    let envs = run(Options::default(), input);
+    let envs = run_split(input);
     assert_eq!(blocks(&envs), [b("tool_result", "fallback", "a]]>b\nC:\\dir")]);
-    assert_eq!(envs[0]["final"], true);
-    assert_eq!(envs[0]["id"], "t1");
-    split_invariant(input);
+    assert_fields(&envs[0], json!({"final": true, "id": "t1"}));
     // Structured results keep their JSON escapes.
     let input = "data: <content-block-tool_result id=\"t\" name=\"f\"><![CDATA[{\"a\": \"x\\ny\"}]]></content-block-tool_result>\n\n";
     assert_eq!(run(Options::default(), input)[0]["delta"], "{\"a\": \"x\\ny\"}");
@@ -171,16 +182,14 @@ fn client_tool_results_join_cdata_sections_and_unescape_newlines_only() {
 #[test]
 fn server_results_end_at_the_cdata_end_that_ends_the_event() {
     let input = "data: <content-block-server_tool_result id=\"s\" name=\"web\"><![CDATA[x]]></content-block-server_tool_result>y\\\\]]></content-block-server_tool_result>\n\n";
-    let envs = run(Options::default(), input);
     assert_eq!(
-        blocks(&envs),
+        blocks(&run_split(input)),
         [b(
             "server_tool_result",
             "fallback",
             "x]]></content-block-server_tool_result>y\\"
         )]
     );
-    split_invariant(input);
     let input = "data: <content-block-code_execution_tool_result id=\"c\"><![CDATA[ok]]></content-block-code_execution_tool_result>\n\n";
     let envs = run(Options::default(), input);
     assert_eq!(envs[0]["name"], "code_execution_tool_result");
@@ -189,11 +198,8 @@ fn server_results_end_at_the_cdata_end_that_ends_the_event() {
 #[test]
 fn multimodal_results_send_text_images_and_a_final_marker() {
     let input = "data: <content-block-tool_result id=\"t\" name=\"shot\"><text><![CDATA[see\\n]]></text><image src=\"data:image/png;base64,AA==\" media_type=\"image/png\" /></content-block-tool_result>\n\n";
-    let envs = run(Options::default(), input);
-    let kinds: Vec<_> = envs
-        .iter()
-        .map(|e| (e["type"].as_str().unwrap(), e["final"].as_bool().unwrap()))
-        .collect();
+    let envs = run_split(input);
+    let kinds = types_with(&envs, |e| e["final"].as_bool().unwrap());
     assert_eq!(
         kinds,
         [
@@ -205,34 +211,29 @@ fn multimodal_results_send_text_images_and_a_final_marker() {
     assert_eq!(envs[0]["delta"], "see\n");
     assert_eq!(envs[1]["src"], "data:image/png;base64,AA==");
     assert_eq!(envs[2]["delta"], "");
-    split_invariant(input);
 }
 
 #[test]
 fn citations_become_one_envelope_each_with_numbers_and_the_last_final() {
     let input = "data: <citations><citation type=\"char_location\" document_index=\"0\" document_title=\"\" start_char_index=\"3\" end_char_index=\"9\"><![CDATA[cited]]></citation><citation type=\"web_search_result_location\" url=\"https://x\" title=\"T\"><![CDATA[w]]></citation></citations>\n\n";
-    let envs = run(Options::default(), input);
+    let envs = run_split(input);
     assert_eq!(
         envs[0],
         json!({"type":"citation","agent":"fallback","final":false,"delta":"cited","citation_type":"char_location","document_index":0,"start_char_index":3,"end_char_index":9})
     );
-    assert_eq!(envs[1]["final"], true);
-    assert_eq!(envs[1]["url"], "https://x");
-    split_invariant(input);
+    assert_fields(&envs[1], json!({"final": true, "url": "https://x"}));
 }
 
 #[test]
 fn a_failure_inside_an_open_block_closes_it_and_becomes_an_error() {
     let input = "data: <content-block-text>\n\ndata: partial\n\ndata: {\"error\": \"RuntimeError\", \"message\": \"boom\", \"traceback\": \"tb\"}\n\n";
-    let envs = run(Options::default(), input);
     assert_eq!(
-        blocks(&envs),
+        blocks(&run_split(input)),
         [
             b("text", "fallback", "partial"),
             b("error", "fallback", r#"{"error":"RuntimeError","message":"boom"}"#)
         ]
     );
-    split_invariant(input);
     // The same shape followed by more text was text.
     let input = "data: <content-block-text>\n\ndata: {\"error\": \"E\", \"message\": \"m\"}\n\ndata: !\n\ndata: </content-block-text>\n\n";
     assert_eq!(
@@ -244,14 +245,13 @@ fn a_failure_inside_an_open_block_closes_it_and_becomes_an_error() {
 #[test]
 fn an_error_item_inside_an_open_block_is_an_error_and_done_is_text() {
     let input = "data: <content-block-text>\n\ndata: a\n\ndata: <content-block-error><![CDATA[bad\\nthing]]></content-block-error>\n\ndata: [DONE]\n\ndata: </content-block-text>\n\n";
-    let envs = run(Options::default(), input);
+    let envs = run_split(input);
     assert_eq!(
         envs[1],
         json!({"type":"error","agent":"fallback","final":true,"delta":"bad\nthing"})
     );
     assert_eq!(envs[2]["delta"], "[DONE]");
     assert_eq!(envs[3]["final"], true);
-    split_invariant(input);
 }
 
 #[test]
@@ -264,10 +264,7 @@ data: <content-block-text>hi</content-block-text>\n\n\
 data: <content-block-tool_result id=\"spawn\" name=\"spawn_subagent\"><![CDATA[done]]></content-block-tool_result>\n\n"
     );
     let envs = run(Options::default(), &input);
-    let agents: Vec<_> = envs
-        .iter()
-        .map(|e| (e["type"].as_str().unwrap(), e["agent"].as_str().unwrap()))
-        .collect();
+    let agents = types_with(&envs, |e| e["agent"].as_str().unwrap());
     assert_eq!(
         agents,
         [
@@ -312,7 +309,7 @@ data: {"type":"message_stop"}
 data: [DONE]
 
 "#;
-    let envs = run(Options::default(), input);
+    let envs = run_split(input);
     let got: Vec<_> = envs.iter().skip(1).cloned().collect();
     assert_eq!(got[0], json!({"type":"text","agent":"A","final":false,"delta":"Hi\n"}));
     assert_eq!(got[1]["final"], true);
@@ -324,11 +321,11 @@ data: [DONE]
         got[3],
         json!({"type":"tool_call","agent":"A","final":true,"delta":"{\"a\": 1}","id":"t","name":"f"})
     );
-    assert_eq!(got[4]["type"], "server_tool_result");
-    assert_eq!(got[4]["delta"], "[{\"url\": \"u\"}]");
-    assert_eq!(got[4]["name"], "web_search_tool_result");
+    assert_fields(
+        &got[4],
+        json!({"type": "server_tool_result", "delta": "[{\"url\": \"u\"}]", "name": "web_search_tool_result"}),
+    );
     assert_eq!(got[5], "[DONE]");
-    split_invariant(input);
 }
 
 #[test]
@@ -498,8 +495,7 @@ fn fuzz_regression_discarded_event_under_a_partial_tag() {
 #[test]
 fn fuzz_regression_an_unfinished_interrupting_item_is_reported_and_the_block_goes_on() {
     let input = "data: <content-block-text>\n\ndata: a\n\ndata: <meta_init data=x}\"></meta_init>\n\ndata: b\n\ndata: <content-block-tool_result id=\"t\" name=\"n\"><![CDATA[r]]></content-block-tool_result>\n\ndata: </content-block-text>\n\n";
-    let whole = split_invariant(input);
-    let envs = parse(&whole);
+    let envs = run_split(input);
     let kinds: Vec<_> = envs.iter().map(|e| e["type"].as_str().unwrap().to_owned()).collect();
     assert_eq!(kinds, ["text", "error", "text", "tool_result", "text"], "{envs:?}");
     assert!(envs[1]["delta"]

@@ -377,3 +377,13 @@ pub fn corpus() -> Vec<Scenario> {
     }
     v
 }
+
+/// A legacy stream of one text block, an event a `Vec`: the block's open tag, one event per delta, its close tag,
+/// then the `after` events' data (`[DONE]`, a `meta_final`…).
+pub fn text_block(deltas: impl IntoIterator<Item = String>, after: &[&str]) -> Vec<Vec<u8>> {
+    let mut out = vec![b"data: <content-block-text>\n\n".to_vec()];
+    out.extend(deltas.into_iter().map(|d| format!("data: {d}\n\n").into_bytes()));
+    out.push(b"data: </content-block-text>\n\n".to_vec());
+    out.extend(after.iter().map(|a| format!("data: {a}\n\n").into_bytes()));
+    out
+}

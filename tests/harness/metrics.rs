@@ -33,3 +33,23 @@ pub fn assert_upstream_connections(metrics: &str, pooled: usize, dedicated: usiz
         "requests on (pooled, dedicated) connections"
     );
 }
+
+/// `sse_gateway_resume_ended_total` of the held streams that ended `how` (completed, abandoned, cancelled, lost).
+pub fn resume_ended(metrics: &str, how: &str) -> f64 {
+    metric(metrics, "sse_gateway_resume_ended_total", &[&format!("how=\"{how}\"")])
+}
+
+/// `sse_gateway_resume_streams`, the held streams in `state` (live, grace, retained).
+pub fn resume_streams(metrics: &str, state: &str) -> f64 {
+    metric(metrics, "sse_gateway_resume_streams", &[&format!("state=\"{state}\"")])
+}
+
+/// `sse_gateway_resume_requests_total` of the resuming requests answered with `outcome` (replayed, gap, unknown,
+/// denied).
+pub fn resume_requests(metrics: &str, outcome: &str) -> f64 {
+    metric(
+        metrics,
+        "sse_gateway_resume_requests_total",
+        &[&format!("outcome=\"{outcome}\"")],
+    )
+}

@@ -44,12 +44,14 @@ pub mod prelude {
         assert_leaving_closes_upstream, client, get, http_get, raw, read_to_eof, request, send, Client, HttpClient,
     };
     pub use super::faults::*;
-    pub use super::metrics::{assert_upstream_connections, metric};
+    pub use super::metrics::{assert_upstream_connections, metric, resume_ended, resume_requests, resume_streams};
     pub use super::process::{rss_kib, Process, RssSampler};
-    pub use super::server::TestGateway;
+    pub use super::server::{gateway_with, TestGateway};
     pub use super::sse::{
         blocks, delta, envelope_values, envelopes, error_type, is_final, kind, parse_stream, sse_data, without_ids, Out,
     };
-    pub use super::upstream::{find, sse_head, Closed, ConnLog, Emulator, Ending, Recorded, Step, UpConn, Upstream};
+    pub use super::upstream::{
+        find, paced, sse_head, Closed, ConnLog, Emulator, Ending, Recorded, Step, UpConn, Upstream,
+    };
     pub use super::PATIENCE;
 }

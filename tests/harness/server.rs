@@ -8,6 +8,7 @@ use sse_gateway::proxy::server::Gateway;
 use tokio::sync::oneshot;
 
 use super::client::get;
+use super::upstream::{Emulator, Step};
 use super::PATIENCE;
 
 /// A gateway running in this process, on ephemeral ports.
@@ -57,4 +58,11 @@ impl TestGateway {
         }
         let _ = tokio::time::timeout(PATIENCE, &mut self.task).await;
     }
+}
+
+/// An emulator answering every request with `steps`, and a gateway in front of it with `tweak`ed settings.
+pub async fn gateway_with(steps: Vec<Step>, tweak: impl FnOnce(&mut Settings)) -> (Emulator, TestGateway) {
+    let up = Emulator::always(steps).await;
+    let gw = TestGateway::start(&up.url(), tweak).await;
+    (up, gw)
 }

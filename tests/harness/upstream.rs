@@ -446,6 +446,11 @@ impl Step {
         Step::WriteAll(bytes.to_vec())
     }
 
+    /// A whole answer: a `status` head carrying `headers` (not chunked), then `body`.
+    pub fn answer(status: u16, headers: &[(&str, &str)], body: &[u8]) -> Vec<Step> {
+        vec![Step::head(status, headers, false), Step::write_all(body)]
+    }
+
     /// A `Head` from string pairs.
     pub fn head(status: u16, headers: &[(&str, &str)], chunked: bool) -> Self {
         Step::Head {
@@ -459,6 +464,16 @@ impl Step {
 /// An SSE response head.
 pub fn sse_head() -> Step {
     Step::head(200, &[("Content-Type", "text/event-stream")], true)
+}
+
+/// A paced SSE answer: the head, each event written alone and followed by `gap`, then the body's end.
+pub fn paced(events: impl IntoIterator<Item = Vec<u8>>, gap: Duration) -> Vec<Step> {
+    let mut steps = vec![sse_head()];
+    for e in events {
+        steps.extend([Step::WriteAll(e), Step::Pause(gap)]);
+    }
+    steps.push(Step::EndChunks);
+    steps
 }
 
 /// The upstream with a [`Step`] script per connection: answers each request with the handler's steps, then
@@ -503,7 +518,12 @@ impl Emulator {
 
     /// Answers every request with an SSE head ([`sse_head`]), then `steps`.
     pub async fn sse(steps: Vec<Step>) -> Emulator {
-        Emulator::start(move |_| [vec![sse_head()], steps.clone()].concat()).await
+        Emulator::always([vec![sse_head()], steps].concat()).await
+    }
+
+    /// Answers every request with `steps`.
+    pub async fn always(steps: Vec<Step>) -> Emulator {
+        Emulator::start(move |_| steps.clone()).await
     }
 }
 
@@ -599,7 +619,6 @@ pub fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 impl Emulator {
     /// An emulator that answers every request with a `status` head carrying `headers` (not chunked), then `body`.
     pub async fn answering(status: u16, headers: &[(&str, &str)], body: &[u8]) -> Emulator {
-        let steps = vec![Step::head(status, headers, false), Step::write_all(body)];
-        Emulator::start(move |_| steps.clone()).await
+        Emulator::always(Step::answer(status, headers, body)).await
     }
 }
