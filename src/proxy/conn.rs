@@ -1,6 +1,7 @@
 //! One client connection's socket and state: shared with watchers that hyper does not provide (a client that
 //! leaves while hyper is not reading, idleness between requests), and the flushes a failing body waits for.
 
+use std::future::Future;
 use std::io;
 use std::net::Shutdown;
 use std::pin::Pin;
@@ -18,6 +19,7 @@ use tokio::time::Instant;
 
 use super::body::{BodyError, ResponseBody};
 use super::drain::{self, Deadline, DrainCut, DrainTimeout};
+use super::quiet::Quiet;
 
 /// How often a watcher looks again at a socket that has unread bytes: readiness cannot tell a close behind
 /// them apart from more bytes, and hyper will not read them while a response is in flight.
@@ -199,13 +201,13 @@ pub struct Tracked {
     body: ResponseBody,
     _in_flight: InFlight,
     /// Only for upstream bodies (the gateway's own small bodies end by themselves); taken once reached.
-    deadline: Option<Deadline>,
+    deadline: Option<Quiet<Deadline>>,
 }
 
 impl Tracked {
     /// `cut` turns true at the drain deadline.
     pub fn new(body: ResponseBody, in_flight: InFlight, cut: &watch::Receiver<bool>) -> Self {
-        let deadline = body.is_upstream().then(|| drain::deadline(cut.clone()));
+        let deadline = body.is_upstream().then(|| Quiet::new(drain::deadline(cut.clone())));
         Self {
             body,
             _in_flight: in_flight,
@@ -222,7 +224,7 @@ impl Body for Tracked {
         let this = self.get_mut();
         // Polled before the body, so a stream the upstream keeps busy is cut as surely as an idle one.
         if let Some(deadline) = this.deadline.as_mut() {
-            if deadline.as_mut().poll(cx).is_ready() {
+            if Pin::new(deadline).poll(cx).is_ready() {
                 this.deadline = None;
                 match this.body.cut_for_drain() {
                     DrainCut::Final(last) => return Poll::Ready(Some(Ok(Frame::data(last)))),

@@ -10,6 +10,7 @@ pub mod headers;
 pub mod metrics;
 pub mod negotiate;
 pub mod observe;
+pub mod quiet;
 pub mod reconnect;
 pub mod request_body;
 pub mod server;

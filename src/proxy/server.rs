@@ -19,6 +19,7 @@ use tokio::sync::watch;
 
 use super::conn::{self, Activity, ClientIo, Flushes, Tracked};
 use super::metrics::Metrics;
+use super::quiet::Quiet;
 use super::{handle, Shared};
 use crate::admin::{self, Health};
 use crate::config::{duration, Settings};
@@ -315,19 +316,39 @@ async fn serve_connection(
     let io = ClientIo::new(Arc::clone(&stream), flushes);
     let conn = builder.serve_connection(TokioIo::new(io), service).into_owned();
     let mut conn = std::pin::pin!(conn);
+    // The watches wake rarely, the connection for every event: behind `Quiet`, the connection's wake-ups do
+    // not poll them.
+    let watches = std::pin::pin!(async {
+        tokio::select! {
+            () = guard.as_mut() => Closing::NoRequest,
+            () = conn::client_left(&stream, &activity) => Closing::Left,
+            () = activity.idle_for(limits.idle) => Closing::Gracefully("idle timeout"),
+            _ = drain.wait_for(|d| *d) => Closing::Gracefully("draining"),
+        }
+    });
     let closing = tokio::select! {
         r = conn.as_mut() => return log_end(r, peer),
-        () = guard.as_mut() => return no_request(peer),
-        () = conn::client_left(&stream, &activity) => return left(peer),
-        () = activity.idle_for(limits.idle) => "idle timeout",
-        _ = drain.wait_for(|d| *d) => "draining",
+        c = Quiet::new(watches) => c,
     };
-    tracing::debug!(%peer, why = closing, "closing the connection gracefully");
+    let why = match closing {
+        Closing::NoRequest => return no_request(peer),
+        Closing::Left => return left(peer),
+        Closing::Gracefully(why) => why,
+    };
+    tracing::debug!(%peer, why, "closing the connection gracefully");
     conn.as_mut().graceful_shutdown();
+    let left_meanwhile = std::pin::pin!(conn::client_left(&stream, &activity));
     tokio::select! {
         r = conn.as_mut() => log_end(r, peer),
-        () = conn::client_left(&stream, &activity) => left(peer),
+        () = Quiet::new(left_meanwhile) => left(peer),
     }
+}
+
+/// Why a connection's watches ended it.
+enum Closing {
+    NoRequest,
+    Left,
+    Gracefully(&'static str),
 }
 
 fn log_end(r: Result<(), Box<dyn std::error::Error + Send + Sync>>, peer: SocketAddr) {

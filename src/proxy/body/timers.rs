@@ -17,12 +17,13 @@ use tokio::time::{Instant, Sleep};
 use super::{Drain, Ending, Gather, Layer, Polled, StreamError, Totals};
 use crate::proxy::drain::DrainCut;
 use crate::proxy::metrics::Metrics;
+use crate::proxy::quiet::Quiet;
 use crate::sse::encoder::KEEPALIVE;
 
 /// A timer whose deadline is `interval` after the last `touch`.
 struct Lazy {
     interval: Duration,
-    sleep: Pin<Box<Sleep>>,
+    sleep: Quiet<Pin<Box<Sleep>>>,
     last: Instant,
 }
 
@@ -30,7 +31,7 @@ impl Lazy {
     fn new(interval: Duration) -> Self {
         Self {
             interval,
-            sleep: Box::pin(tokio::time::sleep(interval)),
+            sleep: Quiet::new(Box::pin(tokio::time::sleep(interval))),
             last: Instant::now(),
         }
     }
@@ -54,7 +55,7 @@ impl Lazy {
     /// Ready once `interval` has passed since the last touch; registers for the deadline otherwise.
     fn poll_due(&mut self, cx: &mut Context<'_>) -> Poll<Instant> {
         loop {
-            if self.sleep.as_mut().poll(cx).is_pending() {
+            if Pin::new(&mut self.sleep).poll(cx).is_pending() {
                 return Poll::Pending;
             }
             let due = self.last + self.interval;
@@ -62,7 +63,7 @@ impl Lazy {
             if now >= due {
                 return Poll::Ready(now);
             }
-            self.sleep.as_mut().reset(due);
+            self.sleep.get_mut().as_mut().reset(due);
         }
     }
 }
@@ -140,7 +141,7 @@ impl<L: Layer> Body for Keepalive<L> {
         };
         if let Some(now) = timer.watch(&polled, cx) {
             timer.last = now;
-            timer.sleep.as_mut().reset(now + timer.interval);
+            timer.sleep.get_mut().as_mut().reset(now + timer.interval);
             this.metrics.keepalives.inc();
             return Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(KEEPALIVE)))));
         }

@@ -1,9 +1,7 @@
 //! The response body's framing (RFC 9112 §6): how its end is known, and the chunked decoder.
 //!
-//! Sans-I/O: bytes read from the socket go in, the body's data comes out as slices of them (no copy); state
-//! survives any cut between reads, so no partial line is buffered.
-
-use bytes::{Buf, Bytes};
+//! Sans-I/O: a read's bytes are decoded in place, the data moved over the framing, so one read makes one piece
+//! of data however many chunks it held; state survives any cut between reads, so no partial line is buffered.
 
 use super::Error;
 
@@ -22,35 +20,41 @@ pub enum Framing {
     Close,
     /// Done (or there was no body).
     End,
+    /// Bad framing met after data of the same read: that data goes on first, this error after it.
+    Failed(&'static str),
 }
 
 impl Framing {
-    /// The next data piece of `input`, consuming it. `None`: `input` is used up (or the body has ended).
-    pub fn decode(&mut self, input: &mut Bytes) -> Result<Option<Bytes>, Error> {
-        let data = match self {
-            Framing::End => {
-                input.clear();
-                return Ok(None);
-            }
-            Framing::Close => std::mem::take(input),
+    /// Decodes `buf` in place: the body's data in it is moved to its start, and its length returned. Bytes past
+    /// the end of the body are not data.
+    pub fn decode(&mut self, buf: &mut [u8]) -> Result<usize, Error> {
+        let n = match self {
+            Framing::End => return Ok(0),
+            Framing::Failed(why) => return Err(Error::Chunk(why)),
+            Framing::Close => buf.len(),
             Framing::Length(left) => {
-                let n = input.len().min(usize::try_from(*left).unwrap_or(usize::MAX));
+                let n = buf.len().min(usize::try_from(*left).unwrap_or(usize::MAX));
                 *left -= n as u64;
-                let data = input.split_to(n);
                 if *left == 0 {
                     *self = Framing::End;
                 }
-                data
+                n
             }
-            Framing::Chunked(c) => {
-                let data = c.decode(input)?;
-                if c.state == State::End {
-                    *self = Framing::End;
+            Framing::Chunked(c) => match c.decode(buf) {
+                Ok(n) => {
+                    if c.state == State::End {
+                        *self = Framing::End;
+                    }
+                    n
                 }
-                data
-            }
+                Err((0, why)) => return Err(Error::Chunk(why)),
+                Err((n, why)) => {
+                    *self = Framing::Failed(why);
+                    n
+                }
+            },
         };
-        Ok((!data.is_empty()).then_some(data))
+        Ok(n)
     }
 
     /// The connection closed: whether that ends the body or cuts it short.
@@ -61,6 +65,15 @@ impl Framing {
                 Ok(())
             }
             Framing::Length(_) | Framing::Chunked(_) => Err(Error::Incomplete),
+            Framing::Failed(why) => Err(Error::Chunk(why)),
+        }
+    }
+
+    /// The error met after data already handed on, if any.
+    pub fn failure(&self) -> Option<Error> {
+        match self {
+            Framing::Failed(why) => Some(Error::Chunk(why)),
+            _ => None,
         }
     }
 
@@ -122,56 +135,55 @@ impl Default for Chunked {
     }
 }
 
-fn bad(what: &'static str) -> Error {
-    Error::Chunk(what)
-}
-
 impl Chunked {
-    /// Consumes framing bytes up to the next data, and returns that data (empty when `input` ran out first).
-    fn decode(&mut self, input: &mut Bytes) -> Result<Bytes, Error> {
-        while !input.is_empty() {
-            if self.state == State::Data {
-                let n = input.len().min(usize::try_from(self.left).unwrap_or(usize::MAX));
-                self.left -= n as u64;
-                if self.left == 0 {
-                    self.state = State::DataCr;
+    /// Decodes `buf` in place (the data moved over the framing); the data's length. On bad framing, the length
+    /// of the data before it and why.
+    fn decode(&mut self, buf: &mut [u8]) -> Result<usize, (usize, &'static str)> {
+        let (mut read, mut written) = (0, 0);
+        while read < buf.len() {
+            match self.state {
+                State::Data => {
+                    let n = (buf.len() - read).min(usize::try_from(self.left).unwrap_or(usize::MAX));
+                    buf.copy_within(read..read + n, written);
+                    (read, written) = (read + n, written + n);
+                    self.left -= n as u64;
+                    if self.left == 0 {
+                        self.state = State::DataCr;
+                    }
                 }
-                return Ok(input.split_to(n));
+                State::End => break,
+                _ => {
+                    self.step(buf[read]).map_err(|why| (written, why))?;
+                    read += 1;
+                }
             }
-            if self.state == State::End {
-                input.clear();
-                break;
-            }
-            let b = input[0];
-            input.advance(1);
-            self.step(b)?;
         }
-        Ok(Bytes::new())
+        Ok(written)
     }
 
     /// One byte of the framing (never of data).
-    fn step(&mut self, b: u8) -> Result<(), Error> {
+    fn step(&mut self, b: u8) -> Result<(), &'static str> {
         use State::*;
         self.state = match (self.state, b) {
             (Size, _) if (b as char).is_ascii_hexdigit() => {
                 // 16 hex digits fill a u64.
                 if self.digits == 16 {
-                    return Err(bad("chunk size overflows"));
+                    return Err("chunk size overflows");
                 }
                 self.digits += 1;
                 self.size = self.size << 4 | u64::from((b as char).to_digit(16).unwrap_or(0));
                 Size
             }
-            (Size, _) if self.digits == 0 => return Err(bad("chunk size line without a size")),
+            (Size, _) if self.digits == 0 => return Err("chunk size line without a size"),
             (Size | SizeSpace, b' ' | b'\t') => SizeSpace,
             (Size | SizeSpace, b';') => Extension,
             (Size | SizeSpace | Extension, b'\r') => SizeLf,
-            (Size | SizeSpace, _) => return Err(bad("invalid chunk size line")),
-            (Extension, b'\n') => return Err(bad("newline in a chunk extension")),
+            (Size | SizeSpace, _) => return Err("invalid chunk size line"),
+            (Extension, b'\n') => return Err("newline in a chunk extension"),
             (Extension, _) => {
                 self.extensions += 1;
                 if self.extensions > MAX_EXTENSIONS {
-                    return Err(bad("chunk extensions over 16 KiB"));
+                    return Err("chunk extensions over 16 KiB");
                 }
                 Extension
             }
@@ -180,19 +192,19 @@ impl Chunked {
                 self.left = self.size;
                 Data
             }
-            (SizeLf, _) => return Err(bad("chunk size line without LF")),
+            (SizeLf, _) => return Err("chunk size line without LF"),
             (DataCr, b'\r') => DataLf,
-            (DataCr, _) => return Err(bad("chunk data without CRLF")),
+            (DataCr, _) => return Err("chunk data without CRLF"),
             (DataLf, b'\n') => {
                 (self.size, self.digits) = (0, 0);
                 Size
             }
-            (DataLf, _) => return Err(bad("chunk data without CRLF")),
+            (DataLf, _) => return Err("chunk data without CRLF"),
             (TrailerStart, b'\r') => EndLf,
             (TrailerStart | Trailer, _) => {
                 self.trailers += 1;
                 if self.trailers > MAX_TRAILERS {
-                    return Err(bad("trailers over 16 KiB"));
+                    return Err("trailers over 16 KiB");
                 }
                 if b == b'\r' {
                     TrailerLf
@@ -201,9 +213,9 @@ impl Chunked {
                 }
             }
             (TrailerLf, b'\n') => TrailerStart,
-            (TrailerLf, _) => return Err(bad("trailer line without LF")),
+            (TrailerLf, _) => return Err("trailer line without LF"),
             (EndLf, b'\n') => End,
-            (EndLf, _) => return Err(bad("last chunk without CRLF")),
+            (EndLf, _) => return Err("last chunk without CRLF"),
             (Data | End, _) => unreachable!("data and the end are not stepped"),
         };
         Ok(())
@@ -218,13 +230,14 @@ mod tests {
     fn run(f: &mut Framing, parts: &[&[u8]]) -> Result<(Vec<u8>, bool), Error> {
         let mut out = Vec::new();
         for p in parts {
-            let mut input = Bytes::copy_from_slice(p);
-            while let Some(d) = f.decode(&mut input)? {
-                out.extend_from_slice(&d);
-            }
-            assert!(input.is_empty(), "all input consumed");
+            let mut buf = p.to_vec();
+            let n = f.decode(&mut buf)?;
+            out.extend_from_slice(&buf[..n]);
         }
-        Ok((out, f.is_end()))
+        match f.failure() {
+            Some(e) => Err(e),
+            None => Ok((out, f.is_end())),
+        }
     }
 
     fn chunked() -> Framing {
@@ -243,14 +256,6 @@ mod tests {
         }
         let bytes: Vec<&[u8]> = BODY.chunks(1).collect();
         assert_eq!(run(&mut chunked(), &bytes).unwrap(), (want, true), "byte by byte");
-    }
-
-    #[test]
-    fn data_is_sliced_not_copied() {
-        let input = Bytes::from_static(b"5\r\nhello\r\n");
-        let mut rest = input.clone();
-        let d = chunked().decode(&mut rest).unwrap().unwrap();
-        assert_eq!(d.as_ptr(), input[3..].as_ptr());
     }
 
     #[test]
@@ -275,6 +280,16 @@ mod tests {
                 String::from_utf8_lossy(bad)
             );
         }
+    }
+
+    #[test]
+    fn data_before_bad_framing_in_the_same_read_comes_first() {
+        let mut f = chunked();
+        let mut buf = b"3\r\none\r\nzz\r\n".to_vec();
+        assert_eq!(f.decode(&mut buf).unwrap(), 3);
+        assert_eq!(&buf[..3], b"one");
+        assert!(matches!(f.failure(), Some(Error::Chunk(_))));
+        assert!(f.decode(&mut []).is_err() && f.eof().is_err(), "and the error stays");
     }
 
     #[test]

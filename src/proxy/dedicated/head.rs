@@ -269,6 +269,7 @@ mod tests {
                 Framing::Close => "close".into(),
                 Framing::End => "end".into(),
                 Framing::Length(n) => format!("length {n}"),
+                Framing::Failed(why) => format!("failed: {why}"),
             };
             assert_eq!(got, want, "{raw:?}");
         }

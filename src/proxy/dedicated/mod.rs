@@ -4,8 +4,8 @@
 //! channel, holding a read buffer, a write buffer and a request channel per connection (~26 KiB) for as long
 //! as the stream is open. An event stream is one request and one long response, so here the response body *is*
 //! the connection: a poll writes on the request body while it lasts, reads the socket, and decodes every chunk
-//! the read brought (`framing`). A read lands in a buffer on the stack and only the bytes read are kept, so a
-//! stream waiting for its next event holds no buffer at all.
+//! the read brought (`framing`). A read lands in a buffer on the stack and only its data is kept (one allocation
+//! of its exact size), so a stream waiting for its next event holds no buffer at all.
 
 mod framing;
 mod head;
@@ -109,12 +109,15 @@ pub async fn send(mut io: TcpStream, req: Request<ClientBody>) -> Result<Respons
         }
     })
     .await?;
-    let input = Bytes::copy_from_slice(&buf[len..]);
+    let mut rest = buf.split_off(len);
+    let mut framing = framing;
+    let n = framing.decode(&mut rest)?;
+    rest.truncate(n);
     Ok(resp.map(|()| Connection {
         io,
         writer,
         framing,
-        input,
+        first: Bytes::from(rest),
     }))
 }
 
@@ -206,8 +209,8 @@ pub struct Connection {
     /// The request body still being written (an upstream may answer before it has read it all).
     writer: Option<Writer>,
     framing: Framing,
-    /// Read but not yet decoded.
-    input: Bytes,
+    /// Data read with the head, not yet handed on.
+    first: Bytes,
 }
 
 impl Connection {
@@ -232,34 +235,43 @@ impl Body for Connection {
                 Poll::Pending => {}
             }
         }
-        loop {
-            match this.framing.decode(&mut this.input) {
-                Ok(Some(data)) => return Poll::Ready(Some(Ok(Frame::data(data)))),
-                Ok(None) if this.framing.is_end() => return Poll::Ready(None),
-                Ok(None) => {}
+        if !this.first.is_empty() {
+            return Poll::Ready(Some(Ok(Frame::data(std::mem::take(&mut this.first)))));
+        }
+        while !this.framing.is_end() {
+            if let Some(e) = this.framing.failure() {
+                return this.failed(e);
+            }
+            let mut storage = [MaybeUninit::<u8>::uninit(); READ_SIZE];
+            let mut buf = ReadBuf::uninit(&mut storage);
+            if let Err(e) = ready!(Pin::new(&mut this.io).poll_read(cx, &mut buf)) {
+                return this.failed(e.into());
+            }
+            let read = buf.filled_mut();
+            if read.is_empty() {
+                return match this.framing.eof() {
+                    Ok(()) => Poll::Ready(None),
+                    Err(e) => this.failed(e),
+                };
+            }
+            // One allocation of the data's exact size per read, whatever its chunks.
+            match this.framing.decode(read) {
+                Ok(0) => {}
+                Ok(n) => return Poll::Ready(Some(Ok(Frame::data(Bytes::copy_from_slice(&read[..n]))))),
                 Err(e) => return this.failed(e),
             }
-            let input = &mut this.input;
-            match ready!(read(&mut this.io, cx, |b| *input = Bytes::copy_from_slice(b))) {
-                Ok(0) => {
-                    return match this.framing.eof() {
-                        Ok(()) => Poll::Ready(None),
-                        Err(e) => this.failed(e),
-                    }
-                }
-                Ok(_) => {}
-                Err(e) => return this.failed(e.into()),
-            }
         }
+        Poll::Ready(None)
     }
 
     fn is_end_stream(&self) -> bool {
-        self.framing.is_end()
+        self.framing.is_end() && self.first.is_empty()
     }
 
     fn size_hint(&self) -> SizeHint {
+        let first = self.first.len() as u64;
         self.framing
             .remaining()
-            .map_or_else(SizeHint::default, SizeHint::with_exact)
+            .map_or_else(SizeHint::default, |left| SizeHint::with_exact(left + first))
     }
 }
