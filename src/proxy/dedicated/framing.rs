@@ -152,13 +152,39 @@ impl Chunked {
                     }
                 }
                 State::End => break,
-                _ => {
-                    self.step(buf[read]).map_err(|why| (written, why))?;
-                    read += 1;
-                }
+                _ => match self.whole_line(&buf[read..]) {
+                    Some(n) => read += n,
+                    None => {
+                        self.step(buf[read]).map_err(|why| (written, why))?;
+                        read += 1;
+                    }
+                },
             }
         }
         Ok(written)
+    }
+
+    /// The common case in one go: the CRLF after the last chunk's data (when due), hex digits, CRLF. The bytes
+    /// taken, or none when the line is not all there or not that simple: the byte-wise path takes it then,
+    /// errors included.
+    fn whole_line(&mut self, bytes: &[u8]) -> Option<usize> {
+        let at = match self.state {
+            State::DataCr if bytes.starts_with(b"\r\n") => 2,
+            State::Size if self.digits == 0 => 0,
+            _ => return None,
+        };
+        let line = &bytes[at..];
+        // 16 hex digits fill a u64; a 17th is left to the byte-wise path, which refuses it.
+        let digits = line.iter().take(16).take_while(|b| b.is_ascii_hexdigit()).count();
+        if digits == 0 || line.get(digits..digits + 2)? != b"\r\n" {
+            return None;
+        }
+        let size = line[..digits]
+            .iter()
+            .fold(0u64, |n, &b| n << 4 | u64::from((b as char).to_digit(16).unwrap_or(0)));
+        (self.size, self.digits, self.left) = (0, 0, size);
+        self.state = if size == 0 { State::TrailerStart } else { State::Data };
+        Some(at + digits + 2)
     }
 
     /// One byte of the framing (never of data).
@@ -270,6 +296,7 @@ mod tests {
             b"5 x\r\n",
             b"5;a\nb\r\n",
             b"11111111111111111\r\n",
+            b"1\r\na\r\n11111111111111111\r\n",
             b"0\r\n\rX",
             b"0\r\nX-T: 1\rX",
         ] {
