@@ -13,6 +13,9 @@ use crate::proxy::forward::UpstreamErrorKind;
 /// The description of an idle timeout, in the error envelope and as the abort's error.
 pub const IDLE_MESSAGE: &str = "upstream sent nothing within upstream.idle_timeout_secs";
 
+/// The description of an upstream that closed mid-response, on either kind of connection.
+const CLOSED_EARLY: &str = "upstream connection closed before the response ended";
+
 /// An upstream stream's failure.
 #[derive(Debug, Error)]
 pub enum StreamError {
@@ -40,13 +43,9 @@ impl StreamError {
     /// A short, payload-free description for the error envelope.
     pub fn message(&self) -> Cow<'static, str> {
         match self {
-            StreamError::Upstream(e) if e.is_incomplete_message() => {
-                "upstream connection closed before the response ended".into()
-            }
+            StreamError::Upstream(e) if e.is_incomplete_message() => CLOSED_EARLY.into(),
+            StreamError::Connection(dedicated::Error::Incomplete) => CLOSED_EARLY.into(),
             StreamError::Upstream(e) if e.is_timeout() => "upstream timed out".into(),
-            StreamError::Connection(dedicated::Error::Incomplete) => {
-                "upstream connection closed before the response ended".into()
-            }
             StreamError::Upstream(_) | StreamError::Connection(_) => {
                 format!("upstream connection failed: {self}").into()
             }

@@ -132,7 +132,7 @@ impl<B: Gather> Body for Original<B> {
             Some(Err(e)) => {
                 // Shadow: count what the translated stream would have ended with (an upstream failure; an idle
                 // timeout is not counted so).
-                if let (Some(t), false) = (this.shadow.as_mut(), matches!(e, StreamError::IdleTimeout)) {
+                if let Some(t) = this.shadow.as_mut().filter(|_| !matches!(e, StreamError::IdleTimeout)) {
                     t.abort(&e.message(), &mut Vec::new());
                 }
                 this.done = true;

@@ -86,15 +86,9 @@ pub async fn send(mut io: TcpStream, req: Request<ClientBody>) -> Result<Respons
     let mut buf = Vec::new();
     // The request is written (and its body streamed) while the head is awaited: an upstream may answer first.
     let mut write_failed = None;
-    let (resp, len, framing) = poll_fn(|cx| {
-        if let Some(w) = writer.as_mut() {
-            match w.poll(&mut io, cx) {
-                Poll::Ready(Ok(())) => writer = None,
-                Poll::Ready(Err(e @ Error::ClientBody(_))) => return Poll::Ready(Err(e)),
-                // The upstream stopped reading; it may have answered already.
-                Poll::Ready(Err(e)) => write_failed = writer.take().map(|_| e),
-                Poll::Pending => {}
-            }
+    let (resp, len, mut framing) = poll_fn(|cx| {
+        if let Some(e) = write_on(&mut writer, &mut io, cx)? {
+            write_failed = Some(e);
         }
         loop {
             if let Some(parsed) = head::parse_response(&parts.method, &buf)? {
@@ -103,14 +97,17 @@ pub async fn send(mut io: TcpStream, req: Request<ClientBody>) -> Result<Respons
             if buf.len() >= head::MAX_HEAD {
                 return Poll::Ready(Err(Error::HeadTooLarge));
             }
-            if ready!(read(&mut io, cx, |b| buf.extend_from_slice(b)))? == 0 {
+            let got = ready!(read(&mut io, cx, |b| {
+                buf.extend_from_slice(b);
+                b.len()
+            }))?;
+            if got == 0 {
                 return Poll::Ready(Err(write_failed.take().unwrap_or(Error::Incomplete)));
             }
         }
     })
     .await?;
     let mut rest = buf.split_off(len);
-    let mut framing = framing;
     let n = framing.decode(&mut rest)?;
     rest.truncate(n);
     Ok(resp.map(|()| Connection {
@@ -121,13 +118,29 @@ pub async fn send(mut io: TcpStream, req: Request<ClientBody>) -> Result<Respons
     }))
 }
 
-/// One socket read into a stack buffer, handed to `take`; the count read (0 at the end).
-fn read(io: &mut TcpStream, cx: &mut Context<'_>, take: impl FnOnce(&[u8])) -> Poll<io::Result<usize>> {
+/// One socket read into a stack buffer, handed to `take` (empty at the end of the stream).
+fn read<T>(io: &mut TcpStream, cx: &mut Context<'_>, take: impl FnOnce(&mut [u8]) -> T) -> Poll<io::Result<T>> {
     let mut storage = [MaybeUninit::<u8>::uninit(); READ_SIZE];
     let mut buf = ReadBuf::uninit(&mut storage);
     ready!(Pin::new(io).poll_read(cx, &mut buf))?;
-    take(buf.filled());
-    Poll::Ready(Ok(buf.filled().len()))
+    Poll::Ready(Ok(take(buf.filled_mut())))
+}
+
+/// Drives the request's writer, if one is left: it is dropped once the request is out, or when the upstream
+/// stopped reading (that error is returned: the response, if any, says how the exchange went). A failing
+/// client body is the error.
+fn write_on(writer: &mut Option<Writer>, io: &mut TcpStream, cx: &mut Context<'_>) -> Result<Option<Error>, Error> {
+    let Some(w) = writer.as_mut() else {
+        return Ok(None);
+    };
+    match w.poll(io, cx) {
+        Poll::Pending => Ok(None),
+        Poll::Ready(Err(e @ Error::ClientBody(_))) => Err(e),
+        Poll::Ready(done) => {
+            *writer = None;
+            Ok(done.err())
+        }
+    }
 }
 
 /// The request on its way out: the encoded bytes not yet written, and the body still to come.
@@ -227,13 +240,8 @@ impl Body for Connection {
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Error>>> {
         let this = self.get_mut();
-        if let Some(w) = this.writer.as_mut() {
-            match w.poll(&mut this.io, cx) {
-                Poll::Ready(Err(e @ Error::ClientBody(_))) => return this.failed(e),
-                // Written, or the upstream stopped reading: its response says how the exchange went.
-                Poll::Ready(_) => this.writer = None,
-                Poll::Pending => {}
-            }
+        if let Err(e) = write_on(&mut this.writer, &mut this.io, cx) {
+            return this.failed(e);
         }
         if !this.first.is_empty() {
             return Poll::Ready(Some(Ok(Frame::data(std::mem::take(&mut this.first)))));
@@ -242,22 +250,17 @@ impl Body for Connection {
             if let Some(e) = this.framing.failure() {
                 return this.failed(e);
             }
-            let mut storage = [MaybeUninit::<u8>::uninit(); READ_SIZE];
-            let mut buf = ReadBuf::uninit(&mut storage);
-            if let Err(e) = ready!(Pin::new(&mut this.io).poll_read(cx, &mut buf)) {
-                return this.failed(e.into());
-            }
-            let read = buf.filled_mut();
-            if read.is_empty() {
-                return match this.framing.eof() {
-                    Ok(()) => Poll::Ready(None),
-                    Err(e) => this.failed(e),
-                };
-            }
-            // One allocation of the data's exact size per read, whatever its chunks.
-            match this.framing.decode(read) {
-                Ok(0) => {}
-                Ok(n) => return Poll::Ready(Some(Ok(Frame::data(Bytes::copy_from_slice(&read[..n]))))),
+            let framing = &mut this.framing;
+            // One allocation of the data's exact size per read, whatever its chunks; an empty read is the end.
+            let decoded = ready!(read(&mut this.io, cx, |read| match read.len() {
+                0 => framing.eof().map(|()| None),
+                _ => framing
+                    .decode(read)
+                    .map(|n| (n > 0).then(|| Bytes::copy_from_slice(&read[..n]))),
+            }));
+            match decoded.map_err(Error::from).and_then(|d| d) {
+                Ok(Some(data)) => return Poll::Ready(Some(Ok(Frame::data(data)))),
+                Ok(None) => {}
                 Err(e) => return this.failed(e),
             }
         }
