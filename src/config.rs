@@ -25,6 +25,8 @@ pub const ENV_PREFIX: &str = "SSE_GATEWAY";
 const MIN_HEADER_BYTES: usize = 8192;
 /// Largest header block we let a client send (hyper's own ceiling is ~400 KiB).
 const MAX_HEADER_BYTES: usize = 1 << 20;
+/// Most `server.workers` (threads serving client connections).
+const MAX_WORKERS: usize = 1024;
 /// A sanity ceiling on `upstream.max_connections` (far above any file descriptor limit).
 const MAX_UPSTREAM_CONNECTIONS: usize = 1 << 24;
 /// A sanity ceiling on durations (one day): larger values are typos.
@@ -80,6 +82,9 @@ pub struct Server {
     pub drain_timeout_secs: f64,
     /// Accept HTTP/2 (prior knowledge, h2c) besides HTTP/1.1 (default true).
     pub http2: bool,
+    /// Threads serving client connections, each a single-threaded runtime a connection stays on (default 0:
+    /// one per CPU core).
+    pub workers: usize,
     /// Whether a layer (file, environment, flag) set `listen`; not a key. The demo backend's gateway binds
     /// loopback unless it did (see `demo_listen`).
     #[serde(skip)]
@@ -87,6 +92,16 @@ pub struct Server {
     /// Keep X-Forwarded-Proto / X-Forwarded-Host, `Forwarded` and `X-Real-IP` set by a proxy in front instead of
     /// overwriting or removing them (default false: only trust it when a load balancer you run sits in front).
     pub trust_forwarded_headers: bool,
+}
+
+impl Server {
+    /// `workers`, with 0 read as one per CPU core.
+    pub fn worker_threads(&self) -> usize {
+        match self.workers {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        }
+    }
 }
 
 impl Default for Server {
@@ -100,6 +115,7 @@ impl Default for Server {
             max_header_bytes: 64 << 10,
             drain_timeout_secs: 30.0,
             http2: true,
+            workers: 0,
             listen_given: false,
             trust_forwarded_headers: false,
         }
@@ -659,6 +675,12 @@ impl Settings {
                 format!("must be between {MIN_HEADER_BYTES} and {MAX_HEADER_BYTES}"),
             ));
         }
+        if s.workers > MAX_WORKERS {
+            return Err(invalid(
+                "server.workers",
+                format!("{} is over {MAX_WORKERS}", s.workers),
+            ));
+        }
         if !u.url.is_empty() {
             let target = UpstreamTarget::parse(&u.url).map_err(|p| invalid("upstream.url", p))?;
             // Every request would come back to us, and each of those too, until the fds run out.
@@ -965,6 +987,15 @@ mod tests {
             .starts_with("translate.keepalive_interval_secs:"));
         assert_eq!(ka("0").unwrap().translate.keepalive_interval_secs, 0.0);
         assert_eq!(ka("1").unwrap().translate.keepalive_interval_secs, 1.0);
+    }
+
+    #[test]
+    fn workers_are_one_per_core_by_default_and_bounded() {
+        let w = |v: &str| load(&[("SSE_GATEWAY__SERVER__WORKERS", v)], Overrides::default());
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(load(&[], Overrides::default()).unwrap().server.worker_threads(), cores);
+        assert_eq!(w("3").unwrap().server.worker_threads(), 3);
+        assert!(w("1025").unwrap_err().to_string().starts_with("server.workers:"));
     }
 
     #[test]

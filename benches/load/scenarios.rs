@@ -236,7 +236,7 @@ impl Acc {
         let ev = self.events.max(1) as f64;
         self.cpu
             .iter()
-            .map(|c| format!("{:.1}", c * 1e6 / ev))
+            .map(|c| format!("{:.2}", c * 1e6 / ev))
             .collect::<Vec<_>>()
             .join(" / ")
     }
@@ -335,13 +335,15 @@ pub async fn run(opts: &Opts, nofile: u64) -> Result<bool, String> {
     ));
     rep.line(format!(
         "Processes: driver/client pid {} (current-thread tokio), upstream pid {} (current-thread tokio, own process), \
-         nginx master pid {} (worker_processes 1), gateway pid {} (release, multi-thread runtime; resumption \
+         nginx master pid {} (worker_processes 1), gateway pid {} (release, server.workers {}; resumption \
          on, the default), gateway-resume-off pid {} (same binary, `SSE_GATEWAY__RESUME__ENABLED=false`). \
          Open-files limit {nofile}. All on 127.0.0.1, {}.\n",
         std::process::id(),
         env.upstream_pid,
         env.nginx.0.pid(),
         env.gateway.0.pid(),
+        // Inherited by the gateways the harness starts.
+        std::env::var("SSE_GATEWAY__SERVER__WORKERS").unwrap_or_else(|_| "0 (one per core, the default)".into()),
         env.gateway_off.0.pid(),
         match &opts.pin {
             Some((load, proxy)) =>

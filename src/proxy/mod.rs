@@ -14,6 +14,7 @@ pub mod quiet;
 pub mod reconnect;
 pub mod request_body;
 pub mod server;
+pub mod workers;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -20,6 +20,7 @@ use tokio::sync::watch;
 use super::conn::{self, Activity, ClientIo, Flushes, Tracked};
 use super::metrics::Metrics;
 use super::quiet::Quiet;
+use super::workers::Workers;
 use super::{handle, Shared};
 use crate::admin::{self, Health};
 use crate::config::{duration, Settings};
@@ -128,6 +129,8 @@ pub enum ServeError {
     Resume(String),
     #[error("metrics: {0}")]
     Metrics(#[from] prometheus::Error),
+    #[error("cannot start the worker threads: {0}")]
+    Workers(#[source] std::io::Error),
 }
 
 /// A gateway with both listeners bound, not yet serving.
@@ -138,6 +141,7 @@ pub struct Gateway {
     health: Arc<Health>,
     accept_errors: AcceptErrors,
     registry: Registry,
+    workers: Workers,
     settings: Settings,
 }
 
@@ -159,6 +163,7 @@ impl Gateway {
             shared: Arc::new(Shared::new(&settings, metrics, resumer).map_err(ServeError::Upstream)?),
             listener: bind(settings.listen_addr()).await?,
             admin_listener: bind(settings.admin_addr()).await?,
+            workers: Workers::start(settings.server.worker_threads()).map_err(ServeError::Workers)?,
             registry,
             settings,
         })
@@ -212,15 +217,16 @@ impl Gateway {
             };
             // Latency over throughput: each envelope is its own small write.
             let _ = stream.set_nodelay(true);
-            tokio::spawn(serve_connection(
-                Arc::clone(&builders),
+            let (builders, shared) = (Arc::clone(&builders), Arc::clone(&self.shared));
+            let (drain_rx, cut_rx) = (drain_rx.clone(), cut_rx.clone());
+            self.workers.serve(
                 stream,
-                peer,
-                Arc::clone(&self.shared),
-                limits,
-                drain_rx.clone(),
-                cut_rx.clone(),
-            ));
+                Box::new(move |stream| {
+                    Box::pin(serve_connection(
+                        builders, stream, peer, shared, limits, drain_rx, cut_rx,
+                    ))
+                }),
+            );
         }
         health.set_draining(true);
         drop(self.listener);
@@ -242,6 +248,8 @@ impl Gateway {
             }
         }
         admin_task.abort();
+        // Stops the worker threads: what is still open there is dropped, as at exit.
+        drop(self.workers);
     }
 }
 
