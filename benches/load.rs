@@ -92,6 +92,8 @@ fn usage() -> &'static str {
   --plot PATH        PNG written by `scaling` (default benches/results/scaling.png;
                      target/load/scaling-quick.png with --quick)
   --out FILE         also append the markdown report to FILE
+  --workers N        nginx `worker_processes N` and the gateway's `server.workers = N`, so both run N threads of
+                     work (default: nginx 1, the gateway one per core)
   --pin              driver and upstream on CPU 0, nginx and the gateway on the other CPUs (taskset), so the
                      proxy under test has its cores to itself, as beside a real client and upstream
 Every scenario but `scaling` also runs `gateway-resume-off`: the gateway with SSE_GATEWAY__RESUME__ENABLED=false
@@ -159,6 +161,11 @@ fn parse_args() -> Result<Opts, String> {
             }
             "--out" => o.out = Some(PathBuf::from(val("--out")?)),
             "--pin" => o.pin = Some(pin_split()?),
+            "--workers" => {
+                let n: usize = val("--workers")?.parse().map_err(|e| format!("--workers: {e}"))?;
+                // Inherited by every gateway the harness starts; nginx's config reads it too.
+                std::env::set_var(procs::WORKERS_ENV, n.max(1).to_string());
+            }
             "-h" | "--help" => return Err(String::new()),
             s if !s.starts_with('-') && o.scenario.is_empty() => o.scenario = s.to_owned(),
             s => return Err(format!("unknown argument {s:?}")),

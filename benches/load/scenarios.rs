@@ -335,15 +335,16 @@ pub async fn run(opts: &Opts, nofile: u64) -> Result<bool, String> {
     ));
     rep.line(format!(
         "Processes: driver/client pid {} (current-thread tokio), upstream pid {} (current-thread tokio, own process), \
-         nginx master pid {} (worker_processes 1), gateway pid {} (release, server.workers {}; resumption \
+         nginx master pid {} (worker_processes {}), gateway pid {} (release, server.workers {}; resumption \
          on, the default), gateway-resume-off pid {} (same binary, `SSE_GATEWAY__RESUME__ENABLED=false`). \
          Open-files limit {nofile}. All on 127.0.0.1, {}.\n",
         std::process::id(),
         env.upstream_pid,
         env.nginx.0.pid(),
+        std::env::var(procs::WORKERS_ENV).unwrap_or_else(|_| "1".into()),
         env.gateway.0.pid(),
         // Inherited by the gateways the harness starts.
-        std::env::var("SSE_GATEWAY__SERVER__WORKERS").unwrap_or_else(|_| "0 (one per core, the default)".into()),
+        std::env::var(procs::WORKERS_ENV).unwrap_or_else(|_| "0 (one per core, the default)".into()),
         env.gateway_off.0.pid(),
         match &opts.pin {
             Some((load, proxy)) =>
@@ -569,14 +570,18 @@ async fn throughput(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool)
     Ok(())
 }
 
-/// Samples the gateway's RSS (KiB) every `every` until `stop` is set; returns the maximum.
-async fn rss_peak(pid: u32, every: Duration, stop: Arc<AtomicUsize>) -> u64 {
+/// Samples the summed RSS (KiB) of `pids` every `every` until `stop` is set; returns the maximum.
+async fn rss_peak(pids: Vec<u32>, every: Duration, stop: Arc<AtomicUsize>) -> u64 {
     let mut peak = 0;
     while stop.load(Ordering::Relaxed) == 0 {
-        peak = peak.max(procs::rss_kib(pid).unwrap_or(0));
+        peak = peak.max(rss_sum(&pids));
         tokio::time::sleep(every).await;
     }
-    peak.max(procs::rss_kib(pid).unwrap_or(0))
+    peak.max(rss_sum(&pids))
+}
+
+fn rss_sum(pids: &[u32]) -> u64 {
+    pids.iter().filter_map(|p| procs::rss_kib(*p)).sum()
 }
 
 /// A few short streams through a fresh gateway (the one behind target `ti`) so lazily built state exists before
@@ -626,7 +631,7 @@ async fn large(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> R
             let pid = env.gateway_of(i).0.pid();
             let base = procs::rss_kib(pid).unwrap_or(0);
             let stop = Arc::new(AtomicUsize::new(0));
-            let sampler = tokio::spawn(rss_peak(pid, Duration::from_millis(10), Arc::clone(&stop)));
+            let sampler = tokio::spawn(rss_peak(vec![pid], Duration::from_millis(10), Arc::clone(&stop)));
             let (r, _) = phase(env, &targets[i], &plan, rep, ok).await?;
             stop.store(1, Ordering::Relaxed);
             let peak = sampler.await.unwrap_or(0);
@@ -706,19 +711,19 @@ async fn idle_row(
     ok: &mut bool,
 ) -> Result<IdleRow, String> {
     let (ti, proto, streams, hold) = (spec.ti, spec.proto, spec.streams, spec.hold);
-    let pid = if ti == 1 {
+    // nginx: its workers (all of them with `--workers N`), not the master.
+    let (pid, pids) = if ti == 1 {
         env.restart_nginx(opts)?;
-        procs::children(env.nginx.0.pid())
-            .first()
-            .copied()
-            .unwrap_or(env.nginx.0.pid())
+        let workers = procs::children(env.nginx.0.pid());
+        (workers.first().copied().unwrap_or(env.nginx.0.pid()), workers)
     } else {
         env.restart_gateway(opts, &format!("idle-{}-{}", proto.label(), ti), ti)?;
         warm_gateway(env, ti, rep, ok).await?;
-        env.gateway_of(ti).0.pid()
+        let pid = env.gateway_of(ti).0.pid();
+        (pid, vec![pid])
     };
     let admin = env.gateway_of(ti).2;
-    let base = procs::rss_kib(pid).unwrap_or(0);
+    let base = rss_sum(&pids);
     let tcp0 = tcp_mem_pages();
     let plan = Plan {
         kind: Kind::Idle,
@@ -734,7 +739,7 @@ async fn idle_row(
     };
     let t = env.targets()[ti].clone();
     let stop = Arc::new(AtomicUsize::new(0));
-    let sampler = tokio::spawn(rss_peak(pid, Duration::from_millis(250), Arc::clone(&stop)));
+    let sampler = tokio::spawn(rss_peak(pids, Duration::from_millis(250), Arc::clone(&stop)));
     let mid = Duration::from_secs_f64(streams as f64 / plan.ramp_per_sec) + plan.warm + hold / 2;
     let probe = tokio::spawn(async move {
         tokio::time::sleep(mid).await;
@@ -914,7 +919,7 @@ async fn cost(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> Re
          phase (ramp, {:.1} s warm-up, {:.1} s window) / events delivered; /proc ticks of 10 ms. Memory: \
          {} idle streams per row, held {:.1} s, HTTP/1.1 clients sending `Accept: text/event-stream` and h2c \
          clients (100 streams per connection); a fresh process per row (the gateway warmed by 10 short streams), \
-         per stream = (peak RSS − RSS before) / streams (nginx: its worker). nginx: `proxy_pass` with \
+         per stream = (peak RSS − RSS before) / streams (nginx: its workers, summed). nginx: `proxy_pass` with \
          `proxy_buffering off` and upstream keepalive. {rounds} interleaved round(s) (A B … B A); the table gives \
          the median over rounds, and the ratio is the median over rounds of (row / nginx in the same round). \
          Saturation throughput (issue 16: not lower than before) is `throughput`'s figure.\n",

@@ -4,7 +4,9 @@
 //! to, as in nginx's worker processes: an event wakes that thread and no other. On tokio's multi-thread
 //! scheduler the worker woken by a socket woke a parked sibling to share the work, for every batch of events,
 //! and paced streams paid it in futex calls and context switches (~3 µs of system time per event on 2 cores).
-//! Accepting stays on the main runtime; a connection goes to the worker with the fewest open connections.
+//! Accepting stays on the main runtime; a connection goes to the worker with the fewest open connections. As with
+//! nginx, the streams of one HTTP/2 connection share its worker: a load balancer multiplexing every stream over
+//! a single h2c connection uses one core (open a few connections, or use HTTP/1.1).
 
 use std::future::Future;
 use std::pin::Pin;
