@@ -95,7 +95,7 @@ pub struct Server {
 }
 
 impl Server {
-    /// `workers`, with 0 read as one per CPU core.
+    /// `workers`, with 0 read as one per CPU core (std counts a cgroup's CPU quota: a pod's limit).
     pub fn worker_threads(&self) -> usize {
         match self.workers {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
