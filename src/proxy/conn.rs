@@ -44,8 +44,19 @@ impl AsyncRead for ClientIo {
             // `try_read_buf` clears the readiness it found stale, so the next poll waits for the socket. It reads
             // into the unfilled part as it is: zeroing it first (`initialize_unfilled`) would make every page of
             // hyper's read buffer resident (8–16 KiB per HTTP/1.1 connection, where a request head fills one).
+            let room = buf.remaining();
             match self.stream.try_read_buf(buf) {
-                Ok(_) => return Poll::Ready(Ok(())),
+                Ok(n) => {
+                    // A short read emptied the socket: its readiness is cleared as tokio's own `poll_read` does
+                    // (a close stays set), or it would stay set while hyper does not read (a response in flight)
+                    // and `client_left` would look again every `RECHECK` for the whole stream.
+                    if n > 0 && n < room {
+                        let _ = self
+                            .stream
+                            .try_io(Interest::READABLE, || Err::<(), _>(io::ErrorKind::WouldBlock.into()));
+                    }
+                    return Poll::Ready(Ok(()));
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) => return Poll::Ready(Err(e)),
             }
@@ -269,6 +280,52 @@ mod tests {
         drop(guard);
         let idle = tokio::time::timeout(Duration::from_secs(3), a.idle_for(Duration::from_secs(1))).await;
         assert!(idle.is_ok(), "not idle after the request ended");
+    }
+
+    /// A connected pair: the accepted side as `ClientIo`, and its client.
+    async fn pair() -> (ClientIo, Arc<TcpStream>, TcpStream) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let server = Arc::new(listener.accept().await.unwrap().0);
+        (ClientIo::new(Arc::clone(&server), Arc::default()), server, client)
+    }
+
+    /// Whether the socket reports readable within a moment (readiness set, or bytes or a close arriving).
+    async fn readable_soon(stream: &TcpStream) -> bool {
+        tokio::time::timeout(Duration::from_millis(100), stream.ready(Interest::READABLE))
+            .await
+            .is_ok()
+    }
+
+    #[tokio::test]
+    async fn a_short_read_leaves_the_socket_unreadable_until_more_comes() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut io, server, mut client) = pair().await;
+        client.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+        let mut buf = [0u8; 1024];
+        let n = io.read(&mut buf).await.unwrap();
+        assert_eq!(&buf[..n], b"GET / HTTP/1.1\r\n\r\n");
+        // What `client_left` waits on: no longer ready once the bytes were read.
+        assert!(
+            !readable_soon(&server).await,
+            "readiness stayed set after a short read emptied the socket"
+        );
+        client.write_all(b"x").await.unwrap();
+        assert!(
+            readable_soon(&server).await,
+            "new bytes did not make the socket readable"
+        );
+        let (mut io2, server2, mut client2) = pair().await;
+        client2.write_all(b"bye").await.unwrap();
+        client2.shutdown().await.unwrap();
+        let n = io2.read(&mut buf).await.unwrap();
+        assert_eq!(&buf[..n], b"bye");
+        // A close that came with the bytes is still seen.
+        let ready = tokio::time::timeout(Duration::from_secs(5), server2.ready(Interest::READABLE))
+            .await
+            .expect("the close was lost")
+            .unwrap();
+        assert!(ready.is_read_closed());
     }
 
     #[test]
