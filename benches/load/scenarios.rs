@@ -333,6 +333,8 @@ pub async fn run(opts: &Opts, nofile: u64) -> Result<bool, String> {
         opts.scenario,
         if opts.quick { " (quick)" } else { "" }
     ));
+    // `--workers N` (inherited by the processes the harness starts).
+    let workers = std::env::var(procs::WORKERS_ENV).ok();
     rep.line(format!(
         "Processes: driver/client pid {} (current-thread tokio), upstream pid {} (current-thread tokio, own process), \
          nginx master pid {} (worker_processes {}), gateway pid {} (release, server.workers {}; resumption \
@@ -341,10 +343,9 @@ pub async fn run(opts: &Opts, nofile: u64) -> Result<bool, String> {
         std::process::id(),
         env.upstream_pid,
         env.nginx.0.pid(),
-        std::env::var(procs::WORKERS_ENV).unwrap_or_else(|_| "1".into()),
+        workers.as_deref().unwrap_or("1"),
         env.gateway.0.pid(),
-        // Inherited by the gateways the harness starts.
-        std::env::var(procs::WORKERS_ENV).unwrap_or_else(|_| "0 (one per core, the default)".into()),
+        workers.as_deref().unwrap_or("0 (one per core, the default)"),
         env.gateway_off.0.pid(),
         match &opts.pin {
             Some((load, proxy)) =>
@@ -711,17 +712,19 @@ async fn idle_row(
     ok: &mut bool,
 ) -> Result<IdleRow, String> {
     let (ti, proto, streams, hold) = (spec.ti, spec.proto, spec.streams, spec.hold);
-    // nginx: its workers (all of them with `--workers N`), not the master.
-    let (pid, pids) = if ti == 1 {
+    // nginx: its workers (all of them with `--workers N`), not the master; the master when it serves alone.
+    let pids = if ti == 1 {
         env.restart_nginx(opts)?;
-        let workers = procs::children(env.nginx.0.pid());
-        (workers.first().copied().unwrap_or(env.nginx.0.pid()), workers)
+        let master = env.nginx.0.pid();
+        Some(procs::children(master))
+            .filter(|w| !w.is_empty())
+            .unwrap_or_else(|| vec![master])
     } else {
         env.restart_gateway(opts, &format!("idle-{}-{}", proto.label(), ti), ti)?;
         warm_gateway(env, ti, rep, ok).await?;
-        let pid = env.gateway_of(ti).0.pid();
-        (pid, vec![pid])
+        vec![env.gateway_of(ti).0.pid()]
     };
+    let pid = pids[0];
     let admin = env.gateway_of(ti).2;
     let base = rss_sum(&pids);
     let tcp0 = tcp_mem_pages();

@@ -219,14 +219,9 @@ impl Gateway {
             let _ = stream.set_nodelay(true);
             let (builders, shared) = (Arc::clone(&builders), Arc::clone(&self.shared));
             let (drain_rx, cut_rx) = (drain_rx.clone(), cut_rx.clone());
-            self.workers.serve(
-                stream,
-                Box::new(move |stream| {
-                    Box::pin(serve_connection(
-                        builders, stream, peer, shared, limits, drain_rx, cut_rx,
-                    ))
-                }),
-            );
+            self.workers.serve(stream, move |stream| {
+                serve_connection(builders, stream, peer, shared, limits, drain_rx, cut_rx)
+            });
         }
         health.set_draining(true);
         drop(self.listener);

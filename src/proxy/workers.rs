@@ -14,66 +14,53 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
-/// Serves one accepted connection on the worker's runtime.
-pub type Job = Box<dyn FnOnce(TcpStream) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
+/// A connection's whole life on a worker, from registering its socket there on.
+type Job = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 struct Worker {
-    jobs: mpsc::UnboundedSender<(std::net::TcpStream, Job)>,
-    /// Connections open on it.
+    jobs: mpsc::UnboundedSender<Job>,
+    /// Connections open on it (or on their way to it).
     open: Arc<AtomicUsize>,
 }
 
-/// The worker threads, stopped when dropped (their connections are then dropped with their runtimes).
+/// The worker threads. Dropping it closes their queues, which stops them: the connections still open there
+/// are dropped with their runtimes.
 pub struct Workers {
     workers: Vec<Worker>,
-    _stop: watch::Sender<()>,
 }
 
 impl Workers {
     /// Starts `n` worker threads (at least one).
     pub fn start(n: usize) -> std::io::Result<Self> {
-        let (stop, stopped) = watch::channel(());
         let workers = (0..n.max(1))
             .map(|i| {
                 let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-                let (jobs, mut rx) = mpsc::unbounded_channel::<(std::net::TcpStream, Job)>();
-                let open = Arc::new(AtomicUsize::new(0));
-                let mut stopped = stopped.clone();
-                let count = Arc::clone(&open);
+                let (jobs, mut rx) = mpsc::unbounded_channel::<Job>();
                 std::thread::Builder::new()
                     .name(format!("sse-gateway-worker-{i}"))
                     .spawn(move || {
                         runtime.block_on(async move {
-                            let serve = async {
-                                while let Some((stream, job)) = rx.recv().await {
-                                    let count = Open(Arc::clone(&count));
-                                    tokio::spawn(async move {
-                                        // Registered with this thread's reactor, so its readiness wakes this thread.
-                                        if let Ok(stream) = TcpStream::from_std(stream) {
-                                            job(stream).await;
-                                        }
-                                        drop(count);
-                                    });
-                                }
-                                // No more connections: the open ones run on (draining) until the stop.
-                                std::future::pending::<()>().await;
-                            };
-                            tokio::select! {
-                                () = serve => {}
-                                _ = stopped.changed() => {}
+                            while let Some(job) = rx.recv().await {
+                                tokio::spawn(job);
                             }
                         });
                     })?;
-                Ok(Worker { jobs, open })
+                Ok(Worker {
+                    jobs,
+                    open: Arc::default(),
+                })
             })
             .collect::<std::io::Result<_>>()?;
-        Ok(Self { workers, _stop: stop })
+        Ok(Self { workers })
     }
 
-    /// Hands `stream` to the worker with the fewest open connections, which runs `job` on it.
-    pub fn serve(&self, stream: TcpStream, job: Job) {
+    /// Runs `serve` on `stream` on the worker with the fewest open connections.
+    pub fn serve<F>(&self, stream: TcpStream, serve: impl FnOnce(TcpStream) -> F + Send + 'static)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
         let Some(worker) = self.workers.iter().min_by_key(|w| w.open.load(Ordering::Relaxed)) else {
             return;
         };
@@ -81,11 +68,17 @@ impl Workers {
         let Ok(stream) = stream.into_std() else {
             return;
         };
-        // Counted now, so a burst of accepts spreads before the workers have picked them up.
+        // Counted now, so a burst of accepts spreads before the workers have picked them up; uncounted when the
+        // job ends or is dropped unrun.
         worker.open.fetch_add(1, Ordering::Relaxed);
-        if worker.jobs.send((stream, job)).is_err() {
-            worker.open.fetch_sub(1, Ordering::Relaxed);
-        }
+        let open = Open(Arc::clone(&worker.open));
+        let _ = worker.jobs.send(Box::pin(async move {
+            let _open = open;
+            // Registered on first poll, so with the worker's reactor: its readiness wakes the worker's thread.
+            if let Ok(stream) = TcpStream::from_std(stream) {
+                serve(stream).await;
+            }
+        }));
     }
 }
 
@@ -102,7 +95,7 @@ impl Drop for Open {
 mod tests {
     use super::*;
     use tokio::net::TcpListener;
-    use tokio::sync::oneshot;
+    use tokio::sync::{oneshot, watch};
 
     /// `n` accepted server-side streams (their clients kept open in the returned vector).
     async fn accepted(n: usize) -> (Vec<TcpStream>, Vec<TcpStream>) {
@@ -116,49 +109,61 @@ mod tests {
         (servers, clients)
     }
 
-    /// A job that reports the thread it runs on, then holds its connection until `release` is dropped.
-    fn holding(seen: mpsc::UnboundedSender<String>, release: watch::Receiver<()>) -> Job {
-        Box::new(move |stream| {
+    /// Serves a connection by reporting the thread it runs on, then holding it until `release` is dropped.
+    fn holding(
+        seen: mpsc::UnboundedSender<String>,
+        mut release: watch::Receiver<()>,
+    ) -> impl FnOnce(TcpStream) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> + Send + 'static {
+        move |stream| {
             Box::pin(async move {
                 let name = std::thread::current().name().unwrap_or("").to_owned();
                 let _ = seen.send(name);
-                let mut release = release;
                 let _ = release.changed().await;
                 drop(stream);
             })
-        })
+        }
     }
 
     #[tokio::test]
     async fn connections_run_on_the_worker_with_the_fewest_open() {
         let workers = Workers::start(2).unwrap();
-        let (servers, _clients) = accepted(6).await;
+        let (mut servers, _clients) = accepted(4).await;
         let (seen_tx, mut seen) = mpsc::unbounded_channel();
         let (release_tx, release) = watch::channel(());
-        for s in servers {
-            workers.serve(s, holding(seen_tx.clone(), release.clone()));
-        }
-        let mut names = Vec::new();
-        for _ in 0..6 {
-            names.push(seen.recv().await.unwrap());
-        }
-        names.sort();
-        assert_eq!(
-            names,
-            ["sse-gateway-worker-0", "sse-gateway-worker-0", "sse-gateway-worker-0"]
-                .into_iter()
-                .chain(["sse-gateway-worker-1"; 3])
+        let counts = |w: &Workers| {
+            w.workers
+                .iter()
+                .map(|w| w.open.load(Ordering::Relaxed))
                 .collect::<Vec<_>>()
-        );
+        };
+        // Held on worker 0; then one that ends at once on worker 1.
+        workers.serve(servers.remove(0), holding(seen_tx.clone(), release.clone()));
+        let (ended, ends_now) = watch::channel(());
+        drop(ended);
+        workers.serve(servers.remove(0), holding(seen_tx.clone(), ends_now));
+        assert_eq!(seen.recv().await.unwrap(), "sse-gateway-worker-0");
+        assert_eq!(seen.recv().await.unwrap(), "sse-gateway-worker-1");
+        wait_for(|| counts(&workers) == [1, 0]).await;
+        // Worker 1 has fewer now: the next goes there (taking turns would pick worker 0), the one after to 0.
+        for want in ["sse-gateway-worker-1", "sse-gateway-worker-0"] {
+            workers.serve(servers.remove(0), holding(seen_tx.clone(), release.clone()));
+            assert_eq!(seen.recv().await.unwrap(), want);
+        }
+        assert_eq!(counts(&workers), [2, 1]);
         // Released, each worker's count goes back to zero.
         drop(release_tx);
+        wait_for(|| counts(&workers) == [0, 0]).await;
+    }
+
+    /// Waits (up to 2 s) until `done` holds.
+    async fn wait_for(mut done: impl FnMut() -> bool) {
         for _ in 0..200 {
-            if workers.workers.iter().all(|w| w.open.load(Ordering::Relaxed) == 0) {
+            if done() {
                 return;
             }
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
-        panic!("open counts stayed above zero after the connections ended");
+        panic!("still not so after 2 s");
     }
 
     #[tokio::test]
@@ -167,17 +172,12 @@ mod tests {
         let (mut servers, _clients) = accepted(1).await;
         let (started_tx, started) = oneshot::channel::<()>();
         let (gone_tx, gone) = oneshot::channel::<()>();
-        workers.serve(
-            servers.remove(0),
-            Box::new(move |_stream| {
-                Box::pin(async move {
-                    // Dropped (never sent) when the worker's runtime drops this future.
-                    let _gone = gone_tx;
-                    let _ = started_tx.send(());
-                    std::future::pending::<()>().await;
-                })
-            }),
-        );
+        workers.serve(servers.remove(0), move |_stream| async move {
+            // Dropped (never sent) when the worker's runtime drops this future.
+            let _gone = gone_tx;
+            let _ = started_tx.send(());
+            std::future::pending::<()>().await;
+        });
         started.await.unwrap();
         drop(workers);
         let dropped = tokio::time::timeout(std::time::Duration::from_secs(5), gone).await;
