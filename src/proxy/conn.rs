@@ -29,39 +29,49 @@ const RECHECK: Duration = Duration::from_millis(200);
 pub struct ClientIo {
     stream: Arc<TcpStream>,
     flushes: Arc<Flushes>,
+    /// Bytes already read from the socket (by `http1` before it handed the connection over), read first.
+    prefix: Bytes,
 }
 
 impl ClientIo {
-    pub fn new(stream: Arc<TcpStream>, flushes: Arc<Flushes>) -> Self {
-        Self { stream, flushes }
+    pub fn new(stream: Arc<TcpStream>, flushes: Arc<Flushes>, prefix: Bytes) -> Self {
+        Self {
+            stream,
+            flushes,
+            prefix,
+        }
     }
 }
 
 impl AsyncRead for ClientIo {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        if !self.prefix.is_empty() {
+            let n = self.prefix.len().min(buf.remaining());
+            buf.put_slice(&self.prefix.split_to(n));
+            return Poll::Ready(Ok(()));
+        }
         loop {
             ready!(self.stream.poll_read_ready(cx))?;
-            // `try_read_buf` clears the readiness it found stale, so the next poll waits for the socket. It reads
-            // into the unfilled part as it is: zeroing it first (`initialize_unfilled`) would make every page of
-            // hyper's read buffer resident (8–16 KiB per HTTP/1.1 connection, where a request head fills one).
-            let room = buf.remaining();
-            match self.stream.try_read_buf(buf) {
-                Ok(n) => {
-                    // A short read emptied the socket: its readiness is cleared as tokio's own `poll_read` does
-                    // (a close stays set), or it would stay set while hyper does not read (a response in flight)
-                    // and `client_left` would look again every `RECHECK` for the whole stream.
-                    if n > 0 && n < room {
-                        let _ = self
-                            .stream
-                            .try_io(Interest::READABLE, || Err::<(), _>(io::ErrorKind::WouldBlock.into()));
-                    }
-                    return Poll::Ready(Ok(()));
-                }
+            match read_some(&self.stream, buf) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Poll::Ready(Err(e)),
+                r => return Poll::Ready(r.map(drop)),
             }
         }
     }
+}
+
+/// Reads what the socket has into `buf`'s unfilled part as it is: zeroing it first would make every page of
+/// hyper's read buffer resident (8–16 KiB per HTTP/1.1 connection, where a request head fills one). A short read
+/// emptied the socket, so its readiness is cleared as tokio's own `poll_read` does (a close stays set);
+/// `try_read_buf` clears it only on `WouldBlock`, and readiness left set while nobody reads (a response in
+/// flight) would make `client_left` look again every `RECHECK` for the whole stream.
+pub fn read_some(stream: &TcpStream, buf: &mut impl bytes::BufMut) -> io::Result<usize> {
+    let room = buf.remaining_mut();
+    let n = stream.try_read_buf(buf)?;
+    if n > 0 && n < room {
+        let _ = stream.try_io(Interest::READABLE, || Err::<(), _>(io::ErrorKind::WouldBlock.into()));
+    }
+    Ok(n)
 }
 
 impl AsyncWrite for ClientIo {
@@ -287,7 +297,11 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
         let server = Arc::new(listener.accept().await.unwrap().0);
-        (ClientIo::new(Arc::clone(&server), Arc::default()), server, client)
+        (
+            ClientIo::new(Arc::clone(&server), Arc::default(), Bytes::new()),
+            server,
+            client,
+        )
     }
 
     /// Whether the socket reports readable within a moment (readiness set, or bytes or a close arriving).

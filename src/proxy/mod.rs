@@ -7,6 +7,7 @@ pub mod dedicated;
 pub mod drain;
 pub mod forward;
 pub mod headers;
+pub mod http1;
 pub mod metrics;
 pub mod negotiate;
 pub mod observe;
@@ -24,7 +25,6 @@ use bytes::Bytes;
 use http::header::{self, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::Incoming;
 use tracing::Instrument;
 
 use crate::config::{duration, Settings, StreamFormat};
@@ -93,7 +93,7 @@ impl Shared {
 }
 
 /// Handles one client request end to end (the service function).
-pub async fn handle(req: Request<Incoming>, peer: SocketAddr, shared: Arc<Shared>) -> Response<ResponseBody> {
+pub async fn handle(req: Request<UpstreamBody>, peer: SocketAddr, shared: Arc<Shared>) -> Response<ResponseBody> {
     let request_start = Instant::now();
     let request_id = request_id(&req);
     let span = tracing::info_span!(
@@ -112,7 +112,7 @@ pub async fn handle(req: Request<Incoming>, peer: SocketAddr, shared: Arc<Shared
 }
 
 async fn proxy(
-    req: Request<Incoming>,
+    req: Request<UpstreamBody>,
     peer: SocketAddr,
     shared: &Shared,
     request_start: Instant,
@@ -164,7 +164,7 @@ async fn proxy(
             Err(_) => return client_failed(metrics, ClientErrorKind::BodyTimeout),
         }
     } else {
-        (body.boxed(), None)
+        (body, None)
     };
     // Only a translated (or shadowed) stream uses the agent: a legacy request's header is not judged.
     let choice = if may_translate {
@@ -311,11 +311,11 @@ fn drop_conflicting_length(h: &mut http::HeaderMap) {
 /// untouched. `Err` when the client's body fails.
 async fn sniff_agent(
     parts: &http::request::Parts,
-    body: Incoming,
+    body: UpstreamBody,
     max: usize,
 ) -> Result<(UpstreamBody, Option<String>), ()> {
     if !agent::body_is_sniffable(&parts.headers, max) {
-        return Ok((body.boxed(), None));
+        return Ok((body, None));
     }
     let bytes = Limited::new(body, max).collect().await.map_err(|_| ())?.to_bytes();
     let agent = agent::body_agent(&bytes);

@@ -7,7 +7,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::Request;
+use std::pin::Pin;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -18,6 +22,8 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::watch;
 
 use super::conn::{self, Activity, ClientIo, Flushes, Tracked};
+use super::forward::UpstreamBody;
+use super::http1::{self, Service as _};
 use super::metrics::Metrics;
 use super::quiet::Quiet;
 use super::workers::Workers;
@@ -190,6 +196,10 @@ impl Gateway {
         let limits = ConnLimits {
             first_request: duration(settings.server.header_read_timeout_secs),
             idle: duration(settings.server.idle_timeout_secs),
+            http1: http1::Limits {
+                max_head: settings.server.max_header_bytes,
+                header_read: duration(settings.server.header_read_timeout_secs),
+            },
         };
         // Every connection task holds a receiver: the drain signals through it and waits for them all to go.
         let (drain_tx, drain_rx) = watch::channel(false);
@@ -270,6 +280,7 @@ struct ConnLimits {
     first_request: Duration,
     /// `server.idle_timeout_secs`.
     idle: Duration,
+    http1: http1::Limits,
 }
 
 /// Serves one client connection to its end. Besides hyper's own work it closes the connection when it idles
@@ -288,35 +299,57 @@ async fn serve_connection(
     let activity = Activity::new();
     let flushes = Arc::new(Flushes::default());
     let seen_request = Arc::new(AtomicBool::new(false));
-    let service = {
-        let (activity, flushes, seen_request) =
-            (Arc::clone(&activity), Arc::clone(&flushes), Arc::clone(&seen_request));
-        service_fn(move |mut req: Request<Incoming>| {
-            seen_request.store(true, Ordering::Relaxed);
-            let in_flight = activity.begin();
-            req.extensions_mut().insert(Arc::clone(&flushes));
-            let shared = Arc::clone(&shared);
-            let cut = cut.clone();
-            // Boxed: an HTTP/2 stream's task holds its service future inline for as long as the stream lasts,
-            // so an unboxed (large) future would cost every idle stream its size.
-            Box::pin(async move {
-                let resp = handle(req, peer, shared).await;
-                Ok::<_, Infallible>(resp.map(|body| Tracked::new(body, in_flight, &cut)))
-            })
-        })
+    let call = Call {
+        activity: Arc::clone(&activity),
+        flushes: Arc::clone(&flushes),
+        seen_request: Arc::clone(&seen_request),
+        shared,
+        peer,
+        cut,
     };
     let mut guard = std::pin::pin!(first_request_guard(seen_request, limits.first_request));
-    // Before hyper reads a byte: which builder serves the connection (see `Builders`).
-    let builder = tokio::select! {
+    // Before anything reads a byte: whether the connection may be h2c (see `Builders`).
+    let may_be_h2 = tokio::select! {
         first = may_be_h2(&stream) => match first {
-            Some(may_be_h2) => builders.pick(may_be_h2),
+            Some(may_be_h2) => may_be_h2,
             None => return,
         },
         () = guard.as_mut() => return no_request(peer),
         () = activity.idle_for(limits.idle) => return,
         _ = drain.wait_for(|d| *d) => return,
     };
-    let io = ClientIo::new(Arc::clone(&stream), flushes);
+    // HTTP/1.1: plain requests are served without hyper's connection buffers, until one is not plain.
+    let prefix = if may_be_h2 {
+        Bytes::new()
+    } else {
+        let plain = http1::serve(&stream, &flushes, limits.http1, &mut drain, &call);
+        let watches = std::pin::pin!(async {
+            tokio::select! {
+                () = guard.as_mut() => Closing::NoRequest,
+                () = conn::client_left(&stream, &activity) => Closing::Left,
+                // Only while no request is in flight: the connection closes as hyper's would.
+                () = activity.idle_for(limits.idle) => Closing::Gracefully("idle timeout"),
+            }
+        });
+        let outcome = tokio::select! {
+            o = plain => o,
+            c = Quiet::new(watches) => match c {
+                Closing::NoRequest => return no_request(peer),
+                Closing::Left => return left(peer),
+                Closing::Gracefully(why) => return tracing::debug!(%peer, why, "closing the connection"),
+            },
+        };
+        match outcome {
+            http1::Outcome::Closed => return,
+            http1::Outcome::HandOff(prefix) => prefix,
+        }
+    };
+    let builder = builders.pick(may_be_h2);
+    let service = service_fn(move |req: Request<Incoming>| {
+        let resp = call.call(req.map(BodyExt::boxed));
+        async move { Ok::<_, Infallible>(resp.await) }
+    });
+    let io = ClientIo::new(Arc::clone(&stream), flushes, prefix);
     let conn = builder.serve_connection(TokioIo::new(io), service).into_owned();
     let mut conn = std::pin::pin!(conn);
     // The watches wake rarely, the connection for every event: behind `Quiet`, the connection's wake-ups do
@@ -344,6 +377,31 @@ async fn serve_connection(
     tokio::select! {
         r = conn.as_mut() => log_end(r, peer),
         () = Quiet::new(left_meanwhile) => left(peer),
+    }
+}
+
+/// The request service of one connection, for hyper and for `http1` alike.
+struct Call {
+    activity: Arc<Activity>,
+    flushes: Arc<Flushes>,
+    seen_request: Arc<AtomicBool>,
+    shared: Arc<Shared>,
+    peer: SocketAddr,
+    cut: watch::Receiver<bool>,
+}
+
+impl http1::Service for Call {
+    fn call(&self, mut req: Request<UpstreamBody>) -> Pin<Box<dyn Future<Output = Response<Tracked>> + Send>> {
+        self.seen_request.store(true, Ordering::Relaxed);
+        let in_flight = self.activity.begin();
+        req.extensions_mut().insert(Arc::clone(&self.flushes));
+        let (shared, peer, cut) = (Arc::clone(&self.shared), self.peer, self.cut.clone());
+        // Boxed: an HTTP/2 stream's task holds its service future inline for as long as the stream lasts, so an
+        // unboxed (large) future would cost every idle stream its size.
+        Box::pin(async move {
+            let resp = handle(req, peer, shared).await;
+            resp.map(|body| Tracked::new(body, in_flight, &cut))
+        })
     }
 }
 

@@ -1,0 +1,945 @@
+//! Plain HTTP/1.1 requests served on the client's socket without hyper's per-connection buffers.
+//!
+//! hyper's HTTP/1 server holds an 8 KiB read buffer and an 8 KiB header buffer for a connection's whole life,
+//! so every open event stream over HTTP/1.1 paid for both while it waited for events (most of its memory). The
+//! plain requests that start event streams (HTTP/1.1; no `Transfer-Encoding`, `Expect`, `Upgrade` or `TE`; no
+//! body, or a `Content-Length` body that came whole with its head; not `HEAD` or `CONNECT`) are read, answered
+//! and written here instead: the head into a small buffer dropped once parsed, the response head written
+//! once, the body as chunks straight from its frames. Any other request goes to hyper with every byte read so
+//! far (`Outcome::HandOff`), and hyper serves the rest of that connection, so what hyper checks and answers
+//! (400, 431, `Expect`, chunked uploads, a body still arriving, HTTP/1.0, `HEAD`) is unchanged. The response head
+//! follows hyper's rules (`encode_head`), so a client sees the same bytes from either path.
+//!
+//! ```text
+//! read head ──plain──▶ service ──▶ write head ─▶ write frames ─▶ end ──keep-alive──▶ read head
+//!     │ not plain                                     │ body failed, length broken, close asked
+//!     ▼                                               ▼
+//! HandOff(bytes read) ─▶ hyper                     Closed
+//! ```
+
+use std::future::{poll_fn, Future};
+use std::io::{self, IoSlice};
+use std::pin::Pin;
+use std::task::Poll;
+use std::time::{Duration, SystemTime};
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use http::header::{self, HeaderValue};
+use http::{HeaderMap, Method, Request, Response, StatusCode, Uri, Version};
+use http_body::Body;
+use http_body_util::{BodyExt, Full};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+
+use super::conn::{self, Flushes, Tracked};
+use super::forward::UpstreamBody;
+
+/// The first read's buffer: a request head of a few hundred bytes fits; it doubles up to `max_head`.
+const FIRST_READ: usize = 1024;
+
+/// Header fields a request may have, as hyper's default.
+const MAX_HEADERS: usize = 100;
+
+/// Body frames gathered into one write.
+const BATCH: usize = 8;
+
+/// How a connection left this path.
+#[derive(Debug, PartialEq)]
+pub enum Outcome {
+    /// Closed here (the client left or asked to, the drain, a broken response).
+    Closed,
+    /// A request this path does not serve: hyper serves the connection from these bytes on.
+    HandOff(Bytes),
+}
+
+/// Bounds on reading request heads.
+#[derive(Clone, Copy)]
+pub struct Limits {
+    /// `server.max_header_bytes`: a longer head goes to hyper, which answers 431.
+    pub max_head: usize,
+    /// `server.header_read_timeout_secs`, from a later request's first byte (the first request is bounded by
+    /// the caller's guard).
+    pub header_read: Duration,
+}
+
+/// The request service, as both paths call it.
+pub trait Service {
+    fn call(&self, req: Request<UpstreamBody>) -> Pin<Box<dyn Future<Output = Response<Tracked>> + Send>>;
+}
+
+/// Serves the connection's plain requests until it closes or a request is not plain.
+pub async fn serve(
+    stream: &TcpStream,
+    flushes: &Flushes,
+    limits: Limits,
+    drain: &mut watch::Receiver<bool>,
+    service: &impl Service,
+) -> Outcome {
+    let mut buf = BytesMut::new();
+    let mut first = true;
+    loop {
+        let read = async {
+            if first {
+                return read_head(stream, &mut buf, limits.max_head).await;
+            }
+            if buf.is_empty() && stream.readable().await.is_err() {
+                return Head::Closed;
+            }
+            tokio::time::timeout(limits.header_read, read_head(stream, &mut buf, limits.max_head))
+                .await
+                .unwrap_or(Head::Closed)
+        };
+        let head = tokio::select! {
+            h = read => h,
+            _ = drain.wait_for(|d| *d) => return Outcome::Closed,
+        };
+        first = false;
+        let plain = match head {
+            Head::Plain(p) => p,
+            Head::Closed => return Outcome::Closed,
+            Head::Other => return Outcome::HandOff(buf.freeze()),
+        };
+        buf.advance(plain.head_len);
+        let body = buf.split_to(plain.body_len).freeze();
+        if buf.is_empty() {
+            // Nothing pipelined: the buffer's memory goes with the request body.
+            buf = BytesMut::new();
+        }
+        let req = plain
+            .request
+            .map(|()| Full::new(body).map_err(|never| match never {}).boxed());
+        let resp = service.call(req).await;
+        let close = plain.close || *drain.borrow();
+        if !respond(stream, flushes, resp, close).await || *drain.borrow() {
+            return Outcome::Closed;
+        }
+    }
+}
+
+/// A request head read from the socket.
+enum Head {
+    Plain(Box<Plain>),
+    /// Not for this path (or not parseable): hyper reads it again.
+    Other,
+    /// The client closed, the socket failed, or a later head stalled.
+    Closed,
+}
+
+/// A plain request, parsed.
+struct Plain {
+    request: Request<()>,
+    head_len: usize,
+    body_len: usize,
+    /// The client asked to close after this response.
+    close: bool,
+}
+
+/// Reads until `buf` holds a whole head (and, for a plain request, its body).
+async fn read_head(stream: &TcpStream, buf: &mut BytesMut, max_head: usize) -> Head {
+    loop {
+        if !buf.is_empty() {
+            if let Some(head) = parse(buf, max_head) {
+                return head;
+            }
+        }
+        if buf.len() >= max_head {
+            return Head::Other;
+        }
+        if buf.capacity() == buf.len() {
+            buf.reserve(buf.capacity().max(FIRST_READ));
+        }
+        let room = (buf.capacity() - buf.len()).min(max_head - buf.len());
+        if stream.readable().await.is_err() {
+            return Head::Closed;
+        }
+        match conn::read_some(stream, &mut buf.limit(room)) {
+            Ok(0) => return Head::Closed,
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(_) => return Head::Closed,
+        }
+    }
+}
+
+/// Parses the head at the start of `buf` (`None`: not all of it yet); not `Plain` whenever hyper would treat the
+/// request any differently.
+fn parse(buf: &[u8], max_head: usize) -> Option<Head> {
+    let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut fields);
+    let head_len = match req.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) if buf.len() < max_head => return None,
+        Ok(httparse::Status::Partial) | Err(_) => return Some(Head::Other),
+    };
+    let other = Some(Head::Other);
+    if req.version != Some(1) || head_len > max_head {
+        return other;
+    }
+    let Some(method) = req.method.and_then(|m| Method::from_bytes(m.as_bytes()).ok()) else {
+        return other;
+    };
+    if method == Method::HEAD || method == Method::CONNECT {
+        return other;
+    }
+    let Some(uri) = req.path.and_then(|p| Uri::try_from(p).ok()) else {
+        return other;
+    };
+    let mut headers = HeaderMap::with_capacity(req.headers.len());
+    let (mut body_len, mut close) = (None, false);
+    for f in req.headers.iter() {
+        let (Ok(name), Ok(value)) = (
+            header::HeaderName::from_bytes(f.name.as_bytes()),
+            HeaderValue::from_bytes(f.value),
+        ) else {
+            return other;
+        };
+        match name {
+            header::TRANSFER_ENCODING | header::EXPECT | header::UPGRADE | header::TE => return other,
+            header::CONNECTION => match value.as_bytes().trim_ascii() {
+                v if v.eq_ignore_ascii_case(b"close") => close = true,
+                v if v.eq_ignore_ascii_case(b"keep-alive") => {}
+                _ => return other,
+            },
+            header::CONTENT_LENGTH => match (body_len, content_length(value.as_bytes())) {
+                (None, Some(n)) => body_len = Some(n),
+                _ => return other,
+            },
+            _ => {}
+        }
+        headers.append(name, value);
+    }
+    let body_len = body_len.unwrap_or(0);
+    if buf.len() - head_len < body_len {
+        return other;
+    }
+    let mut request = Request::new(());
+    *request.method_mut() = method;
+    *request.uri_mut() = uri;
+    *request.version_mut() = Version::HTTP_11;
+    *request.headers_mut() = headers;
+    Some(Head::Plain(Box::new(Plain {
+        request,
+        head_len,
+        body_len,
+        close,
+    })))
+}
+
+/// A `Content-Length` value: digits only (no sign, no list), as hyper accepts a single one.
+fn content_length(v: &[u8]) -> Option<usize> {
+    if v.is_empty() || v.len() > 18 || !v.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(v).ok()?.parse().ok()
+}
+
+/// How the response body is framed.
+#[derive(Debug, PartialEq, Clone, Copy)]
+enum Framing {
+    /// No body is sent (204, 304, or an empty body).
+    Empty,
+    Length(u64),
+    Chunked,
+}
+
+/// Writes the response; whether the connection may serve another request.
+async fn respond(stream: &TcpStream, flushes: &Flushes, resp: Response<Tracked>, close: bool) -> bool {
+    let (mut parts, body) = resp.into_parts();
+    if close {
+        add_close(&mut parts.headers);
+    }
+    let length = if body.is_end_stream() {
+        Some(0)
+    } else {
+        body.size_hint().exact()
+    };
+    let (head, framing, close_after) = encode_head(parts.status, &parts.headers, length, SystemTime::now());
+    let mut out = Out {
+        head: Some(head),
+        frames: Default::default(),
+        n: 0,
+        framing,
+        last: false,
+        written: 0,
+    };
+    if framing == Framing::Empty {
+        drop(body);
+        out.last = true;
+        return out.write(stream).await.is_ok() && !close_after;
+    }
+    let mut body = std::pin::pin!(body);
+    let mut remaining = match framing {
+        Framing::Length(n) => n,
+        _ => u64::MAX,
+    };
+    loop {
+        let step = poll_fn(|cx| loop {
+            if out.n == BATCH {
+                return Poll::Ready(Step::More);
+            }
+            match body.as_mut().poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => {
+                    // Trailers are dropped, as hyper does for a client that did not ask for them (`TE` goes to
+                    // hyper).
+                    if let Ok(mut data) = frame.into_data() {
+                        if data.is_empty() {
+                            continue;
+                        }
+                        if data.len() as u64 > remaining {
+                            data.truncate(remaining as usize);
+                            out.push(data);
+                            return Poll::Ready(Step::Broken);
+                        }
+                        if framing != Framing::Chunked {
+                            remaining -= data.len() as u64;
+                        }
+                        out.push(data);
+                    }
+                }
+                Poll::Ready(Some(Err(_))) => return Poll::Ready(Step::Broken),
+                Poll::Ready(None) => return Poll::Ready(Step::End),
+                Poll::Pending if out.n > 0 || out.head.is_some() => return Poll::Ready(Step::More),
+                Poll::Pending => {
+                    // Everything yielded is written: what a failing body waits for before it aborts.
+                    flushes.flushed();
+                    return Poll::Pending;
+                }
+            }
+        })
+        .await;
+        out.last = step == Step::End;
+        if out.write(stream).await.is_err() {
+            return false;
+        }
+        match step {
+            Step::More => {}
+            Step::End => {
+                flushes.flushed();
+                return !close_after && (framing == Framing::Chunked || remaining == 0);
+            }
+            Step::Broken => return false,
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Step {
+    /// Frames to write, more to come.
+    More,
+    End,
+    /// The body failed or overran its length: what was yielded is written, then the connection closes.
+    Broken,
+}
+
+/// What one write sends: the head (first time), up to `BATCH` frames in the response's framing, and the end.
+struct Out {
+    head: Option<Vec<u8>>,
+    frames: [Bytes; BATCH],
+    n: usize,
+    framing: Framing,
+    /// The body ended: a chunked body's last chunk goes too.
+    last: bool,
+    /// Bytes of this write already sent.
+    written: usize,
+}
+
+impl Out {
+    fn push(&mut self, data: Bytes) {
+        self.frames[self.n] = data;
+        self.n += 1;
+    }
+
+    async fn write(&mut self, stream: &TcpStream) -> io::Result<()> {
+        loop {
+            match self.try_write(stream) {
+                Ok(true) => break,
+                Ok(false) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => stream.writable().await?,
+                Err(e) => return Err(e),
+            }
+        }
+        self.head = None;
+        self.frames[..self.n].iter_mut().for_each(|f| *f = Bytes::new());
+        self.n = 0;
+        self.written = 0;
+        Ok(())
+    }
+
+    /// One vectored write of what is left; whether all of it is now sent.
+    fn try_write(&mut self, stream: &TcpStream) -> io::Result<bool> {
+        const MAX: usize = 2 + 3 * BATCH;
+        let mut sizes = [[0u8; 18]; BATCH];
+        let mut pieces: [&[u8]; MAX] = [&[]; MAX];
+        let mut k = 0;
+        let chunked = self.framing == Framing::Chunked;
+        pieces[k] = self.head.as_deref().unwrap_or_default();
+        k += 1;
+        for (size, data) in sizes.iter_mut().zip(&self.frames[..self.n]) {
+            if chunked {
+                let len = chunk_size(size, data.len());
+                pieces[k] = &size[..len];
+                k += 1;
+            }
+            pieces[k] = data;
+            k += 1;
+            if chunked {
+                pieces[k] = b"\r\n";
+                k += 1;
+            }
+        }
+        if chunked && self.last {
+            pieces[k] = b"0\r\n\r\n";
+            k += 1;
+        }
+        let total: usize = pieces[..k].iter().map(|p| p.len()).sum();
+        let (mut skip, mut m) = (self.written, 0);
+        let mut slices = [IoSlice::new(&[]); MAX];
+        for p in &pieces[..k] {
+            if skip >= p.len() {
+                skip -= p.len();
+                continue;
+            }
+            slices[m] = IoSlice::new(&p[skip..]);
+            skip = 0;
+            m += 1;
+        }
+        if m == 0 {
+            return Ok(true);
+        }
+        let n = stream.try_write_vectored(&slices[..m])?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        self.written += n;
+        Ok(self.written == total)
+    }
+}
+
+/// Writes a chunk's size line (upper-case hex, as hyper) into `to`; its length.
+fn chunk_size(to: &mut [u8; 18], len: usize) -> usize {
+    let digits = (usize::BITS - len.leading_zeros()).div_ceil(4).max(1) as usize;
+    for i in 0..digits {
+        to[digits - 1 - i] = b"0123456789ABCDEF"[(len >> (4 * i)) & 0xF];
+    }
+    to[digits] = b'\r';
+    to[digits + 1] = b'\n';
+    digits + 2
+}
+
+/// Says `Connection: close`, as hyper does once keep-alive is off.
+fn add_close(headers: &mut HeaderMap) {
+    match headers.entry(header::CONNECTION) {
+        header::Entry::Occupied(mut e) => {
+            if !e.iter().any(|v| has_token(v, "close")) {
+                e.append(HeaderValue::from_static("close"));
+            }
+        }
+        header::Entry::Vacant(e) => {
+            e.insert(HeaderValue::from_static("close"));
+        }
+    }
+}
+
+/// Whether a comma-separated header value has `token` (case-insensitive).
+fn has_token(v: &HeaderValue, token: &str) -> bool {
+    v.as_bytes()
+        .split(|&b| b == b',')
+        .any(|t| t.trim_ascii().eq_ignore_ascii_case(token.as_bytes()))
+}
+
+/// The response head as hyper's HTTP/1.1 server writes it (`proto::h1::role::Server::encode`, lower-case names):
+/// the status line with its canonical reason; each field in the map's order, the values of `Connection`,
+/// `Transfer-Encoding` and `Trailer` joined on one line; the body's framing from a `Content-Length` or
+/// `Transfer-Encoding` field when there is one, else from the body (`length`: `Some` when known); no body for
+/// 204 and 304; `date` last unless the response has one. Also whether the connection closes after it.
+fn encode_head(
+    status: StatusCode,
+    headers: &HeaderMap,
+    length: Option<u64>,
+    now: SystemTime,
+) -> (Vec<u8>, Framing, bool) {
+    // hyper answers a 1xx response with a bare 500 and closes (it cannot send a 1xx as the final response).
+    if status.is_informational() {
+        return (
+            encode_head(StatusCode::INTERNAL_SERVER_ERROR, &HeaderMap::new(), Some(0), now).0,
+            Framing::Empty,
+            true,
+        );
+    }
+    let no_body = matches!(status, StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED);
+    let mut out = Vec::with_capacity(64 + headers.len() * 32);
+    if status == StatusCode::OK {
+        out.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
+    } else {
+        out.extend_from_slice(b"HTTP/1.1 ");
+        out.extend_from_slice(status.as_str().as_bytes());
+        out.push(b' ');
+        out.extend_from_slice(status.canonical_reason().unwrap_or("<none>").as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    let (mut framing, mut close, mut dated) = (None, false, false);
+    for name in headers.keys() {
+        let values = headers.get_all(name);
+        let joined = |out: &mut Vec<u8>, suffix: &[u8]| {
+            out.extend_from_slice(name.as_str().as_bytes());
+            out.extend_from_slice(b": ");
+            for (i, v) in values.iter().enumerate() {
+                if i > 0 {
+                    out.extend_from_slice(b", ");
+                }
+                out.extend_from_slice(v.as_bytes());
+            }
+            out.extend_from_slice(suffix);
+            out.extend_from_slice(b"\r\n");
+        };
+        match *name {
+            header::CONTENT_LENGTH => {
+                // The first value, trusted as hyper does (a body of unknown length takes it as its length).
+                let Some(v) = values.iter().next() else { continue };
+                let declared = content_length(v.as_bytes()).map(|n| n as u64);
+                if framing.is_some() || no_body || length == Some(0) {
+                    continue;
+                }
+                let Some(n) = length.or(declared) else { continue };
+                out.extend_from_slice(b"content-length: ");
+                out.extend_from_slice(v.as_bytes());
+                out.extend_from_slice(b"\r\n");
+                framing = Some(Framing::Length(n));
+            }
+            header::TRANSFER_ENCODING => {
+                if framing.is_some() || no_body {
+                    continue;
+                }
+                let last_chunked = values.iter().next_back().is_some_and(|v| {
+                    v.as_bytes()
+                        .rsplit(|&b| b == b',')
+                        .next()
+                        .is_some_and(|t| t.trim_ascii().eq_ignore_ascii_case(b"chunked"))
+                });
+                joined(&mut out, if last_chunked { b"" } else { b", chunked" });
+                framing = Some(Framing::Chunked);
+            }
+            header::CONNECTION => {
+                close |= values.iter().any(|v| has_token(v, "close"));
+                joined(&mut out, b"");
+            }
+            header::TRAILER => {
+                if !no_body {
+                    joined(&mut out, b"");
+                }
+            }
+            _ => {
+                dated |= name == header::DATE;
+                for v in values {
+                    out.extend_from_slice(name.as_str().as_bytes());
+                    out.extend_from_slice(b": ");
+                    out.extend_from_slice(v.as_bytes());
+                    out.extend_from_slice(b"\r\n");
+                }
+            }
+        }
+    }
+    let framing = match (framing, length) {
+        _ if no_body => Framing::Empty,
+        (Some(f), _) => f,
+        (None, None) => {
+            out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+            Framing::Chunked
+        }
+        (None, Some(0)) => {
+            out.extend_from_slice(b"content-length: 0\r\n");
+            Framing::Empty
+        }
+        (None, Some(n)) => {
+            out.extend_from_slice(b"content-length: ");
+            out.extend_from_slice(n.to_string().as_bytes());
+            out.extend_from_slice(b"\r\n");
+            Framing::Length(n)
+        }
+    };
+    if !dated {
+        out.extend_from_slice(b"date: ");
+        out.extend_from_slice(httpdate::fmt_http_date(now).as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    (out, framing, close)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+    use std::sync::Arc;
+    use std::task::Context;
+
+    use http_body::{Frame, SizeHint};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+    use crate::proxy::body::ResponseBody;
+    use crate::proxy::conn::Activity;
+
+    fn plain(req: &[u8]) -> Plain {
+        match parse(req, 8192) {
+            Some(Head::Plain(p)) => *p,
+            Some(Head::Other) => panic!("not plain: {:?}", String::from_utf8_lossy(req)),
+            Some(Head::Closed) | None => panic!("incomplete: {:?}", String::from_utf8_lossy(req)),
+        }
+    }
+
+    fn is_other(req: &[u8], max: usize) -> bool {
+        matches!(parse(req, max), Some(Head::Other))
+    }
+
+    #[test]
+    fn plain_requests_are_parsed_with_their_body() {
+        let p = plain(
+            b"GET /v1/stream?x=1 HTTP/1.1\r\nHost: a\r\nAccept: text/event-stream\r\nX-Two: 1\r\nX-Two: 2\r\n\r\n",
+        );
+        assert_eq!(p.request.method(), Method::GET);
+        assert_eq!(p.request.uri(), "/v1/stream?x=1");
+        assert_eq!(p.request.version(), Version::HTTP_11);
+        assert_eq!(p.request.headers()["accept"], "text/event-stream");
+        assert_eq!(p.request.headers().get_all("x-two").iter().count(), 2);
+        assert_eq!((p.body_len, p.close), (0, false));
+        let head = b"POST /run HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nConnection: close\r\n\r\n";
+        let mut req = head.to_vec();
+        req.extend_from_slice(b"{...}GET / HTTP/1.1\r\n");
+        let p = plain(&req);
+        assert_eq!((p.head_len, p.body_len, p.close), (head.len(), 5, true));
+        let p = plain(b"GET / HTTP/1.1\r\nConnection: Keep-Alive\r\n\r\n");
+        assert!(!p.close);
+    }
+
+    #[test]
+    fn a_head_not_yet_whole_waits_for_more() {
+        assert!(parse(b"GET / HTTP/1.1\r\nHost: a\r\n", 8192).is_none());
+        assert!(parse(b"G", 8192).is_none());
+        // Until the bound: then hyper reads it (and answers 431).
+        assert!(is_other(b"GET / HTTP/1.1\r\nHost: a\r\n", 20));
+    }
+
+    /// Whatever hyper would read differently from a plain request goes to it, byte for byte.
+    #[test]
+    fn requests_hyper_treats_differently_are_not_plain() {
+        for req in [
+            &b"GET / HTTP/1.0\r\n\r\n"[..],
+            b"HEAD / HTTP/1.1\r\n\r\n",
+            b"CONNECT a:443 HTTP/1.1\r\n\r\n",
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            b"POST / HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\nx",
+            b"GET / HTTP/1.1\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n",
+            b"GET / HTTP/1.1\r\nTE: trailers\r\n\r\n",
+            b"GET / HTTP/1.1\r\nConnection: close, x\r\n\r\n",
+            b"POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx",
+            b"POST / HTTP/1.1\r\nContent-Length: +1\r\n\r\nx",
+            b"POST / HTTP/1.1\r\nContent-Length: 1, 1\r\n\r\nx",
+            // The body is not all here yet.
+            b"POST / HTTP/1.1\r\nContent-Length: 10\r\n\r\nshort",
+            b"GET /\x01 HTTP/1.1\r\n\r\n",
+            b"GET / HTTP/1.1\r\nBad Name: x\r\n\r\n",
+            b"garbage\r\n\r\n",
+        ] {
+            assert!(is_other(req, 8192), "{:?}", String::from_utf8_lossy(req));
+        }
+    }
+
+    #[test]
+    fn chunk_sizes_are_upper_case_hex() {
+        let mut to = [0u8; 18];
+        for (len, want) in [
+            (0, "0"),
+            (1, "1"),
+            (15, "F"),
+            (16, "10"),
+            (2048, "800"),
+            (0xABCDE, "ABCDE"),
+        ] {
+            let n = chunk_size(&mut to, len);
+            assert_eq!(&to[..n], format!("{want}\r\n").as_bytes());
+        }
+        let n = chunk_size(&mut to, usize::MAX);
+        assert_eq!(&to[..n], format!("{:X}\r\n", usize::MAX).as_bytes());
+    }
+
+    /// A body of unknown length (or, with `exact`, a known one), one frame.
+    struct TestBody(Option<Bytes>, bool);
+
+    impl Body for TestBody {
+        type Data = Bytes;
+        type Error = Infallible;
+        fn poll_frame(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+            Poll::Ready(self.0.take().map(|b| Ok(Frame::data(b))))
+        }
+        fn is_end_stream(&self) -> bool {
+            self.0.is_none()
+        }
+        fn size_hint(&self) -> SizeHint {
+            match (&self.0, self.1) {
+                (Some(b), true) => SizeHint::with_exact(b.len() as u64),
+                (None, _) => SizeHint::with_exact(0),
+                _ => SizeHint::default(),
+            }
+        }
+    }
+
+    /// hyper's HTTP/1.1 server's response to `req`, as bytes.
+    async fn hyper_response(
+        req: &'static [u8],
+        status: u16,
+        fields: &'static [(&'static str, &'static str)],
+        body: Option<&'static str>,
+        exact: bool,
+    ) -> Vec<u8> {
+        let (client, server) = tokio::io::duplex(1 << 16);
+        let service = hyper::service::service_fn(move |_req| async move {
+            let mut resp = Response::new(TestBody(body.map(|b: &str| Bytes::from_static(b.as_bytes())), exact));
+            *resp.status_mut() = StatusCode::from_u16(status).unwrap();
+            for (k, v) in fields {
+                resp.headers_mut().append(*k, HeaderValue::from_static(v));
+            }
+            Ok::<_, Infallible>(resp)
+        });
+        // As the gateway's builder: the client's FIN (sent here after its request) does not cancel the response.
+        let conn = hyper::server::conn::http1::Builder::new()
+            .half_close(true)
+            .serve_connection(hyper_util::rt::TokioIo::new(server), service);
+        let served = tokio::spawn(conn);
+        let mut client = client;
+        client.write_all(req).await.unwrap();
+        client.shutdown().await.unwrap();
+        let mut out = Vec::new();
+        client.read_to_end(&mut out).await.unwrap();
+        let _ = served.await;
+        out
+    }
+
+    fn without_date(head: &[u8]) -> String {
+        let s = String::from_utf8_lossy(head).into_owned();
+        s.split("\r\n")
+            .map(|l| if l.starts_with("date: ") { "date: *" } else { l })
+            .collect::<Vec<_>>()
+            .join("\r\n")
+    }
+
+    /// The head written here is the one hyper writes, for every kind of response the gateway makes.
+    #[tokio::test]
+    async fn response_heads_are_the_ones_hyper_writes() {
+        const GET: &[u8] = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n";
+        const CLOSE: &[u8] = b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
+        type Case = (
+            &'static [u8],
+            u16,
+            &'static [(&'static str, &'static str)],
+            Option<&'static str>,
+            bool,
+        );
+        let cases: &[Case] = &[
+            (
+                GET,
+                200,
+                &[("content-type", "text/event-stream"), ("cache-control", "no-cache")],
+                Some("data: x\n\n"),
+                false,
+            ),
+            (GET, 200, &[("content-type", "application/json")], Some("{}"), true),
+            (
+                GET,
+                502,
+                &[("content-type", "application/json"), ("x-request-id", "abc")],
+                Some("{\"error\":1}"),
+                true,
+            ),
+            (
+                GET,
+                200,
+                &[("x-a", "1"), ("x-b", "2"), ("x-a", "3")],
+                Some("body"),
+                false,
+            ),
+            (GET, 200, &[("content-length", "4")], Some("body"), true),
+            (GET, 200, &[("content-length", "4")], Some("body"), false),
+            (GET, 200, &[("transfer-encoding", "gzip")], Some("body"), false),
+            (GET, 200, &[("transfer-encoding", "chunked")], Some("body"), false),
+            (GET, 200, &[("connection", "close")], Some("body"), false),
+            (GET, 200, &[], None, true),
+            (GET, 204, &[("x-a", "1")], None, true),
+            (GET, 304, &[("etag", "\"x\""), ("content-length", "9")], None, false),
+            (GET, 200, &[("date", "Tue, 24 Nov 2026 00:00:00 GMT")], Some("b"), true),
+            (GET, 299, &[], Some("b"), true),
+            (GET, 200, &[("trailer", "x-t")], Some("b"), false),
+            (
+                CLOSE,
+                200,
+                &[("content-type", "text/event-stream")],
+                Some("data: x\n\n"),
+                false,
+            ),
+            (CLOSE, 200, &[("connection", "keep-alive")], Some("b"), true),
+        ];
+        for &(req, status, fields, body, exact) in cases {
+            let theirs = hyper_response(req, status, fields, body, exact).await;
+            let end = theirs.windows(4).position(|w| w == b"\r\n\r\n").map(|e| e + 4);
+            let end = end.unwrap_or_else(|| panic!("{status} {fields:?}: {}", String::from_utf8_lossy(&theirs)));
+            let mut headers = HeaderMap::new();
+            for (k, v) in fields {
+                headers.append(*k, HeaderValue::from_static(v));
+            }
+            let close = req == CLOSE;
+            if close {
+                // What `respond` adds once the client asked to close.
+                let mut resp = Response::new(());
+                *resp.headers_mut() = headers;
+                add_close(resp.headers_mut());
+                headers = std::mem::take(resp.headers_mut());
+            }
+            let length = match body {
+                None => Some(0),
+                Some(b) => exact.then_some(b.len() as u64),
+            };
+            let (ours, framing, _) = encode_head(
+                StatusCode::from_u16(status).unwrap(),
+                &headers,
+                length,
+                SystemTime::now(),
+            );
+            let case = format!("{status} {fields:?} {body:?} exact={exact} close={close}");
+            assert_eq!(without_date(&ours), without_date(&theirs[..end]), "{case}");
+            // The framing is the one hyper chose.
+            let rest = &theirs[end..];
+            match framing {
+                Framing::Empty => assert!(rest.is_empty(), "{case}: {rest:?}"),
+                Framing::Length(n) => assert_eq!(rest.len() as u64, n, "{case}"),
+                Framing::Chunked => assert!(rest.ends_with(b"0\r\n\r\n"), "{case}: {rest:?}"),
+            }
+        }
+    }
+
+    /// A test service: answers every request with `body` (its path echoed in `x-path`).
+    struct Echo {
+        activity: Arc<Activity>,
+        cut: watch::Receiver<bool>,
+    }
+
+    impl Service for Echo {
+        fn call(&self, req: Request<UpstreamBody>) -> Pin<Box<dyn Future<Output = Response<Tracked>> + Send>> {
+            let in_flight = self.activity.begin();
+            let cut = self.cut.clone();
+            Box::pin(async move {
+                let path = req.uri().path().to_owned();
+                let body = req
+                    .into_body()
+                    .collect()
+                    .await
+                    .map(|b| b.to_bytes())
+                    .unwrap_or_default();
+                let mut resp = Response::new(Tracked::new(ResponseBody::full(body), in_flight, &cut));
+                resp.headers_mut().insert("date", HeaderValue::from_static("d"));
+                resp.headers_mut()
+                    .insert("x-path", HeaderValue::from_str(&path).unwrap());
+                resp
+            })
+        }
+    }
+
+    async fn served(sent: &[u8], close_client: bool, drain_now: bool) -> (Outcome, Vec<u8>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        client.write_all(sent).await.unwrap();
+        if close_client {
+            client.shutdown().await.unwrap();
+        }
+        let (_cut_tx, cut) = watch::channel(false);
+        let (drain_tx, mut drain) = watch::channel(drain_now);
+        let echo = Echo {
+            activity: Activity::new(),
+            cut,
+        };
+        let limits = Limits {
+            max_head: 8192,
+            header_read: Duration::from_secs(5),
+        };
+        let outcome = serve(&server, &Flushes::default(), limits, &mut drain, &echo).await;
+        drop((server, drain_tx));
+        let mut out = Vec::new();
+        client.read_to_end(&mut out).await.unwrap();
+        (outcome, out)
+    }
+
+    #[tokio::test]
+    async fn pipelined_requests_are_answered_in_order_until_the_client_closes() {
+        let (outcome, out) = served(
+            b"POST /a HTTP/1.1\r\nContent-Length: 3\r\n\r\nabcGET /b HTTP/1.1\r\n\r\n",
+            true,
+            false,
+        )
+        .await;
+        assert_eq!(outcome, Outcome::Closed);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "HTTP/1.1 200 OK\r\ndate: d\r\nx-path: /a\r\ncontent-length: 3\r\n\r\nabc\
+             HTTP/1.1 200 OK\r\ndate: d\r\nx-path: /b\r\ncontent-length: 0\r\n\r\n"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_request_that_is_not_plain_goes_to_hyper_with_every_byte_read() {
+        let sent =
+            b"GET /a HTTP/1.1\r\n\r\nPOST /b HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n";
+        let (outcome, out) = served(sent, true, false).await;
+        let rest = b"POST /b HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n";
+        assert_eq!(outcome, Outcome::HandOff(Bytes::from_static(rest)));
+        assert!(String::from_utf8(out).unwrap().contains("x-path: /a"));
+    }
+
+    #[tokio::test]
+    async fn asked_to_close_or_draining_the_connection_closes_after_the_response() {
+        let (outcome, out) = served(
+            b"GET /a HTTP/1.1\r\nConnection: close\r\n\r\nGET /b HTTP/1.1\r\n\r\n",
+            false,
+            false,
+        )
+        .await;
+        assert_eq!(outcome, Outcome::Closed);
+        let out = String::from_utf8(out).unwrap();
+        assert!(out.contains("connection: close\r\n") && !out.contains("/b"), "{out}");
+        // Draining before a request is read: closed without one.
+        let (outcome, out) = served(b"", false, true).await;
+        assert_eq!((outcome, out.len()), (Outcome::Closed, 0));
+    }
+
+    /// Frames go out in the response's framing whatever the socket takes per write.
+    #[tokio::test]
+    async fn frames_are_written_chunked_in_order() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        let big = Bytes::from(vec![b'x'; 3 << 20]);
+        let reader = tokio::spawn(async move {
+            let mut out = Vec::new();
+            client.read_to_end(&mut out).await.unwrap();
+            out
+        });
+        let mut out = Out {
+            head: Some(b"HEAD\r\n\r\n".to_vec()),
+            frames: Default::default(),
+            n: 0,
+            framing: Framing::Chunked,
+            last: false,
+            written: 0,
+        };
+        out.push(Bytes::from_static(b"hello"));
+        out.push(big.clone());
+        out.write(&server).await.unwrap();
+        out.push(Bytes::from_static(b"!"));
+        out.last = true;
+        out.write(&server).await.unwrap();
+        drop(server);
+        let got = reader.await.unwrap();
+        let mut want = b"HEAD\r\n\r\n5\r\nhello\r\n300000\r\n".to_vec();
+        want.extend_from_slice(&big);
+        want.extend_from_slice(b"\r\n1\r\n!\r\n0\r\n\r\n");
+        assert!(got == want, "{} bytes against {}", got.len(), want.len());
+    }
+}
