@@ -711,3 +711,53 @@ async fn admin_endpoints_and_every_metric_family() {
     assert!(metric(&m, "sse_gateway_bytes_out_total", &["mode=\"translate\""]) > 0.0);
     gw.stop().await;
 }
+
+/// Plain HTTP/1.1 requests are served on the gateway's own path (proxy/http1.rs), without hyper's connection
+/// buffers; a request with `TE: trailers` (a hop-by-hop field the upstream never sees) is one hyper serves. For
+/// each kind of response (a translated stream, a legacy one passed through, an upstream's error passed on, the
+/// gateway's own error) both get the same head (but its date) and the same body. Which requests are plain is
+/// pinned by `proxy::http1`'s unit tests (`TE` is among those that are not).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_and_hyper_served_requests_get_the_same_response() {
+    let stream = corpus()[0].stream.clone();
+    let up = Emulator::start(move |r| {
+        if r.target == "/missing" {
+            Step::answer(404, &[("content-type", "application/json")], b"{\"detail\":\"no\"}")
+        } else {
+            sse_script(stream.clone())
+        }
+    })
+    .await;
+    // Without resumption: its stream ids differ from one request to the next.
+    let gw = TestGateway::start(&up.url(), |s| s.resume.enabled = false).await;
+    let without_date = |head: &str| {
+        head.split("\r\n")
+            .filter(|l| !l.to_ascii_lowercase().starts_with("date:"))
+            .collect::<Vec<_>>()
+            .join("\r\n")
+    };
+    for (path, fields) in [
+        ("/run", "Accept: text/event-stream\r\nX-Stream-Format: json\r\n"),
+        ("/run", "Accept: text/event-stream\r\nX-Stream-Format: legacy\r\n"),
+        ("/missing", "Accept: text/event-stream\r\n"),
+        ("/run", "X-Stream-Format: bogus\r\n"),
+    ] {
+        let base = format!(
+            "POST {path} HTTP/1.1\r\nHost: gateway\r\n{fields}X-Request-Id: same\r\nX-Agent-Id: fallback\r\n\
+             Content-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n"
+        );
+        let mut got = Vec::new();
+        for extra in ["", "TE: trailers\r\n"] {
+            let mut c = Client::write(gw.addr, format!("{base}{extra}\r\n{{}}").as_bytes())
+                .await
+                .unwrap();
+            c.read_head().await.unwrap();
+            c.read_to_end(PATIENCE).await.unwrap();
+            got.push((without_date(&c.head), c.body));
+        }
+        assert!(got[0].0.contains("HTTP/1.1 "), "{path} {fields:?}: {}", got[0].0);
+        assert_eq!(got[0].0, got[1].0, "{path} {fields:?}: heads differ");
+        assert!(!got[0].1.is_empty(), "{path} {fields:?}: no body");
+        assert_same_bytes(&got[0].1, &got[1].1, &format!("{path} {fields:?}: body"));
+    }
+}
