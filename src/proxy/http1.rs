@@ -79,11 +79,12 @@ pub async fn serve(
     let mut first = true;
     loop {
         let read = async {
+            // The next request's first bytes, however long the client waits (the idle timeout bounds that).
+            if !first && buf.is_empty() && !fill(stream, &mut buf, limits.max_head).await {
+                return Head::Closed;
+            }
             if first {
                 return read_head(stream, &mut buf, limits.max_head).await;
-            }
-            if buf.is_empty() && stream.readable().await.is_err() {
-                return Head::Closed;
             }
             tokio::time::timeout(limits.header_read, read_head(stream, &mut buf, limits.max_head))
                 .await
@@ -145,18 +146,27 @@ async fn read_head(stream: &TcpStream, buf: &mut BytesMut, max_head: usize) -> H
         if buf.len() >= max_head {
             return Head::Other;
         }
-        if buf.capacity() == buf.len() {
-            buf.reserve(buf.capacity().max(FIRST_READ));
-        }
-        let room = (buf.capacity() - buf.len()).min(max_head - buf.len());
-        if stream.readable().await.is_err() {
+        if !fill(stream, buf, max_head).await {
             return Head::Closed;
         }
+    }
+}
+
+/// Waits for the socket's next bytes and reads them into `buf`, which grows from `FIRST_READ` by doubling, up to
+/// `max_head` in all; false when the client closed or the socket failed.
+async fn fill(stream: &TcpStream, buf: &mut BytesMut, max_head: usize) -> bool {
+    if buf.capacity() == buf.len() {
+        buf.reserve(buf.capacity().max(FIRST_READ));
+    }
+    let room = (buf.capacity() - buf.len()).min(max_head.saturating_sub(buf.len()));
+    loop {
+        if stream.readable().await.is_err() {
+            return false;
+        }
         match conn::read_some(stream, &mut buf.limit(room)) {
-            Ok(0) => return Head::Closed,
-            Ok(_) => {}
+            Ok(n) => return n > 0,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(_) => return Head::Closed,
+            Err(_) => return false,
         }
     }
 }
@@ -367,51 +377,63 @@ impl Out {
 
     /// One vectored write of what is left; whether all of it is now sent.
     fn try_write(&mut self, stream: &TcpStream) -> io::Result<bool> {
-        const MAX: usize = 2 + 3 * BATCH;
-        let mut sizes = [[0u8; 18]; BATCH];
-        let mut pieces: [&[u8]; MAX] = [&[]; MAX];
-        let mut k = 0;
         let chunked = self.framing == Framing::Chunked;
-        pieces[k] = self.head.as_deref().unwrap_or_default();
-        k += 1;
-        for (size, data) in sizes.iter_mut().zip(&self.frames[..self.n]) {
-            if chunked {
-                let len = chunk_size(size, data.len());
-                pieces[k] = &size[..len];
-                k += 1;
+        let mut sizes = [[0u8; 18]; BATCH];
+        let mut lens = [0; BATCH];
+        if chunked {
+            for ((to, len), data) in sizes.iter_mut().zip(&mut lens).zip(&self.frames[..self.n]) {
+                *len = chunk_size(to, data.len());
             }
-            pieces[k] = data;
-            k += 1;
+        }
+        let mut g = Gather {
+            slices: [IoSlice::new(&[]); 2 + 3 * BATCH],
+            m: 0,
+            skip: self.written,
+            total: 0,
+        };
+        g.add(self.head.as_deref().unwrap_or_default());
+        for ((size, len), data) in sizes.iter().zip(lens).zip(&self.frames[..self.n]) {
             if chunked {
-                pieces[k] = b"\r\n";
-                k += 1;
+                g.add(&size[..len]);
+                g.add(data);
+                g.add(b"\r\n");
+            } else {
+                g.add(data);
             }
         }
         if chunked && self.last {
-            pieces[k] = b"0\r\n\r\n";
-            k += 1;
+            g.add(b"0\r\n\r\n");
         }
-        let total: usize = pieces[..k].iter().map(|p| p.len()).sum();
-        let (mut skip, mut m) = (self.written, 0);
-        let mut slices = [IoSlice::new(&[]); MAX];
-        for p in &pieces[..k] {
-            if skip >= p.len() {
-                skip -= p.len();
-                continue;
-            }
-            slices[m] = IoSlice::new(&p[skip..]);
-            skip = 0;
-            m += 1;
-        }
-        if m == 0 {
+        if g.m == 0 {
             return Ok(true);
         }
-        let n = stream.try_write_vectored(&slices[..m])?;
+        let n = stream.try_write_vectored(&g.slices[..g.m])?;
         if n == 0 {
             return Err(io::ErrorKind::WriteZero.into());
         }
         self.written += n;
-        Ok(self.written == total)
+        Ok(self.written == g.total)
+    }
+}
+
+/// The pieces of one write, less the `skip` bytes an earlier partial write sent.
+struct Gather<'a> {
+    slices: [IoSlice<'a>; 2 + 3 * BATCH],
+    m: usize,
+    skip: usize,
+    total: usize,
+}
+
+impl<'a> Gather<'a> {
+    fn add(&mut self, p: &'a [u8]) {
+        self.total += p.len();
+        if self.skip >= p.len() {
+            self.skip -= p.len();
+        } else {
+            self.slices[self.m] = IoSlice::new(&p[self.skip..]);
+            self.skip = 0;
+            self.m += 1;
+        }
     }
 }
 
@@ -907,6 +929,45 @@ mod tests {
         // Draining before a request is read: closed without one.
         let (outcome, out) = served(b"", false, true).await;
         assert_eq!((outcome, out.len()), (Outcome::Closed, 0));
+    }
+
+    /// `server.header_read_timeout_secs` bounds a later request's head from its first byte, not the wait for it.
+    #[tokio::test]
+    async fn a_later_head_is_timed_from_its_first_byte() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        let (_cut_tx, cut) = watch::channel(false);
+        let (_drain_tx, mut drain) = watch::channel(false);
+        let serving = tokio::spawn(async move {
+            let echo = Echo {
+                activity: Activity::new(),
+                cut,
+            };
+            let limits = Limits {
+                max_head: 8192,
+                header_read: Duration::from_millis(300),
+            };
+            serve(&server, &Flushes::default(), limits, &mut drain, &echo).await
+        });
+        let mut buf = [0u8; 4096];
+        for path in ["/a", "/b"] {
+            client
+                .write_all(format!("GET {path} HTTP/1.1\r\n\r\n").as_bytes())
+                .await
+                .unwrap();
+            let n = client.read(&mut buf).await.unwrap();
+            assert!(String::from_utf8_lossy(&buf[..n]).contains(path), "{path} not answered");
+            // Idle for twice the header timeout: the connection stays.
+            tokio::time::sleep(Duration::from_millis(600)).await;
+        }
+        client.write_all(b"GET /c HTTP/1.1\r\n").await.unwrap();
+        let outcome = tokio::time::timeout(Duration::from_secs(20), serving).await;
+        assert_eq!(
+            outcome.expect("a stalled head was not timed out").unwrap(),
+            Outcome::Closed
+        );
+        assert_eq!(client.read(&mut buf).await.unwrap_or(0), 0, "answered a stalled head");
     }
 
     /// Frames go out in the response's framing whatever the socket takes per write.
