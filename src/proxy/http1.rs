@@ -666,6 +666,63 @@ mod tests {
         }
     }
 
+    /// Header fields a generated request may carry: plain ones, and every one that makes a request not plain.
+    const FIELDS: &[&str] = &[
+        "Host: a",
+        "Accept: text/event-stream",
+        "X-Agent-Id: ag",
+        "Connection: keep-alive",
+        "connection: CLOSE",
+        "Connection: upgrade",
+        "Content-Length: 3",
+        "content-length: 007",
+        "Content-Length: -1",
+        "Transfer-Encoding: chunked",
+        "Expect: 100-continue",
+        "Upgrade: websocket",
+        "TE: trailers",
+        "Bad Field: x",
+        "X-Ctl: a\x01b",
+    ];
+
+    proptest::proptest! {
+        /// Whatever the client sends: no panic; a plain request is HTTP/1.1 without the fields that make hyper read
+        /// it differently, its body wholly read; and no prefix of a head is ever taken as a whole request.
+        #[test]
+        fn no_input_is_taken_for_more_than_it_is(
+            method in proptest::sample::select(vec!["GET", "POST", "HEAD", "CONNECT", "PUT", "G\u{e9}T"]),
+            version in proptest::sample::select(vec!["HTTP/1.1", "HTTP/1.0", "HTTP/2.0", "HTTP/1.1 "]),
+            fields in proptest::collection::vec(proptest::sample::select(FIELDS.to_vec()), 0..6),
+            body in proptest::collection::vec(proptest::num::u8::ANY, 0..12),
+            cut in 0usize..200,
+            max in 16usize..400,
+        ) {
+            let mut req = format!("{method} /p?q=1 {version}\r\n").into_bytes();
+            for f in &fields {
+                req.extend_from_slice(f.as_bytes());
+                req.extend_from_slice(b"\r\n");
+            }
+            req.extend_from_slice(b"\r\n");
+            let head_end = req.len();
+            req.extend_from_slice(&body);
+            if let Some(Head::Plain(p)) = parse(&req, max) {
+                proptest::prop_assert!(p.head_len == head_end && p.head_len <= max);
+                proptest::prop_assert!(p.head_len + p.body_len <= req.len());
+                proptest::prop_assert_eq!(p.request.version(), Version::HTTP_11);
+                proptest::prop_assert!(p.request.method() != Method::HEAD && p.request.method() != Method::CONNECT);
+                let h = p.request.headers();
+                for name in [header::TRANSFER_ENCODING, header::EXPECT, header::UPGRADE, header::TE] {
+                    proptest::prop_assert!(!h.contains_key(name));
+                }
+                proptest::prop_assert!(h.get_all(header::CONTENT_LENGTH).iter().count() <= 1);
+                proptest::prop_assert_eq!(h.len(), fields.len());
+                proptest::prop_assert_eq!(p.close, fields.iter().any(|f| f.eq_ignore_ascii_case("connection: close")));
+            }
+            let cut = cut.min(head_end - 1);
+            proptest::prop_assert!(!matches!(parse(&req[..cut], max), Some(Head::Plain(_))), "a cut head was taken whole");
+        }
+    }
+
     #[test]
     fn chunk_sizes_are_upper_case_hex() {
         let mut to = [0u8; 18];
