@@ -921,10 +921,15 @@ mod tests {
         }
     }
 
-    async fn served(sent: &[u8], close_client: bool, drain_now: bool) -> (Outcome, Vec<u8>) {
+    /// A connected pair: the accepted side, and its client.
+    async fn pair() -> (TcpStream, TcpStream) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let mut client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
-        let (server, _) = listener.accept().await.unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        (listener.accept().await.unwrap().0, client)
+    }
+
+    async fn served(sent: &[u8], close_client: bool, drain_now: bool) -> (Outcome, Vec<u8>) {
+        let (server, mut client) = pair().await;
         client.write_all(sent).await.unwrap();
         if close_client {
             client.shutdown().await.unwrap();
@@ -991,9 +996,7 @@ mod tests {
     /// `server.header_read_timeout_secs` bounds a later request's head from its first byte, not the wait for it.
     #[tokio::test]
     async fn a_later_head_is_timed_from_its_first_byte() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let mut client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
-        let (server, _) = listener.accept().await.unwrap();
+        let (server, mut client) = pair().await;
         let (_cut_tx, cut) = watch::channel(false);
         let (_drain_tx, mut drain) = watch::channel(false);
         let serving = tokio::spawn(async move {
@@ -1030,9 +1033,7 @@ mod tests {
     /// Frames go out in the response's framing whatever the socket takes per write.
     #[tokio::test]
     async fn frames_are_written_chunked_in_order() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let mut client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
-        let (server, _) = listener.accept().await.unwrap();
+        let (server, mut client) = pair().await;
         let big = Bytes::from(vec![b'x'; 3 << 20]);
         let reader = tokio::spawn(async move {
             let mut out = Vec::new();
