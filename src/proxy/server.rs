@@ -344,12 +344,35 @@ async fn serve_connection(
             http1::Outcome::HandOff(prefix) => prefix,
         }
     };
-    let builder = builders.pick(may_be_h2);
+    // Boxed: only connections hyper serves (h2c, or a request the plain path handed over) pay for its state.
+    let hyper = serve_with_hyper(
+        builders.pick(may_be_h2),
+        &stream,
+        prefix,
+        call,
+        guard,
+        limits.idle,
+        &mut drain,
+    );
+    Box::pin(hyper).await;
+}
+
+/// hyper serves the connection from `prefix` on, until it ends or the watches end it.
+async fn serve_with_hyper(
+    builder: &auto::Builder<TokioExecutor>,
+    stream: &Arc<TcpStream>,
+    prefix: Bytes,
+    call: Call,
+    mut guard: Pin<&mut impl Future<Output = ()>>,
+    idle: Duration,
+    drain: &mut watch::Receiver<bool>,
+) {
+    let (activity, peer) = (Arc::clone(&call.activity), call.peer);
+    let io = ClientIo::new(Arc::clone(stream), Arc::clone(&call.flushes), prefix);
     let service = service_fn(move |req: Request<Incoming>| {
         let resp = call.call(req.map(BodyExt::boxed));
         async move { Ok::<_, Infallible>(resp.await) }
     });
-    let io = ClientIo::new(Arc::clone(&stream), flushes, prefix);
     let conn = builder.serve_connection(TokioIo::new(io), service).into_owned();
     let mut conn = std::pin::pin!(conn);
     // The watches wake rarely, the connection for every event: behind `Quiet`, the connection's wake-ups do
@@ -357,8 +380,8 @@ async fn serve_connection(
     let watches = std::pin::pin!(async {
         tokio::select! {
             () = guard.as_mut() => Closing::NoRequest,
-            () = conn::client_left(&stream, &activity) => Closing::Left,
-            () = activity.idle_for(limits.idle) => Closing::Gracefully("idle timeout"),
+            () = conn::client_left(stream, &activity) => Closing::Left,
+            () = activity.idle_for(idle) => Closing::Gracefully("idle timeout"),
             _ = drain.wait_for(|d| *d) => Closing::Gracefully("draining"),
         }
     });
@@ -373,7 +396,7 @@ async fn serve_connection(
     };
     tracing::debug!(%peer, why, "closing the connection gracefully");
     conn.as_mut().graceful_shutdown();
-    let left_meanwhile = std::pin::pin!(conn::client_left(&stream, &activity));
+    let left_meanwhile = std::pin::pin!(conn::client_left(stream, &activity));
     tokio::select! {
         r = conn.as_mut() => log_end(r, peer),
         () = Quiet::new(left_meanwhile) => left(peer),
