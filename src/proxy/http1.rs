@@ -282,8 +282,14 @@ async fn respond(stream: &TcpStream, flushes: &Flushes, resp: Response<Tracked>,
         Framing::Length(n) => n,
         _ => u64::MAX,
     };
+    // The body said `Pending` before the last write: its waker is set, so polling it again at once is wasted.
+    let mut parked = false;
     loop {
         let step = poll_fn(|cx| loop {
+            if std::mem::take(&mut parked) {
+                flushes.flushed();
+                return Poll::Pending;
+            }
             if out.n == BATCH {
                 return Poll::Ready(Step::More);
             }
@@ -308,7 +314,7 @@ async fn respond(stream: &TcpStream, flushes: &Flushes, resp: Response<Tracked>,
                 }
                 Poll::Ready(Some(Err(_))) => return Poll::Ready(Step::Broken),
                 Poll::Ready(None) => return Poll::Ready(Step::End),
-                Poll::Pending if out.n > 0 || out.head.is_some() => return Poll::Ready(Step::More),
+                Poll::Pending if out.n > 0 || out.head.is_some() => return Poll::Ready(Step::Waiting),
                 Poll::Pending => {
                     // Everything yielded is written: what a failing body waits for before it aborts.
                     flushes.flushed();
@@ -323,6 +329,7 @@ async fn respond(stream: &TcpStream, flushes: &Flushes, resp: Response<Tracked>,
         }
         match step {
             Step::More => {}
+            Step::Waiting => parked = true,
             Step::End => {
                 flushes.flushed();
                 return !close_after && (framing == Framing::Chunked || remaining == 0);
@@ -336,6 +343,8 @@ async fn respond(stream: &TcpStream, flushes: &Flushes, resp: Response<Tracked>,
 enum Step {
     /// Frames to write, more to come.
     More,
+    /// Frames to write, and the body waits.
+    Waiting,
     End,
     /// The body failed or overran its length: what was yielded is written, then the connection closes.
     Broken,
