@@ -3,11 +3,12 @@
 //! hyper's HTTP/1 server holds an 8 KiB read buffer and an 8 KiB header buffer for a connection's whole life,
 //! so every open event stream over HTTP/1.1 paid for both while it waited for events (most of its memory). The
 //! plain requests that start event streams (HTTP/1.1; no `Transfer-Encoding`, `Expect`, `Upgrade` or `TE`; no
-//! body, or a `Content-Length` body that came whole with its head; not `HEAD` or `CONNECT`) are read, answered
+//! body, or a `Content-Length` body that follows its head within `BODY_GRACE` and fits `server.max_header_bytes`
+//! with it; not `HEAD` or `CONNECT`) are read, answered
 //! and written here instead: the head into a small buffer dropped once parsed, the response head written
 //! once, the body as chunks straight from its frames. Any other request goes to hyper with every byte read so
 //! far (`Outcome::HandOff`), and hyper serves the rest of that connection, so what hyper checks and answers
-//! (400, 431, `Expect`, chunked uploads, a body still arriving, HTTP/1.0, `HEAD`) is unchanged. The response head
+//! (400, 431, `Expect`, chunked uploads, a body that lags or breaks off, HTTP/1.0, `HEAD`) is unchanged. The response head
 //! follows hyper's rules (`encode_head`), so a client sees the same bytes from either path.
 //!
 //! ```text
@@ -39,6 +40,9 @@ const FIRST_READ: usize = 1024;
 
 /// Header fields a request may have, as hyper's default.
 const MAX_HEADERS: usize = 100;
+
+/// How long a plain request's body may take to follow its head before the request goes to hyper.
+const BODY_GRACE: Duration = Duration::from_millis(50);
 
 /// Body frames gathered into one write.
 const BATCH: usize = 8;
@@ -137,11 +141,21 @@ struct Plain {
 
 /// Reads until `buf` holds a whole head (and, for a plain request, its body).
 async fn read_head(stream: &TcpStream, buf: &mut BytesMut, max_head: usize) -> Head {
+    let mut body_due = None;
     loop {
-        if !buf.is_empty() {
-            if let Some(head) = parse(buf, max_head) {
-                return head;
+        match (!buf.is_empty()).then(|| parse(buf, max_head)).flatten() {
+            Some(Head::Plain(p)) if buf.len() < p.head_len + p.body_len => {
+                // The body follows in later reads (clients that write the head and the body apart): it is waited
+                // for briefly; one that lags, or a client that leaves mid-body, goes to hyper with the bytes read,
+                // and hyper's path answers as before (408 on a stall, 400 on a cut body).
+                let due = *body_due.get_or_insert_with(|| tokio::time::Instant::now() + BODY_GRACE);
+                match tokio::time::timeout_at(due, fill(stream, buf, max_head)).await {
+                    Ok(true) => continue,
+                    Ok(false) | Err(_) => return Head::Other,
+                }
             }
+            Some(head) => return head,
+            None => {}
         }
         if buf.len() >= max_head {
             return Head::Other;
@@ -172,7 +186,8 @@ async fn fill(stream: &TcpStream, buf: &mut BytesMut, max_head: usize) -> bool {
 }
 
 /// Parses the head at the start of `buf` (`None`: not all of it yet); not `Plain` whenever hyper would treat the
-/// request any differently.
+/// request any differently. A plain request's body may not all be in `buf` yet; it fits in `max_head` with the
+/// head.
 fn parse(buf: &[u8], max_head: usize) -> Option<Head> {
     let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut fields);
@@ -219,7 +234,7 @@ fn parse(buf: &[u8], max_head: usize) -> Option<Head> {
         headers.append(name, value);
     }
     let body_len = body_len.unwrap_or(0);
-    if buf.len() - head_len < body_len {
+    if head_len + body_len > max_head {
         return other;
     }
     let mut request = Request::new(());
@@ -665,8 +680,8 @@ mod tests {
             b"POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nx",
             b"POST / HTTP/1.1\r\nContent-Length: +1\r\n\r\nx",
             b"POST / HTTP/1.1\r\nContent-Length: 1, 1\r\n\r\nx",
-            // The body is not all here yet.
-            b"POST / HTTP/1.1\r\nContent-Length: 10\r\n\r\nshort",
+            // Longer than the head's bound with its head.
+            b"POST / HTTP/1.1\r\nContent-Length: 8192\r\n\r\nshort",
             b"GET /\x01 HTTP/1.1\r\n\r\n",
             b"GET / HTTP/1.1\r\nBad Name: x\r\n\r\n",
             b"garbage\r\n\r\n",
@@ -716,7 +731,8 @@ mod tests {
             req.extend_from_slice(&body);
             if let Some(Head::Plain(p)) = parse(&req, max) {
                 proptest::prop_assert!(p.head_len == head_end && p.head_len <= max);
-                proptest::prop_assert!(p.head_len + p.body_len <= req.len());
+                proptest::prop_assert!(p.head_len + p.body_len <= max);
+                proptest::prop_assert!(p.body_len == 0 || fields.iter().any(|f| f.to_ascii_lowercase().starts_with("content-length")));
                 proptest::prop_assert_eq!(p.request.version(), Version::HTTP_11);
                 proptest::prop_assert!(p.request.method() != Method::HEAD && p.request.method() != Method::CONNECT);
                 let h = p.request.headers();
@@ -984,6 +1000,44 @@ mod tests {
         let rest = b"POST /b HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n";
         assert_eq!(outcome, Outcome::HandOff(Bytes::from_static(rest)));
         assert!(String::from_utf8(out).unwrap().contains("x-path: /a"));
+    }
+
+    /// A body written apart from its head is waited for briefly; one that lags goes to hyper with the head.
+    #[tokio::test]
+    async fn a_body_that_follows_its_head_is_read_and_one_that_lags_is_handed_over() {
+        for (gap, plain) in [(Duration::from_millis(5), true), (BODY_GRACE * 4, false)] {
+            let (server, mut client) = pair().await;
+            let head = b"POST /late HTTP/1.1\r\nContent-Length: 4\r\n\r\n";
+            let writer = tokio::spawn(async move {
+                client.write_all(head).await.unwrap();
+                tokio::time::sleep(gap).await;
+                client.write_all(b"body").await.unwrap();
+                client.shutdown().await.unwrap();
+                let mut out = Vec::new();
+                let _ = client.read_to_end(&mut out).await;
+                out
+            });
+            let (_cut_tx, cut) = watch::channel(false);
+            let (_drain_tx, mut drain) = watch::channel(false);
+            let echo = Echo {
+                activity: Activity::new(),
+                cut,
+            };
+            let limits = Limits {
+                max_head: 8192,
+                header_read: Duration::from_secs(5),
+            };
+            let outcome = serve(&server, &Flushes::default(), limits, &mut drain, &echo).await;
+            drop(server);
+            let out = String::from_utf8(writer.await.unwrap()).unwrap();
+            if plain {
+                assert_eq!(outcome, Outcome::Closed);
+                assert!(out.ends_with("content-length: 4\r\n\r\nbody"), "{out}");
+            } else {
+                assert_eq!(outcome, Outcome::HandOff(Bytes::from_static(head)));
+                assert!(out.is_empty(), "{out}");
+            }
+        }
     }
 
     #[tokio::test]
