@@ -82,21 +82,23 @@ pub async fn serve(
     let mut buf = BytesMut::new();
     let mut first = true;
     loop {
-        let read = async {
-            // The next request's first bytes, however long the client waits (the idle timeout bounds that).
-            if !first && buf.is_empty() && !fill(stream, &mut buf, limits.max_head).await {
-                return Head::Closed;
+        // Between requests the drain closes the connection; a request begun is read, answered and then closed.
+        if !first && buf.is_empty() {
+            let more = tokio::select! {
+                // However long the client waits (the idle timeout bounds that).
+                more = fill(stream, &mut buf, limits.max_head) => more,
+                _ = drain.wait_for(|d| *d) => false,
+            };
+            if !more {
+                return Outcome::Closed;
             }
-            if first {
-                return read_head(stream, &mut buf, limits.max_head).await;
-            }
+        }
+        let head = if first {
+            read_head(stream, &mut buf, limits.max_head).await
+        } else {
             tokio::time::timeout(limits.header_read, read_head(stream, &mut buf, limits.max_head))
                 .await
                 .unwrap_or(Head::Closed)
-        };
-        let head = tokio::select! {
-            h = read => h,
-            _ = drain.wait_for(|d| *d) => return Outcome::Closed,
         };
         first = false;
         let plain = match head {
@@ -1051,9 +1053,14 @@ mod tests {
         assert_eq!(outcome, Outcome::Closed);
         let out = String::from_utf8(out).unwrap();
         assert!(out.contains("connection: close\r\n") && !out.contains("/b"), "{out}");
-        // Draining before a request is read: closed without one.
-        let (outcome, out) = served(b"", false, true).await;
-        assert_eq!((outcome, out.len()), (Outcome::Closed, 0));
+        // Draining: the request begun is answered, saying it closes, and the next is not read.
+        let (outcome, out) = served(b"GET /a HTTP/1.1\r\n\r\nGET /b HTTP/1.1\r\n\r\n", false, true).await;
+        assert_eq!(outcome, Outcome::Closed);
+        let out = String::from_utf8(out).unwrap();
+        assert!(
+            out.contains("x-path: /a") && out.contains("connection: close\r\n") && !out.contains("/b"),
+            "{out}"
+        );
     }
 
     /// `server.header_read_timeout_secs` bounds a later request's head from its first byte, not the wait for it.
