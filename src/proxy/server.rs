@@ -1,4 +1,5 @@
-//! Listeners and connections: HTTP/1.1 and h2c via hyper-util's auto builder, limits, and the graceful drain.
+//! Listeners and connections: plain HTTP/1.1 requests on `http1`, the rest (h2c, and HTTP/1.1 from a request that is
+//! not plain on) via hyper-util's auto builder; limits, and the graceful drain.
 
 use std::convert::Infallible;
 use std::future::Future;
