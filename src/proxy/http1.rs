@@ -270,7 +270,7 @@ enum Framing {
 }
 
 /// Writes the response; whether the connection may serve another request.
-async fn respond(stream: &TcpStream, flushes: &Flushes, resp: Response<Tracked>, close: bool) -> bool {
+async fn respond<B: Body<Data = Bytes>>(stream: &TcpStream, flushes: &Flushes, resp: Response<B>, close: bool) -> bool {
     let (mut parts, body) = resp.into_parts();
     if close {
         add_close(&mut parts.headers);
@@ -299,7 +299,8 @@ async fn respond(stream: &TcpStream, flushes: &Flushes, resp: Response<Tracked>,
         Framing::Length(n) => n,
         _ => u64::MAX,
     };
-    // The body said `Pending` before the last write: its waker is set, so polling it again at once is wasted.
+    // The body said `Pending` before the last write, which did not wait: its waker is set and has not fired in
+    // between (a wake-up during this poll makes the task run again), so polling it again at once is wasted.
     let mut parked = false;
     loop {
         let step = poll_fn(|cx| loop {
@@ -341,12 +342,13 @@ async fn respond(stream: &TcpStream, flushes: &Flushes, resp: Response<Tracked>,
         })
         .await;
         out.last = step == Step::End;
-        if out.write(stream).await.is_err() {
+        let Ok(waited) = out.write(stream).await else {
             return false;
-        }
+        };
         match step {
             Step::More => {}
-            Step::Waiting => parked = true,
+            // Not after waiting for the socket: a wake-up from the body may have come (and gone) meanwhile.
+            Step::Waiting => parked = !waited,
             Step::End => {
                 flushes.flushed();
                 return !close_after && (framing == Framing::Chunked || remaining == 0);
@@ -385,12 +387,17 @@ impl Out {
         self.n += 1;
     }
 
-    async fn write(&mut self, stream: &TcpStream) -> io::Result<()> {
+    /// Writes it all; whether that took waiting for the socket (the task may then have been woken meanwhile).
+    async fn write(&mut self, stream: &TcpStream) -> io::Result<bool> {
+        let mut waited = false;
         loop {
             match self.try_write(stream) {
                 Ok(true) => break,
                 Ok(false) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => stream.writable().await?,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    waited = true;
+                    stream.writable().await?;
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -398,7 +405,7 @@ impl Out {
         self.frames[..self.n].iter_mut().for_each(|f| *f = Bytes::new());
         self.n = 0;
         self.written = 0;
-        Ok(())
+        Ok(waited)
     }
 
     /// One vectored write of what is left; whether all of it is now sent.
@@ -1098,6 +1105,48 @@ mod tests {
             Outcome::Closed
         );
         assert_eq!(client.read(&mut buf).await.unwrap_or(0), 0, "answered a stalled head");
+    }
+
+    /// A body of what its channel gets.
+    struct Channel(tokio::sync::mpsc::Receiver<Bytes>);
+
+    impl Body for Channel {
+        type Data = Bytes;
+        type Error = Infallible;
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+            self.0.poll_recv(cx).map(|f| f.map(|b| Ok(Frame::data(b))))
+        }
+    }
+
+    /// The body wakes the task while a write waits for a slow client: its next frame and its end still go out.
+    #[tokio::test]
+    async fn a_frame_that_comes_while_a_write_waits_is_written() {
+        let (server, mut client) = pair().await;
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        // More than the sockets hold: the write waits until the client reads.
+        tx.send(Bytes::from(vec![b'x'; 8 << 20])).await.unwrap();
+        let responding =
+            tokio::spawn(async move { respond(&server, &Flushes::default(), Response::new(Channel(rx)), false).await });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        tx.send(Bytes::from_static(b"last")).await.unwrap();
+        drop(tx);
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; 1 << 16];
+        let read = async {
+            while !out.ends_with(b"0\r\n\r\n") {
+                let n = client.read(&mut buf).await.unwrap();
+                assert!(n > 0, "closed before the end");
+                out.extend_from_slice(&buf[..n]);
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(20), read)
+            .await
+            .expect("the frame that came during the write was never written");
+        assert!(out.ends_with(b"\r\n4\r\nlast\r\n0\r\n\r\n"));
+        assert!(responding.await.unwrap(), "not kept alive after a clean end");
     }
 
     /// Frames go out in the response's framing whatever the socket takes per write.
