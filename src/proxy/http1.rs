@@ -962,24 +962,29 @@ mod tests {
         (listener.accept().await.unwrap().0, client)
     }
 
-    async fn served(sent: &[u8], close_client: bool, drain_now: bool) -> (Outcome, Vec<u8>) {
-        let (server, mut client) = pair().await;
-        client.write_all(sent).await.unwrap();
-        if close_client {
-            client.shutdown().await.unwrap();
-        }
+    /// `serve` with the `Echo` service (the drain on from the start when `drain_now`).
+    async fn serve_echo(server: &TcpStream, drain_now: bool, header_read: Duration) -> Outcome {
         let (_cut_tx, cut) = watch::channel(false);
-        let (drain_tx, mut drain) = watch::channel(drain_now);
+        let (_drain_tx, mut drain) = watch::channel(drain_now);
         let echo = Echo {
             activity: Activity::new(),
             cut,
         };
         let limits = Limits {
             max_head: 8192,
-            header_read: Duration::from_secs(5),
+            header_read,
         };
-        let outcome = serve(&server, &Flushes::default(), limits, &mut drain, &echo).await;
-        drop((server, drain_tx));
+        serve(server, &Flushes::default(), limits, &mut drain, &echo).await
+    }
+
+    async fn served(sent: &[u8], close_client: bool, drain_now: bool) -> (Outcome, Vec<u8>) {
+        let (server, mut client) = pair().await;
+        client.write_all(sent).await.unwrap();
+        if close_client {
+            client.shutdown().await.unwrap();
+        }
+        let outcome = serve_echo(&server, drain_now, Duration::from_secs(5)).await;
+        drop(server);
         let mut out = Vec::new();
         client.read_to_end(&mut out).await.unwrap();
         (outcome, out)
@@ -1026,17 +1031,7 @@ mod tests {
                 let _ = client.read_to_end(&mut out).await;
                 out
             });
-            let (_cut_tx, cut) = watch::channel(false);
-            let (_drain_tx, mut drain) = watch::channel(false);
-            let echo = Echo {
-                activity: Activity::new(),
-                cut,
-            };
-            let limits = Limits {
-                max_head: 8192,
-                header_read: Duration::from_secs(5),
-            };
-            let outcome = serve(&server, &Flushes::default(), limits, &mut drain, &echo).await;
+            let outcome = serve_echo(&server, false, Duration::from_secs(5)).await;
             drop(server);
             let out = String::from_utf8(writer.await.unwrap()).unwrap();
             if plain {
@@ -1074,19 +1069,7 @@ mod tests {
     #[tokio::test]
     async fn a_later_head_is_timed_from_its_first_byte() {
         let (server, mut client) = pair().await;
-        let (_cut_tx, cut) = watch::channel(false);
-        let (_drain_tx, mut drain) = watch::channel(false);
-        let serving = tokio::spawn(async move {
-            let echo = Echo {
-                activity: Activity::new(),
-                cut,
-            };
-            let limits = Limits {
-                max_head: 8192,
-                header_read: Duration::from_millis(300),
-            };
-            serve(&server, &Flushes::default(), limits, &mut drain, &echo).await
-        });
+        let serving = tokio::spawn(async move { serve_echo(&server, false, Duration::from_millis(300)).await });
         let mut buf = [0u8; 4096];
         for path in ["/a", "/b"] {
             client
