@@ -26,6 +26,23 @@ pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 pub const X_STREAM_FORMAT: HeaderName = HeaderName::from_static("x-stream-format");
 pub const X_ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
 
+/// A `Content-Length` item: decimal digits only (no sign, no space), within `u64`.
+pub fn decimal(item: &[u8]) -> Option<u64> {
+    if item.is_empty() || !item.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(item).ok()?.parse().ok()
+}
+
+/// Whether a `Transfer-Encoding` value's last coding is `chunked` (hyper's rule: a value that is not visible ASCII
+/// is not).
+pub fn ends_chunked(v: &HeaderValue) -> bool {
+    v.to_str()
+        .ok()
+        .and_then(|v| v.rsplit(',').next())
+        .is_some_and(|last| last.trim().eq_ignore_ascii_case("chunked"))
+}
+
 /// Removes the hop-by-hop fields and every field the `Connection` header names.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     // Collect first: the names listed in Connection are removed along with Connection itself.

@@ -34,6 +34,7 @@ use tokio::sync::watch;
 
 use super::conn::{self, Flushes, Tracked};
 use super::forward::UpstreamBody;
+use super::headers;
 
 /// The first read's buffer: a request head of a few hundred bytes fits; it doubles up to `max_head`.
 const FIRST_READ: usize = 1024;
@@ -227,7 +228,10 @@ fn parse(buf: &[u8], max_head: usize) -> Option<Head> {
                 v if v.eq_ignore_ascii_case(b"keep-alive") => {}
                 _ => return other,
             },
-            header::CONTENT_LENGTH => match (body_len, content_length(value.as_bytes())) {
+            header::CONTENT_LENGTH => match (
+                body_len,
+                headers::decimal(value.as_bytes()).and_then(|n| usize::try_from(n).ok()),
+            ) {
                 (None, Some(n)) => body_len = Some(n),
                 _ => return other,
             },
@@ -250,14 +254,6 @@ fn parse(buf: &[u8], max_head: usize) -> Option<Head> {
         body_len,
         close,
     })))
-}
-
-/// A `Content-Length` value: digits only (no sign, no list), as hyper accepts a single one.
-fn content_length(v: &[u8]) -> Option<usize> {
-    if v.is_empty() || v.len() > 18 || !v.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    std::str::from_utf8(v).ok()?.parse().ok()
 }
 
 /// How the response body is framed.
@@ -295,6 +291,7 @@ async fn respond<B: Body<Data = Bytes>>(stream: &TcpStream, flushes: &Flushes, r
         return out.write(stream).await.is_ok() && !close_after;
     }
     let mut body = std::pin::pin!(body);
+    // What a `Content-Length` body may still send (no bound for a chunked one).
     let mut remaining = match framing {
         Framing::Length(n) => n,
         _ => u64::MAX,
@@ -324,9 +321,7 @@ async fn respond<B: Body<Data = Bytes>>(stream: &TcpStream, flushes: &Flushes, r
                             out.push(data);
                             return Poll::Ready(Step::Broken);
                         }
-                        if framing != Framing::Chunked {
-                            remaining -= data.len() as u64;
-                        }
+                        remaining -= data.len() as u64;
                         out.push(data);
                     }
                 }
@@ -551,7 +546,7 @@ fn encode_head(
             header::CONTENT_LENGTH => {
                 // The first value, trusted as hyper does (a body of unknown length takes it as its length).
                 let Some(v) = values.iter().next() else { continue };
-                let declared = content_length(v.as_bytes()).map(|n| n as u64);
+                let declared = headers::decimal(v.as_bytes());
                 if framing.is_some() || no_body || length == Some(0) {
                     continue;
                 }
@@ -565,12 +560,7 @@ fn encode_head(
                 if framing.is_some() || no_body {
                     continue;
                 }
-                let last_chunked = values.iter().next_back().is_some_and(|v| {
-                    v.as_bytes()
-                        .rsplit(|&b| b == b',')
-                        .next()
-                        .is_some_and(|t| t.trim_ascii().eq_ignore_ascii_case(b"chunked"))
-                });
+                let last_chunked = values.iter().next_back().is_some_and(headers::ends_chunked);
                 joined(&mut out, if last_chunked { b"" } else { b", chunked" });
                 framing = Some(Framing::Chunked);
             }

@@ -10,6 +10,7 @@ use http::{Method, Response, StatusCode, Version};
 
 use super::framing::{Chunked, Framing};
 use super::Error;
+use crate::proxy::headers;
 
 /// Bytes a response head may take (hyper's client default), 1xx heads included.
 pub const MAX_HEAD: usize = 8192 + 4096 * 100;
@@ -85,9 +86,7 @@ fn ends_chunked(h: &HeaderMap) -> bool {
     h.get_all(header::TRANSFER_ENCODING)
         .iter()
         .next_back()
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.rsplit(',').next())
-        .is_some_and(|last| last.trim().eq_ignore_ascii_case("chunked"))
+        .is_some_and(headers::ends_chunked)
 }
 
 /// The `Content-Length`: every value (and every comma-separated item) the same decimal number.
@@ -96,11 +95,7 @@ fn content_length(h: &HeaderMap) -> Result<Option<u64>, Error> {
     for v in h.get_all(header::CONTENT_LENGTH) {
         for item in v.as_bytes().split(|&b| b == b',') {
             let item = item.trim_ascii();
-            let n = std::str::from_utf8(item)
-                .ok()
-                .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
-                .and_then(|s| s.parse::<u64>().ok())
-                .ok_or(Error::ContentLength)?;
+            let n = headers::decimal(item).ok_or(Error::ContentLength)?;
             if found.is_some_and(|f| f != n) {
                 return Err(Error::ContentLength);
             }
