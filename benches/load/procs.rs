@@ -317,11 +317,16 @@ pub fn fds(pid: u32) -> Option<usize> {
 
 /// User + system CPU time in clock ticks.
 pub fn cpu_ticks(pid: u32) -> Option<u64> {
+    cpu_ticks_split(pid).map(|(user, system)| user + system)
+}
+
+/// (user, system) CPU ticks of `pid` so far.
+pub fn cpu_ticks_split(pid: u32) -> Option<(u64, u64)> {
     let s = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let rest = &s[s.rfind(')')? + 2..];
     let f: Vec<&str> = rest.split_whitespace().collect();
     // Fields after the command: state(3) … utime(14) stime(15), i.e. indexes 11 and 12 here.
-    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+    Some((f.get(11)?.parse().ok()?, f.get(12)?.parse().ok()?))
 }
 
 /// Children of `pid` (nginx's worker).

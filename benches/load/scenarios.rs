@@ -164,6 +164,16 @@ impl Env {
             .collect()
     }
 
+    /// System (kernel) CPU seconds so far of the processes of `pids(ti)`.
+    fn system_cpu(&self, ti: usize) -> Vec<f64> {
+        self.pids(ti)
+            .iter()
+            .map(|(_, ps)| {
+                ps.iter().filter_map(|p| procs::cpu_ticks_split(*p)).map(|(_, s)| s).sum::<u64>() as f64 / self.tck
+            })
+            .collect()
+    }
+
     fn check_alive(&mut self) -> Result<(), String> {
         if !self.gateway.0.alive() {
             return Err("the gateway exited during the run (see its log under /tmp/sse-gateway-load-*)".into());
@@ -934,15 +944,21 @@ async fn cost(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> Re
     ));
     // Per row: CPU µs per event, events/s delivered in the window, by round.
     let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); COST_ROWS.len()];
+    // Of which system (kernel) time: the part that the proxy's own code does not execute.
+    let mut system: Vec<Vec<f64>> = vec![Vec::new(); COST_ROWS.len()];
     let mut rate: Vec<Vec<f64>> = vec![Vec::new(); COST_ROWS.len()];
     let mut failed = [0usize; COST_ROWS.len()];
     for round in 0..rounds {
         for k in order(round, COST_ROWS.len()) {
             let ti = COST_ROWS[k].0;
+            let sys_before = env.system_cpu(ti);
             let (r, c) = phase(env, &targets[ti], &plan, rep, ok).await?;
+            let sys: Vec<f64> = env.system_cpu(ti).iter().zip(&sys_before).map(|(a, b)| a - b).collect();
             // `Env::cpu`'s columns: upstream, nginx, the gateway behind the target, client.
-            let proxy = if ti == 1 { c[1] } else { c[2] };
-            cpu[k].push(proxy * 1e6 / r.events.max(1) as f64);
+            let col = if ti == 1 { 1 } else { 2 };
+            let per_event = 1e6 / r.events.max(1) as f64;
+            cpu[k].push(c[col] * per_event);
+            system[k].push(sys[col] * per_event);
             rate[k].push(r.rate());
             failed[k] += r.failed();
         }
@@ -977,8 +993,11 @@ async fn cost(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> Re
     // The median over rounds of (row / nginx in the same round).
     let ratio = |v: &[f64], ng: &[f64]| median(v.iter().zip(ng).map(|(a, b)| a / b.max(f64::MIN_POSITIVE)).collect());
     let list = |v: &[f64]| v.iter().map(|x| format!("{x:.1}")).collect::<Vec<_>>().join(", ");
-    rep.line("| | CPU per event, µs (all proxy processes, user+system) | memory per idle stream, HTTP/1.1 (KiB) | memory per idle stream, h2c (KiB) |");
-    rep.line("|---|---|---|---|");
+    rep.line(
+        "| | CPU per event, µs (all proxy processes, user+system) | of which user / system, µs | memory per idle \
+         stream, HTTP/1.1 (KiB) | memory per idle stream, h2c (KiB) |",
+    );
+    rep.line("|---|---|---|---|---|");
     for (k, (_, label)) in COST_ROWS.iter().enumerate() {
         let cell = |v: &[f64], ng: &[f64]| {
             if k == 0 {
@@ -987,24 +1006,28 @@ async fn cost(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> Re
                 format!("{:.1} ({:.2}×)", median(v.to_vec()), ratio(v, ng))
             }
         };
+        let user = median(cpu[k].iter().zip(&system[k]).map(|(c, s)| c - s).collect());
         rep.line(format!(
-            "| {label} | {} | {} | {} |",
+            "| {label} | {} | {user:.1} / {:.1} | {} | {} |",
             cell(&cpu[k], &cpu[0]),
+            median(system[k].clone()),
             cell(&mem[k][0], &mem[0][0]),
             cell(&mem[k][1], &mem[0][1])
         ));
     }
     rep.line("\nBy round:\n");
     rep.line(format!(
-        "| target | CPU µs/event | events/s delivered (offered {}) | KiB/stream h1 | KiB/stream h2c | failed streams |",
+        "| target | CPU µs/event | of which system | events/s delivered (offered {}) | KiB/stream h1 | KiB/stream h2c | \
+         failed streams |",
         n(paced as f64 * per_stream_rate)
     ));
-    rep.line("|---|---|---|---|---|---|");
+    rep.line("|---|---|---|---|---|---|---|");
     for (k, (ti, _)) in COST_ROWS.iter().enumerate() {
         rep.line(format!(
-            "| {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} |",
             targets[*ti].name,
             list(&cpu[k]),
+            list(&system[k]),
             rate[k].iter().map(|r| n(*r)).collect::<Vec<_>>().join(", "),
             list(&mem[k][0]),
             list(&mem[k][1]),

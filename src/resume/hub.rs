@@ -13,7 +13,7 @@
 //! resumed it) has not been sent are never evicted: when they fill `buffer_bytes`, the writer waits.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -42,13 +42,19 @@ const CATCH_UP_FRAME: usize = 64 << 10;
 /// What every held stream shares with the hub.
 struct Shared {
     limits: Limits,
+    /// Its `held_bytes` gauge is also the hub's count of bytes held over all streams (one atomic per frame).
     metrics: Arc<ResumeMetrics>,
-    /// Bytes held over all streams.
-    total: AtomicUsize,
     /// Where events are mirrored for other instances (`resume.store = "redis"`).
     mirror: Option<RedisStore>,
     /// `retry: <retry_ms>\n`, written after the first event's id.
     retry_line: Vec<u8>,
+}
+
+impl Shared {
+    /// Bytes held over all streams.
+    fn total(&self) -> usize {
+        self.metrics.held_bytes.get().max(0) as usize
+    }
 }
 
 /// Every held stream of this process, by token.
@@ -65,7 +71,6 @@ impl Hub {
                 retry_line: format!("retry: {}\n", limits.retry_ms).into_bytes(),
                 limits,
                 metrics,
-                total: AtomicUsize::new(0),
                 mirror,
             }),
         }
@@ -138,14 +143,14 @@ impl Hub {
             }
             _ => true,
         });
-        if self.shared.total.load(Ordering::Relaxed) > limits.max_total_bytes {
+        if self.shared.total() > limits.max_total_bytes {
             let mut ended: Vec<(Instant, Token)> = streams
                 .iter()
                 .filter_map(|(t, s)| s.ended_at().map(|at| (at, *t)))
                 .collect();
             ended.sort_unstable_by_key(|(at, _)| *at);
             for (_, token) in ended {
-                if self.shared.total.load(Ordering::Relaxed) <= limits.max_total_bytes {
+                if self.shared.total() <= limits.max_total_bytes {
                     break;
                 }
                 if let Some(s) = streams.remove(&token) {
@@ -155,9 +160,9 @@ impl Hub {
         }
         // Still over with live streams only: they give up the events their attached client was sent, down to
         // `LIVE_FLOOR` each (a reconnect after losing more than that in flight then gets `resume_gap`).
-        if self.shared.total.load(Ordering::Relaxed) > limits.max_total_bytes {
+        if self.shared.total() > limits.max_total_bytes {
             for s in streams.values() {
-                if self.shared.total.load(Ordering::Relaxed) <= limits.max_total_bytes {
+                if self.shared.total() <= limits.max_total_bytes {
                     break;
                 }
                 s.trim_delivered(LIVE_FLOOR);
@@ -602,7 +607,6 @@ impl Stream {
         }
         st.starts = ends;
         st.bytes += charged;
-        self.shared.total.fetch_add(charged, Ordering::Relaxed);
         self.shared.metrics.held_bytes.add(charged as i64);
         // While the original body writes to its client, what it holds is what it sends.
         if st.primary == Some(0) {
@@ -645,7 +649,6 @@ impl Stream {
     /// Accounts for `freed` bytes no longer held.
     fn release(&self, freed: usize) {
         if freed > 0 {
-            self.shared.total.fetch_sub(freed, Ordering::Relaxed);
             self.shared.metrics.held_bytes.sub(freed as i64);
         }
     }
@@ -872,9 +875,9 @@ mod tests {
                 s
             })
             .collect();
-        assert!(h.shared.total.load(Ordering::Relaxed) > 4 << 20);
+        assert!(h.shared.total() > 4 << 20);
         assert_eq!(h.sweep(Instant::now()), 0, "no live stream is forgotten");
-        assert!(h.shared.total.load(Ordering::Relaxed) <= 4 << 20);
+        assert!(h.shared.total() <= 4 << 20);
         let trimmed = live.iter().filter(|s| s.state().bytes <= LIVE_FLOOR + 60_100).count();
         assert!(
             (1..5).contains(&trimmed),
@@ -890,7 +893,7 @@ mod tests {
         roomy.extend_from_slice(&event(10));
         s.append(Bytes::from(roomy));
         assert!(s.state().bytes >= 10_000, "{}", s.state().bytes);
-        assert_eq!(h.shared.total.load(Ordering::Relaxed), s.state().bytes);
+        assert_eq!(h.shared.total(), s.state().bytes);
     }
 
     #[test]
