@@ -169,7 +169,11 @@ impl Env {
         self.pids(ti)
             .iter()
             .map(|(_, ps)| {
-                ps.iter().filter_map(|p| procs::cpu_ticks_split(*p)).map(|(_, s)| s).sum::<u64>() as f64 / self.tck
+                ps.iter()
+                    .filter_map(|p| procs::cpu_ticks_split(*p))
+                    .map(|(_, s)| s)
+                    .sum::<u64>() as f64
+                    / self.tck
             })
             .collect()
     }
