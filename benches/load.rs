@@ -99,8 +99,9 @@ fn usage() -> &'static str {
 Every scenario but `scaling` also runs `gateway-resume-off`: the gateway with SSE_GATEWAY__RESUME__ENABLED=false
 beside the default (resumption on), to report resumption's cost side by side.
 `cost` (issue 16) gives nginx and the gateway side by side in one run: CPU per event (user+system of every
-proxy process) at 50 streams × 400 ev/s paced over HTTP/1.1 (--secs: its window, default 5), memory per idle
-stream over HTTP/1.1 and h2c (a fresh process per row), the ratios to nginx and the verdicts (default 3 rounds).
+proxy process, and its user and system parts) at 50 streams × 400 ev/s paced over HTTP/1.1 (--secs: its window,
+default 5), memory per idle stream over HTTP/1.1 and h2c (a fresh process per row), the ratios to nginx and the
+verdicts (default 3 rounds).
 `instructions` (not in `all`) counts the user-space instructions per event of nginx and the gateway under
 valgrind's callgrind (apt-get install -y valgrind): a figure that holds still on a busy machine
 exit status: 1 when a stream was dropped or a process failed; never because of a latency or throughput figure"
