@@ -322,11 +322,21 @@ pub fn cpu_ticks(pid: u32) -> Option<u64> {
 
 /// (user, system) CPU ticks of `pid` so far.
 pub fn cpu_ticks_split(pid: u32) -> Option<(u64, u64)> {
+    // Fields after the command: state(3) … utime(14) stime(15).
+    Some((stat_field(pid, 14)?, stat_field(pid, 15)?))
+}
+
+/// Minor page faults of `pid` so far: each first touch of a new page of memory.
+pub fn minor_faults(pid: u32) -> Option<u64> {
+    stat_field(pid, 10)
+}
+
+/// Field `n` (1-based, as in proc(5)) of `/proc/<pid>/stat`, from field 3 on.
+fn stat_field(pid: u32, n: usize) -> Option<u64> {
     let s = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command (field 2) may hold spaces: fields are counted from the last `)`.
     let rest = &s[s.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // Fields after the command: state(3) … utime(14) stime(15), i.e. indexes 11 and 12 here.
-    Some((f.get(11)?.parse().ok()?, f.get(12)?.parse().ok()?))
+    rest.split_whitespace().nth(n.checked_sub(3)?)?.parse().ok()
 }
 
 /// Children of `pid` (nginx's worker).

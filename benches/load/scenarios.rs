@@ -164,6 +164,14 @@ impl Env {
             .collect()
     }
 
+    /// Minor page faults so far of the processes of `pids(ti)`.
+    fn faults(&self, ti: usize) -> Vec<u64> {
+        self.pids(ti)
+            .iter()
+            .map(|(_, ps)| ps.iter().filter_map(|p| procs::minor_faults(*p)).sum())
+            .collect()
+    }
+
     /// System (kernel) CPU seconds so far of the processes of `pids(ti)`.
     fn system_cpu(&self, ti: usize) -> Vec<f64> {
         self.pids(ti)
@@ -950,19 +958,23 @@ async fn cost(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> Re
     let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); COST_ROWS.len()];
     // Of which system (kernel) time: the part that the proxy's own code does not execute.
     let mut system: Vec<Vec<f64>> = vec![Vec::new(); COST_ROWS.len()];
+    // Minor page faults per 1,000 events: new memory touched (held events fill their buffers).
+    let mut faults: Vec<Vec<f64>> = vec![Vec::new(); COST_ROWS.len()];
     let mut rate: Vec<Vec<f64>> = vec![Vec::new(); COST_ROWS.len()];
     let mut failed = [0usize; COST_ROWS.len()];
     for round in 0..rounds {
         for k in order(round, COST_ROWS.len()) {
             let ti = COST_ROWS[k].0;
-            let sys_before = env.system_cpu(ti);
+            let (sys_before, faults_before) = (env.system_cpu(ti), env.faults(ti));
             let (r, c) = phase(env, &targets[ti], &plan, rep, ok).await?;
             let sys: Vec<f64> = env.system_cpu(ti).iter().zip(&sys_before).map(|(a, b)| a - b).collect();
+            let touched: Vec<u64> = env.faults(ti).iter().zip(&faults_before).map(|(a, b)| a - b).collect();
             // `Env::cpu`'s columns: upstream, nginx, the gateway behind the target, client.
             let col = if ti == 1 { 1 } else { 2 };
             let per_event = 1e6 / r.events.max(1) as f64;
             cpu[k].push(c[col] * per_event);
             system[k].push(sys[col] * per_event);
+            faults[k].push(touched[col] as f64 * 1e3 / r.events.max(1) as f64);
             rate[k].push(r.rate());
             failed[k] += r.failed();
         }
@@ -1021,17 +1033,22 @@ async fn cost(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> Re
     }
     rep.line("\nBy round:\n");
     rep.line(format!(
-        "| target | CPU µs/event | of which system | events/s delivered (offered {}) | KiB/stream h1 | KiB/stream h2c | \
-         failed streams |",
+        "| target | CPU µs/event | of which system | page faults per 1,000 events | events/s delivered (offered {}) | \
+         KiB/stream h1 | KiB/stream h2c | failed streams |",
         n(paced as f64 * per_stream_rate)
     ));
-    rep.line("|---|---|---|---|---|---|---|");
+    rep.line("|---|---|---|---|---|---|---|---|");
     for (k, (ti, _)) in COST_ROWS.iter().enumerate() {
         rep.line(format!(
-            "| {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
             targets[*ti].name,
             list(&cpu[k]),
             list(&system[k]),
+            faults[k]
+                .iter()
+                .map(|f| format!("{f:.0}"))
+                .collect::<Vec<_>>()
+                .join(", "),
             rate[k].iter().map(|r| n(*r)).collect::<Vec<_>>().join(", "),
             list(&mem[k][0]),
             list(&mem[k][1]),
