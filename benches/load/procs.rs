@@ -315,28 +315,46 @@ pub fn fds(pid: u32) -> Option<usize> {
     fs::read_dir(format!("/proc/{pid}/fd")).ok().map(|d| d.count())
 }
 
-/// User + system CPU time in clock ticks.
-pub fn cpu_ticks(pid: u32) -> Option<u64> {
-    cpu_ticks_split(pid).map(|(user, system)| user + system)
+/// What a process has used so far, from `/proc/<pid>/stat`: CPU clock ticks in user and in system mode, and minor
+/// page faults (each a first touch of a new page of memory).
+#[derive(Clone, Copy, Default)]
+pub struct Usage {
+    pub user: u64,
+    pub system: u64,
+    pub faults: u64,
 }
 
-/// (user, system) CPU ticks of `pid` so far.
-pub fn cpu_ticks_split(pid: u32) -> Option<(u64, u64)> {
-    // Fields after the command: state(3) … utime(14) stime(15).
-    Some((stat_field(pid, 14)?, stat_field(pid, 15)?))
+impl Usage {
+    pub fn plus(self, o: Usage) -> Usage {
+        Usage {
+            user: self.user + o.user,
+            system: self.system + o.system,
+            faults: self.faults + o.faults,
+        }
+    }
+
+    /// What was used between `before` and `self`.
+    pub fn since(self, before: Usage) -> Usage {
+        Usage {
+            user: self.user.saturating_sub(before.user),
+            system: self.system.saturating_sub(before.system),
+            faults: self.faults.saturating_sub(before.faults),
+        }
+    }
 }
 
-/// Minor page faults of `pid` so far: each first touch of a new page of memory.
-pub fn minor_faults(pid: u32) -> Option<u64> {
-    stat_field(pid, 10)
-}
-
-/// Field `n` (1-based, as in proc(5)) of `/proc/<pid>/stat`, from field 3 on.
-fn stat_field(pid: u32, n: usize) -> Option<u64> {
+/// `pid`'s usage so far (one read of its stat file).
+pub fn usage(pid: u32) -> Option<Usage> {
     let s = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command (field 2) may hold spaces: fields are counted from the last `)`.
-    let rest = &s[s.rfind(')')? + 2..];
-    rest.split_whitespace().nth(n.checked_sub(3)?)?.parse().ok()
+    // The command (field 2) may hold spaces: fields are counted from the last `)`, which field 3 follows.
+    let f: Vec<&str> = s[s.rfind(')')? + 2..].split_whitespace().collect();
+    let field = |n: usize| f.get(n - 3)?.parse().ok();
+    // proc(5): minflt(10), utime(14), stime(15).
+    Some(Usage {
+        faults: field(10)?,
+        user: field(14)?,
+        system: field(15)?,
+    })
 }
 
 /// Children of `pid` (nginx's worker).

@@ -156,32 +156,14 @@ impl Env {
         ]
     }
 
-    /// CPU seconds so far of the processes of `pids(ti)`.
-    fn cpu(&self, ti: usize) -> Vec<f64> {
-        self.pids(ti)
-            .iter()
-            .map(|(_, ps)| ps.iter().filter_map(|p| procs::cpu_ticks(*p)).sum::<u64>() as f64 / self.tck)
-            .collect()
-    }
-
-    /// Minor page faults so far of the processes of `pids(ti)`.
-    fn faults(&self, ti: usize) -> Vec<u64> {
-        self.pids(ti)
-            .iter()
-            .map(|(_, ps)| ps.iter().filter_map(|p| procs::minor_faults(*p)).sum())
-            .collect()
-    }
-
-    /// System (kernel) CPU seconds so far of the processes of `pids(ti)`.
-    fn system_cpu(&self, ti: usize) -> Vec<f64> {
+    /// What the processes of `pids(ti)` have used so far, by group.
+    fn usage(&self, ti: usize) -> Vec<procs::Usage> {
         self.pids(ti)
             .iter()
             .map(|(_, ps)| {
                 ps.iter()
-                    .filter_map(|p| procs::cpu_ticks_split(*p))
-                    .map(|(_, s)| s)
-                    .sum::<u64>() as f64
-                    / self.tck
+                    .filter_map(|p| procs::usage(*p))
+                    .fold(procs::Usage::default(), procs::Usage::plus)
             })
             .collect()
     }
@@ -305,15 +287,28 @@ async fn phase(
     plan: &Plan,
     rep: &mut Report,
     ok: &mut bool,
-) -> Result<(PhaseResult, Vec<f64>), String> {
+) -> Result<(PhaseResult, Spent), String> {
     let ti = NAMES.iter().position(|n| *n == t.name).unwrap_or(GW);
-    let before = env.cpu(ti);
+    let before = env.usage(ti);
     let r = run_phase(t, plan, Arc::new(AtomicUsize::new(0))).await;
-    let after = env.cpu(ti);
-    let cpu: Vec<f64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+    let used: Vec<procs::Usage> = env.usage(ti).into_iter().zip(before).map(|(a, b)| a.since(b)).collect();
     env.check_alive()?;
     report_failures(&r, t, plan, rep, ok);
-    Ok((r, cpu))
+    let secs = |ticks: u64| ticks as f64 / env.tck;
+    let spent = Spent {
+        cpu: used.iter().map(|u| secs(u.user + u.system)).collect(),
+        system: used.iter().map(|u| secs(u.system)).collect(),
+        faults: used.iter().map(|u| u.faults).collect(),
+    };
+    Ok((r, spent))
+}
+
+/// What each process group of `Env::pids` used over a phase: CPU seconds (user + system), of which system, and
+/// minor page faults.
+struct Spent {
+    cpu: Vec<f64>,
+    system: Vec<f64>,
+    faults: Vec<u64>,
 }
 
 /// A line for the streams of a phase that failed, which also fails the run.
@@ -455,8 +450,8 @@ async fn latency(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) ->
         let mut acc: Vec<Acc> = (0..targets.len()).map(|_| Acc::new()).collect();
         for round in 0..rounds {
             for i in order(round, targets.len()) {
-                let (r, cpu) = phase(env, &targets[i], &plan, rep, ok).await?;
-                acc[i].add(&r, &cpu);
+                let (r, spent) = phase(env, &targets[i], &plan, rep, ok).await?;
+                acc[i].add(&r, &spent.cpu);
             }
         }
         rep.line(format!(
@@ -563,8 +558,8 @@ async fn throughput(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool)
     let mut acc: Vec<Acc> = (0..targets.len()).map(|_| Acc::new()).collect();
     for round in 0..rounds {
         for i in order(round, targets.len()) {
-            let (r, cpu) = phase(env, &targets[i], &plan, rep, ok).await?;
-            acc[i].add(&r, &cpu);
+            let (r, spent) = phase(env, &targets[i], &plan, rep, ok).await?;
+            acc[i].add(&r, &spent.cpu);
         }
     }
     rep.line(format!("| target | events/s (median) | by round | {CPU_HEAD} |"));
@@ -965,16 +960,13 @@ async fn cost(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> Re
     for round in 0..rounds {
         for k in order(round, COST_ROWS.len()) {
             let ti = COST_ROWS[k].0;
-            let (sys_before, faults_before) = (env.system_cpu(ti), env.faults(ti));
-            let (r, c) = phase(env, &targets[ti], &plan, rep, ok).await?;
-            let sys: Vec<f64> = env.system_cpu(ti).iter().zip(&sys_before).map(|(a, b)| a - b).collect();
-            let touched: Vec<u64> = env.faults(ti).iter().zip(&faults_before).map(|(a, b)| a - b).collect();
-            // `Env::cpu`'s columns: upstream, nginx, the gateway behind the target, client.
+            let (r, spent) = phase(env, &targets[ti], &plan, rep, ok).await?;
+            // `Env::pids`'s groups: upstream, nginx, the gateway behind the target, client.
             let col = if ti == 1 { 1 } else { 2 };
             let per_event = 1e6 / r.events.max(1) as f64;
-            cpu[k].push(c[col] * per_event);
-            system[k].push(sys[col] * per_event);
-            faults[k].push(touched[col] as f64 * 1e3 / r.events.max(1) as f64);
+            cpu[k].push(spent.cpu[col] * per_event);
+            system[k].push(spent.system[col] * per_event);
+            faults[k].push(spent.faults[col] as f64 * 1e3 / r.events.max(1) as f64);
             rate[k].push(r.rate());
             failed[k] += r.failed();
         }
