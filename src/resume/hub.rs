@@ -36,6 +36,15 @@ pub struct Limits {
     pub retry_ms: u64,
 }
 
+/// Held events are written into blocks, each shared by the frames written to it, so that an event keeps its
+/// bytes allocated and not the translator's spare room, and a stream grows its memory by blocks rather than by
+/// frames. A stream's first block is this large (or its first frame's size); each next one is twice the last,
+/// up to `MAX_BLOCK` (a larger frame gets a block of its own size). What is counted (`held_bytes`) is the events'
+/// bytes, and a block's unused tail once no more events go to it; a block whose first events were evicted stays
+/// allocated until its last one is, so a stream holds up to two blocks more than it counts.
+const FIRST_BLOCK: usize = 512;
+const MAX_BLOCK: usize = 64 << 10;
+
 /// Most bytes a subscriber's catching-up frame gathers from held events.
 const CATCH_UP_FRAME: usize = 64 << 10;
 
@@ -118,6 +127,8 @@ impl Hub {
                 ended_at: now,
                 readers: Vec::new(),
                 starts: Vec::new(),
+                block: BytesMut::new(),
+                block_cap: 0,
                 mirrored: self.shared.mirror.is_some(),
             }),
         });
@@ -221,6 +232,10 @@ struct State {
     readers: Vec<Waker>,
     /// Scratch for `push`: where each event of a frame starts (kept, so a frame costs no allocation for it).
     starts: Vec<u32>,
+    /// Where the next events are written: the rest of the last block (see `FIRST_BLOCK`).
+    block: BytesMut,
+    /// The capacity the last block was made with.
+    block_cap: usize,
     /// Events still go to the mirror (false once it fell behind or failed: the stream is then resumable only
     /// here).
     mirrored: bool,
@@ -247,7 +262,8 @@ pub struct Cursor {
     pub replay_until: u64,
 }
 
-/// One held event, with its share of its frame's allocation.
+/// One held event and the bytes it keeps allocated: its own, and the unused tail of its block if it is the
+/// block's last.
 struct HeldEvent {
     event: Bytes,
     charge: usize,
@@ -531,7 +547,6 @@ impl Stream {
         // it, so an id first would let a cut between it and the data lose the event.
         let retry = &self.shared.retry_line;
         let first = st.next;
-        let len = frame.len();
         // (data end, newline to add) of the event ending at `end`: a whole event loses its blank line (one
         // newline stays); a tail keeps what it has and gets a newline if it has none.
         let count = ends.len();
@@ -550,64 +565,54 @@ impl Stream {
             size += data_end - begin + newline + lines_of(first + k as u64) + 1;
             begin = end as usize;
         }
-        // In the translator's own buffer (made with room for them), moving the events from the last, so none
-        // is overwritten before it has moved; `ends[k]` becomes where event k starts.
-        let mut buf = match frame.try_into_mut() {
-            Ok(own) if own.capacity() >= size => own,
-            // Shared, or too small: a buffer of the exact size (growing the old one would double it).
-            Ok(own) => exact(&own, size),
-            Err(shared) => exact(&shared, size),
-        };
-        buf.resize(size.max(len), 0);
-        let mut at = size;
-        for k in (0..count).rev() {
-            let begin = if k == 0 { 0 } else { ends[k - 1] as usize };
+        // Copied into the stream's block (the translator's buffer has room to spare, which held events would keep).
+        if st.block.capacity() < size {
+            let cap = size.max((st.block_cap * 2).clamp(FIRST_BLOCK, MAX_BLOCK));
+            self.retire_block(st);
+            st.block = BytesMut::with_capacity(cap);
+            st.block_cap = cap;
+        }
+        let stem = &self.stem;
+        let block = &mut st.block;
+        let mut begin = 0;
+        for k in 0..count {
             let (data_end, newline) = data_of(k, ends[k] as usize);
             let seq = first + k as u64;
-            at -= data_end - begin + newline + lines_of(seq) + 1;
-            buf.copy_within(begin..data_end, at);
-            let mut p = at + (data_end - begin);
+            let start = block.len();
+            block.extend_from_slice(&frame[begin..data_end]);
             if newline == 1 {
-                buf[p] = b'\n';
-                p += 1;
+                block.extend_from_slice(b"\n");
             }
-            let id_len = id_line_len(&self.stem, seq);
-            put_id_line(&mut buf[p..p + id_len], &self.stem, seq);
-            p += id_len;
+            let at = block.len();
+            block.resize(at + id_line_len(stem, seq), 0);
+            put_id_line(&mut block[at..], stem, seq);
             if seq == 1 {
-                buf[p..p + retry.len()].copy_from_slice(retry);
-                p += retry.len();
+                block.extend_from_slice(retry);
             }
-            buf[p] = b'\n';
-            ends[k] = at as u32;
+            block.extend_from_slice(b"\n");
+            begin = ends[k] as usize;
+            ends[k] = start as u32;
         }
-        debug_assert_eq!(at, 0);
-        buf.truncate(size);
+        debug_assert_eq!(block.len(), size);
+        // The block's allocation is shared by its frames: split off, the rest of it stays for the next ones.
+        let out = block.split().freeze();
         st.next += count as u64;
-        // The frame's whole allocation stays alive while any of its events is held: that is what is counted
-        // (the translator makes its buffers with room to spare), spread over its events.
-        let charged = buf.capacity().max(size);
-        let out = buf.freeze();
         if st.mirrored {
             if let Some(m) = &self.shared.mirror {
                 st.mirrored = m.append(&self.hex, first, out.clone(), &ends);
             }
         }
         ends.push(out.len() as u32);
-        let slack = (charged - size) / count;
-        for (k, w) in ends.windows(2).enumerate() {
+        for w in ends.windows(2) {
             let event = out.slice(w[0] as usize..w[1] as usize);
-            let extra = if k + 1 == count {
-                charged - size - slack * (count - 1)
-            } else {
-                slack
-            };
-            let charge = event.len() + extra;
-            st.events.push_back(HeldEvent { event, charge });
+            st.events.push_back(HeldEvent {
+                charge: event.len(),
+                event,
+            });
         }
         st.starts = ends;
-        st.bytes += charged;
-        self.shared.metrics.held_bytes.add(charged as i64);
+        st.bytes += size;
+        self.shared.metrics.held_bytes.add(size as i64);
         // While the original body writes to its client, what it holds is what it sends.
         if st.primary == Some(0) {
             st.delivered = st.next;
@@ -653,10 +658,22 @@ impl Stream {
         }
     }
 
+    /// No more events go to the current block: its unused tail stays allocated as long as its last event is
+    /// held, so that event carries it.
+    fn retire_block(&self, st: &mut State) {
+        let spare = std::mem::take(&mut st.block).capacity();
+        if let (Some(last), true) = (st.events.back_mut(), spare > 0) {
+            last.charge += spare;
+            st.bytes += spare;
+            self.shared.metrics.held_bytes.add(spare as i64);
+        }
+    }
+
     fn end(&self, st: &mut State, how: End) {
         if st.end.is_some() {
             return;
         }
+        self.retire_block(st);
         st.end = Some(how);
         st.ended_at = Instant::now();
         if let (true, Some(m)) = (st.mirrored, &self.shared.mirror) {
@@ -689,6 +706,7 @@ impl Stream {
         let mut st = self.state();
         let bytes = std::mem::take(&mut st.bytes);
         st.events.clear();
+        st.block = BytesMut::new();
         st.first = st.next;
         self.release(bytes);
         self.shared.metrics.held(st.phase).dec();
@@ -703,13 +721,6 @@ pub fn gateway_error(agent: &str, kind: &str, message: &str) -> Bytes {
     let mut out = Vec::new();
     write_gateway_error(&mut out, agent, kind, message);
     Bytes::from(out)
-}
-
-/// A buffer of capacity `size` holding `bytes`.
-fn exact(bytes: &[u8], size: usize) -> BytesMut {
-    let mut b = BytesMut::with_capacity(size.max(bytes.len()));
-    b.extend_from_slice(bytes);
-    b
 }
 
 /// Where the first event of `s` ends: just past its blank line (`\n\n`).
@@ -886,13 +897,34 @@ mod tests {
     }
 
     #[test]
-    fn a_held_frame_counts_its_whole_buffer() {
-        let h = hub(1 << 16, 1000);
+    fn held_events_count_their_bytes_and_a_retired_block_its_unused_tail() {
+        let h = hub(1 << 20, 1000);
         let s = h.create([0; 32], "a").unwrap();
+        // The translator's room to spare is not held.
         let mut roomy = Vec::with_capacity(10_000);
         roomy.extend_from_slice(&event(10));
-        s.append(Bytes::from(roomy));
-        assert!(s.state().bytes >= 10_000, "{}", s.state().bytes);
+        let out = s.append(Bytes::from(roomy));
+        assert_eq!(s.state().bytes, out.len());
+        assert_eq!(h.shared.total(), s.state().bytes);
+        // Filling blocks: each full one is counted whole.
+        let mut sent = out.len();
+        let mut blocks = vec![FIRST_BLOCK];
+        for _ in 0..1000 {
+            let room = s.state().block.capacity();
+            let out = s.append(Bytes::from(event(100)));
+            sent += out.len();
+            if s.state().block.capacity() + out.len() != room {
+                blocks.push(s.state().block_cap);
+            }
+        }
+        assert!(blocks.len() > 3, "{blocks:?}");
+        assert_eq!(blocks.last(), Some(&MAX_BLOCK), "{blocks:?}");
+        // A retired block's tail is what the event after it did not fit in.
+        let tails = s.state().bytes - sent;
+        assert!(tails < (blocks.len() - 1) * 200, "{tails}");
+        // Once the run ends, the last block's unused tail is counted too: everything the blocks allocated.
+        s.finish(Bytes::new(), End::Completed);
+        assert_eq!(s.state().bytes, blocks.iter().sum::<usize>());
         assert_eq!(h.shared.total(), s.state().bytes);
     }
 
