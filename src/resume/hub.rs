@@ -575,8 +575,8 @@ impl Stream {
         let stem = &self.stem;
         let block = &mut st.block;
         let mut begin = 0;
-        for k in 0..count {
-            let (data_end, newline) = data_of(k, ends[k] as usize);
+        for (k, end) in ends.iter_mut().enumerate() {
+            let (data_end, newline) = data_of(k, *end as usize);
             let seq = first + k as u64;
             let start = block.len();
             block.extend_from_slice(&frame[begin..data_end]);
@@ -590,8 +590,8 @@ impl Stream {
                 block.extend_from_slice(retry);
             }
             block.extend_from_slice(b"\n");
-            begin = ends[k] as usize;
-            ends[k] = start as u32;
+            begin = *end as usize;
+            *end = start as u32;
         }
         debug_assert_eq!(block.len(), size);
         // The block's allocation is shared by its frames: split off, the rest of it stays for the next ones.
