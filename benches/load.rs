@@ -45,6 +45,8 @@ pub struct Opts {
     pub rounds: Option<usize>,
     pub secs: Option<f64>,
     pub gateway: PathBuf,
+    /// `--baseline`: a second gateway binary, one more target (`gateway-baseline`).
+    pub baseline: Option<PathBuf>,
     pub nginx: String,
     pub plot: PathBuf,
     pub out: Option<PathBuf>,
@@ -88,6 +90,9 @@ fn usage() -> &'static str {
                      second instance); default memory. Redis cases start their own redis-server
                      (apt-get install -y redis-server) and are skipped without one
   --gateway PATH     gateway binary (default target/release/sse-gateway)
+  --baseline PATH    another gateway binary, run with its defaults as one more target, `gateway-baseline`
+                     (translating, resumption on), beside the others in every round: a change measured
+                     against its parent in one run
   --nginx PATH       nginx binary (default nginx)
   --plot PATH        PNG written by `scaling` (default benches/results/scaling.png;
                      target/load/scaling-quick.png with --quick)
@@ -115,6 +120,7 @@ fn parse_args() -> Result<Opts, String> {
         rounds: None,
         secs: None,
         gateway: PathBuf::from("target/release/sse-gateway"),
+        baseline: None,
         nginx: "nginx".into(),
         plot: PathBuf::from("benches/results/scaling.png"),
         out: None,
@@ -155,6 +161,7 @@ fn parse_args() -> Result<Opts, String> {
             "--stores" => o.stores = Some(val("--stores")?.split(',').map(str::to_owned).collect()),
             "--hold" => o.hold_secs = Some(val("--hold")?.parse().map_err(|e| format!("--hold: {e}"))?),
             "--gateway" => o.gateway = PathBuf::from(val("--gateway")?),
+            "--baseline" => o.baseline = Some(PathBuf::from(val("--baseline")?)),
             "--nginx" => o.nginx = val("--nginx")?,
             "--plot" => {
                 o.plot = PathBuf::from(val("--plot")?);

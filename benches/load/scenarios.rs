@@ -26,6 +26,8 @@ struct Env {
     gateway: (Proc, u16, u16),
     /// The same binary with `resume.enabled = false`.
     gateway_off: (Proc, u16, u16),
+    /// `--baseline`: the other binary, with its defaults.
+    baseline: Option<(Proc, u16, u16)>,
     tck: f64,
 }
 
@@ -43,10 +45,19 @@ fn place<'a>(opts: &'a Opts, dir: &'a Path, upstream: u16, env: &'a [(String, St
 /// The target of the gateway translating with resumption off.
 pub const RESUME_OFF: &str = "gateway-resume-off";
 /// Targets by index: `gateway` is the gateway translating with its defaults (resumption on).
-const NAMES: [&str; 5] = ["direct", "nginx", "gateway", "gateway-pass", RESUME_OFF];
+const NAMES: [&str; 6] = [
+    "direct",
+    "nginx",
+    "gateway",
+    "gateway-pass",
+    RESUME_OFF,
+    "gateway-baseline",
+];
 /// Index of `gateway` (translating, resumption on) and `gateway-resume-off` in `Env::targets`.
 const GW: usize = 2;
 const GW_OFF: usize = 4;
+/// Index of `gateway-baseline` (present with `--baseline`).
+const BASELINE: usize = 5;
 
 /// The gateway's settings for `gateway-resume-off`.
 pub fn resume_off_env() -> Vec<(String, String)> {
@@ -61,6 +72,13 @@ impl Env {
         let off = resume_off_env();
         let dir = procs::scratch("gateway-resume-off");
         let gateway_off = procs::spawn_gateway(&opts.gateway, &place(opts, &dir, up[3], &off))?;
+        let baseline = match &opts.baseline {
+            Some(bin) => Some(procs::spawn_gateway(
+                bin,
+                &place(opts, &procs::scratch("gateway-baseline"), up[4], &[]),
+            )?),
+            None => None,
+        };
         Ok(Self {
             upstream_pid: upstream.pid(),
             _upstream: upstream,
@@ -68,6 +86,7 @@ impl Env {
             nginx,
             gateway,
             gateway_off,
+            baseline,
             tck: procs::clk_tck(),
         })
     }
@@ -79,6 +98,8 @@ impl Env {
         if ti == GW_OFF {
             let off = resume_off_env();
             self.gateway_off = procs::spawn_gateway(&opts.gateway, &place(opts, &dir, self.up[3], &off))?;
+        } else if let (BASELINE, Some(bin)) = (ti, &opts.baseline) {
+            self.baseline = Some(procs::spawn_gateway(bin, &place(opts, &dir, self.up[4], &[]))?);
         } else {
             self.gateway = procs::spawn_gateway(&opts.gateway, &place(opts, &dir, self.up[2], &[]))?;
         }
@@ -87,10 +108,10 @@ impl Env {
 
     /// The gateway process behind target `ti`: (proc, public port, admin port).
     fn gateway_of(&self, ti: usize) -> &(Proc, u16, u16) {
-        if ti == GW_OFF {
-            &self.gateway_off
-        } else {
-            &self.gateway
+        match (ti, &self.baseline) {
+            (GW_OFF, _) => &self.gateway_off,
+            (BASELINE, Some(b)) => b,
+            _ => &self.gateway,
         }
     }
 
@@ -104,7 +125,7 @@ impl Env {
     fn targets(&self) -> Vec<Target> {
         let up = procs::addr(self.up[0]);
         let gw = procs::addr(self.gateway.1);
-        vec![
+        let mut targets = vec![
             Target {
                 name: NAMES[0],
                 addr: up,
@@ -140,7 +161,17 @@ impl Env {
                 legacy_header: false,
                 translated: true,
             },
-        ]
+        ];
+        if let Some(b) = &self.baseline {
+            targets.push(Target {
+                name: NAMES[BASELINE],
+                addr: procs::addr(b.1),
+                h2_addr: procs::addr(b.1),
+                legacy_header: false,
+                translated: true,
+            });
+        }
+        targets
     }
 
     /// (name, pid) of every process whose CPU time is reported: upstream, nginx worker(s), the gateway behind
@@ -176,6 +207,9 @@ impl Env {
             return Err(
                 "the resume-off gateway exited during the run (see its log under /tmp/sse-gateway-load-*)".into(),
             );
+        }
+        if self.baseline.as_mut().is_some_and(|b| !b.0.alive()) {
+            return Err("the baseline gateway exited during the run".into());
         }
         if !self.nginx.0.alive() {
             return Err("nginx exited during the run".into());
@@ -931,6 +965,13 @@ async fn cost(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> Re
     let (paced, per_stream_rate) = (50, 400.0);
     rep.line("## cost: CPU per event and memory per idle stream, against nginx (issue 16)\n");
     let targets = env.targets();
+    let mut rows = COST_ROWS.to_vec();
+    if targets.len() > BASELINE {
+        rows.push((
+            BASELINE,
+            "gateway, translating, `--baseline` binary (`gateway-baseline`; CPU only)",
+        ));
+    }
     let plan = rated_plan(paced, paced as f64 * per_stream_rate, window, Proto::H1);
     rep.line(format!(
         "CPU: {paced} streams over HTTP/1.1, each paced at {per_stream_rate:.0} events/s ({} events/s in all) by the \
@@ -950,16 +991,16 @@ async fn cost(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> Re
         hold.as_secs_f64()
     ));
     // Per row: CPU µs per event, events/s delivered in the window, by round.
-    let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); COST_ROWS.len()];
+    let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); rows.len()];
     // Of which system (kernel) time: the part that the proxy's own code does not execute.
-    let mut system: Vec<Vec<f64>> = vec![Vec::new(); COST_ROWS.len()];
+    let mut system: Vec<Vec<f64>> = vec![Vec::new(); rows.len()];
     // Minor page faults per 1,000 events: new memory touched (held events fill their buffers).
-    let mut faults: Vec<Vec<f64>> = vec![Vec::new(); COST_ROWS.len()];
-    let mut rate: Vec<Vec<f64>> = vec![Vec::new(); COST_ROWS.len()];
-    let mut failed = [0usize; COST_ROWS.len()];
+    let mut faults: Vec<Vec<f64>> = vec![Vec::new(); rows.len()];
+    let mut rate: Vec<Vec<f64>> = vec![Vec::new(); rows.len()];
+    let mut failed = vec![0usize; rows.len()];
     for round in 0..rounds {
-        for k in order(round, COST_ROWS.len()) {
-            let ti = COST_ROWS[k].0;
+        for k in order(round, rows.len()) {
+            let ti = rows[k].0;
             let (r, spent) = phase(env, &targets[ti], &plan, rep, ok).await?;
             // `Env::pids`'s groups: upstream, nginx, the gateway behind the target, client.
             let col = if ti == 1 { 1 } else { 2 };
@@ -973,9 +1014,10 @@ async fn cost(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> Re
     }
     // Per (row, protocol): KiB per idle stream by round.
     let legs = [Proto::H1, Proto::H2(100)];
-    let mut mem: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); legs.len()]; COST_ROWS.len()];
+    let mut mem: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); legs.len()]; rows.len()];
     let mut one = Vec::new();
     for (l, _) in legs.iter().enumerate() {
+        // Not the `--baseline` row: its CPU is what it is there for.
         for k in 0..COST_ROWS.len() {
             one.push((k, l));
         }
@@ -987,7 +1029,7 @@ async fn cost(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> Re
         }
         for (k, l) in runs {
             let spec = IdleSpec {
-                ti: COST_ROWS[k].0,
+                ti: rows[k].0,
                 proto: legs[l],
                 streams,
                 hold,
@@ -1006,9 +1048,11 @@ async fn cost(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> Re
          stream, HTTP/1.1 (KiB) | memory per idle stream, h2c (KiB) |",
     );
     rep.line("|---|---|---|---|---|");
-    for (k, (_, label)) in COST_ROWS.iter().enumerate() {
+    for (k, (_, label)) in rows.iter().enumerate() {
         let cell = |v: &[f64], ng: &[f64]| {
-            if k == 0 {
+            if v.is_empty() {
+                "—".to_owned()
+            } else if k == 0 {
                 format!("{:.1}", median(v.to_vec()))
             } else {
                 format!("{:.1} ({:.2}×)", median(v.to_vec()), ratio(v, ng))
@@ -1030,7 +1074,7 @@ async fn cost(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> Re
         n(paced as f64 * per_stream_rate)
     ));
     rep.line("|---|---|---|---|---|---|---|---|");
-    for (k, (ti, _)) in COST_ROWS.iter().enumerate() {
+    for (k, (ti, _)) in rows.iter().enumerate() {
         rep.line(format!(
             "| {} | {} | {} | {} | {} | {} | {} | {} |",
             targets[*ti].name,
@@ -1047,7 +1091,7 @@ async fn cost(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> Re
             failed[k]
         ));
     }
-    let gw = COST_ROWS.iter().position(|(ti, _)| *ti == GW).unwrap_or(2);
+    let gw = rows.iter().position(|(ti, _)| *ti == GW).unwrap_or(2);
     rep.line("");
     for (l, leg) in ["HTTP/1.1", "h2c"].iter().enumerate() {
         let r = ratio(&mem[gw][l], &mem[0][l]);

@@ -286,8 +286,8 @@ async fn serve(
     Ok(resp)
 }
 
-/// Listeners: direct, nginx, gateway, gateway with resumption off.
-pub const LISTENERS: usize = 4;
+/// Listeners: direct, nginx, gateway, gateway with resumption off, `--baseline` gateway.
+pub const LISTENERS: usize = 5;
 
 fn bind() -> std::io::Result<std::net::TcpListener> {
     let sock = tokio::net::TcpSocket::new_v4()?;
@@ -326,7 +326,7 @@ fn accept_thread(listener: std::net::TcpListener, rt: tokio::runtime::Handle, ch
     });
 }
 
-/// The upstream process: binds `LISTENERS` ports on 127.0.0.1, prints `PORTS <a> <b> <c> <d>`, serves until stdin closes (the driver went away)
+/// The upstream process: binds `LISTENERS` ports on 127.0.0.1, prints `PORTS <a> <b> <c> <d> <e>`, serves until stdin closes (the driver went away)
 /// or `MAX_LIFETIME`.
 pub fn main() -> std::process::ExitCode {
     crate::raise_nofile();
