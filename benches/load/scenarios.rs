@@ -92,7 +92,7 @@ impl Env {
     }
 
     /// A fresh gateway (memory scenarios measure growth from a clean start): the one behind target `ti`
-    /// (`GW_OFF`: resumption off; any other: the default one).
+    /// (`GW_OFF`: resumption off; `BASELINE`: the `--baseline` binary; any other: the default one).
     fn restart_gateway(&mut self, opts: &Opts, tag: &str, ti: usize) -> Result<(), String> {
         let dir = procs::scratch(&format!("gateway-{tag}"));
         if ti == GW_OFF {
@@ -389,7 +389,7 @@ pub async fn run(opts: &Opts, nofile: u64) -> Result<bool, String> {
     rep.line(format!(
         "Processes: driver/client pid {} (current-thread tokio), upstream pid {} (current-thread tokio, own process), \
          nginx master pid {} (worker_processes {}), gateway pid {} (release, server.workers {}; resumption \
-         on, the default), gateway-resume-off pid {} (same binary, `SSE_GATEWAY__RESUME__ENABLED=false`). \
+         on, the default), gateway-resume-off pid {} (same binary, `SSE_GATEWAY__RESUME__ENABLED=false`){}. \
          Open-files limit {nofile}. All on 127.0.0.1, {}.\n",
         std::process::id(),
         env.upstream_pid,
@@ -398,6 +398,14 @@ pub async fn run(opts: &Opts, nofile: u64) -> Result<bool, String> {
         env.gateway.0.pid(),
         workers.as_deref().unwrap_or("0 (one per core, the default)"),
         env.gateway_off.0.pid(),
+        match (&env.baseline, &opts.baseline) {
+            (Some(b), Some(bin)) => format!(
+                ", gateway-baseline pid {} (`{}`, its defaults)",
+                b.0.pid(),
+                bin.display()
+            ),
+            _ => String::new(),
+        },
         match &opts.pin {
             Some((load, proxy)) =>
                 format!("pinned: driver and upstream on CPU {load}, nginx and gateway on CPU {proxy}"),
