@@ -92,14 +92,12 @@ impl Env {
     }
 
     /// A fresh gateway (memory scenarios measure growth from a clean start): the one behind target `ti`
-    /// (`GW_OFF`: resumption off; `BASELINE`: the `--baseline` binary; any other: the default one).
+    /// (`GW_OFF`: resumption off; any other: the default one).
     fn restart_gateway(&mut self, opts: &Opts, tag: &str, ti: usize) -> Result<(), String> {
         let dir = procs::scratch(&format!("gateway-{tag}"));
         if ti == GW_OFF {
             let off = resume_off_env();
             self.gateway_off = procs::spawn_gateway(&opts.gateway, &place(opts, &dir, self.up[3], &off))?;
-        } else if let (BASELINE, Some(bin)) = (ti, &opts.baseline) {
-            self.baseline = Some(procs::spawn_gateway(bin, &place(opts, &dir, self.up[4], &[]))?);
         } else {
             self.gateway = procs::spawn_gateway(&opts.gateway, &place(opts, &dir, self.up[2], &[]))?;
         }
@@ -974,7 +972,7 @@ async fn cost(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> Re
     rep.line("## cost: CPU per event and memory per idle stream, against nginx (issue 16)\n");
     let targets = env.targets();
     let mut rows = COST_ROWS.to_vec();
-    if targets.len() > BASELINE {
+    if env.baseline.is_some() {
         rows.push((
             BASELINE,
             "gateway, translating, `--baseline` binary (`gateway-baseline`; CPU only)",
@@ -1050,7 +1048,7 @@ async fn cost(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> Re
     }
     // The median over rounds of (row / nginx in the same round).
     let ratio = |v: &[f64], ng: &[f64]| median(v.iter().zip(ng).map(|(a, b)| a / b.max(f64::MIN_POSITIVE)).collect());
-    let list = |v: &[f64]| v.iter().map(|x| format!("{x:.1}")).collect::<Vec<_>>().join(", ");
+    let list = |v: &[f64], digits: usize| v.iter().map(|x| format!("{x:.digits$}")).collect::<Vec<_>>().join(", ");
     rep.line(
         "| | CPU per event, µs (all proxy processes, user+system) | of which user / system, µs | memory per idle \
          stream, HTTP/1.1 (KiB) | memory per idle stream, h2c (KiB) |",
@@ -1086,16 +1084,12 @@ async fn cost(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> Re
         rep.line(format!(
             "| {} | {} | {} | {} | {} | {} | {} | {} |",
             targets[*ti].name,
-            list(&cpu[k]),
-            list(&system[k]),
-            faults[k]
-                .iter()
-                .map(|f| format!("{f:.0}"))
-                .collect::<Vec<_>>()
-                .join(", "),
+            list(&cpu[k], 1),
+            list(&system[k], 1),
+            list(&faults[k], 0),
             rate[k].iter().map(|r| n(*r)).collect::<Vec<_>>().join(", "),
-            list(&mem[k][0]),
-            list(&mem[k][1]),
+            list(&mem[k][0], 1),
+            list(&mem[k][1], 1),
             failed[k]
         ));
     }

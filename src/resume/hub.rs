@@ -583,9 +583,7 @@ impl Stream {
             if newline == 1 {
                 block.extend_from_slice(b"\n");
             }
-            let at = block.len();
-            block.resize(at + id_line_len(stem, seq), 0);
-            put_id_line(&mut block[at..], stem, seq);
+            put_id_line(block, stem, seq);
             if seq == 1 {
                 block.extend_from_slice(retry);
             }

@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use bytes::BytesMut;
+
 /// What starts every id of ours; a `Last-Event-ID` without it is not ours and is forwarded.
 pub const PREFIX: &str = "sg1-";
 /// Longest id of ours: prefix, 32 hex digits, `-`, a u64.
@@ -87,19 +89,23 @@ pub fn id_line_len(stem: &[u8], seq: u64) -> usize {
     "id: \n".len() + stem.len() + seq.checked_ilog10().map_or(1, |l| l as usize + 1)
 }
 
-/// Writes the `id:` line of event `seq` at the start of `dst`, which is at least `id_line_len` long.
-pub fn put_id_line(dst: &mut [u8], stem: &[u8], seq: u64) {
-    let len = id_line_len(stem, seq);
-    let (head, rest) = dst.split_at_mut(4);
-    head.copy_from_slice(b"id: ");
-    rest[..stem.len()].copy_from_slice(stem);
-    let digits = &mut rest[stem.len()..len - 5];
+/// Appends the `id:` line of event `seq` (`id_line_len` bytes) to `dst`.
+pub fn put_id_line(dst: &mut BytesMut, stem: &[u8], seq: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
     let mut n = seq;
-    for d in digits.iter_mut().rev() {
-        *d = b'0' + (n % 10) as u8;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
         n /= 10;
+        if n == 0 {
+            break;
+        }
     }
-    rest[len - 5] = b'\n';
+    dst.extend_from_slice(b"id: ");
+    dst.extend_from_slice(stem);
+    dst.extend_from_slice(&digits[at..]);
+    dst.extend_from_slice(b"\n");
 }
 
 /// `sg1-<token>-`: what every id of a stream starts with.
@@ -115,7 +121,13 @@ mod tests {
     fn an_id_round_trips_and_anything_else_is_not_ours() {
         let t = Token::random().unwrap();
         let stem = stem(&t);
-        let mut line = vec![0; id_line_len(&stem, u64::MAX)];
+        for seq in [0, 1, 9, 10, 99, 100, u64::MAX] {
+            let mut line = BytesMut::from(&b"data: x\n"[..]);
+            put_id_line(&mut line, &stem, seq);
+            assert_eq!(line.len(), "data: x\n".len() + id_line_len(&stem, seq), "{seq}");
+            assert_eq!(&line[..], format!("data: x\nid: sg1-{}-{seq}\n", t.hex()).as_bytes());
+        }
+        let mut line = BytesMut::new();
         put_id_line(&mut line, &stem, u64::MAX);
         let text = std::str::from_utf8(&line).unwrap();
         let id = text.strip_prefix("id: ").unwrap().trim_end();
