@@ -115,11 +115,7 @@ impl<B: Gather> Body for Original<B> {
                             scratch.clear();
                             t.feed(data, &mut scratch);
                         });
-                        t.observer_mut().flush();
-                        this.metrics
-                            .translator
-                            .event_translation
-                            .observe(arrived.elapsed().as_secs_f64());
+                        t.observer_mut().frame_done(arrived);
                         framed
                     }
                     None => frame(first, &mut this.inner, cx, |_| {}),
@@ -132,15 +128,22 @@ impl<B: Gather> Body for Original<B> {
             Some(Err(e)) => {
                 // Shadow: count what the translated stream would have ended with (an upstream failure; an idle
                 // timeout is not counted so).
-                if let Some(t) = this.shadow.as_mut().filter(|_| !matches!(e, StreamError::IdleTimeout)) {
-                    t.abort(&e.message(), &mut Vec::new());
+                if let Some(t) = this.shadow.as_mut() {
+                    if !matches!(e, StreamError::IdleTimeout) {
+                        t.abort(&e.message(), &mut Vec::new());
+                    }
+                    t.observer_mut().flush();
                 }
                 this.done = true;
                 Poll::Ready(Some(Err(e)))
             }
             None => {
                 let ending = match this.shadow.as_mut() {
-                    Some(t) => Ending::finished(t.finish(&mut Vec::new())),
+                    Some(t) => {
+                        let end = t.finish(&mut Vec::new());
+                        t.observer_mut().flush();
+                        Ending::finished(end)
+                    }
                     None => Ending::Completed,
                 };
                 this.end(ending);

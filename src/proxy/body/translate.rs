@@ -78,7 +78,6 @@ impl<B: Gather> Translate<B> {
             }
         }
         self.carry = carry;
-        t.observer_mut().flush();
         let n = size as u64;
         self.bytes_in += n;
         self.metrics.mode(Mode::Translate).bytes_in.inc_by(n);
@@ -89,6 +88,7 @@ impl<B: Gather> Translate<B> {
         self.ending = Some(ending);
         self.done = true;
         self.carry = None;
+        self.translator.observer_mut().flush();
     }
 
     /// The stream's last frame (if it has bytes), after which the body has ended.
@@ -139,10 +139,7 @@ impl<B: Gather> Body for Translate<B> {
                     if out.is_empty() {
                         continue;
                     }
-                    this.metrics
-                        .translator
-                        .event_translation
-                        .observe(arrived.elapsed().as_secs_f64());
+                    this.translator.observer_mut().frame_done(arrived);
                     return Poll::Ready(Some(Ok(Frame::data(Bytes::from(out)))));
                 }
                 Some(Err(e)) => {
@@ -156,10 +153,7 @@ impl<B: Gather> Body for Translate<B> {
                     let started = Instant::now();
                     let end = this.translator.finish(&mut out);
                     if !out.is_empty() {
-                        this.metrics
-                            .translator
-                            .event_translation
-                            .observe(started.elapsed().as_secs_f64());
+                        this.translator.observer_mut().frame_done(started);
                     }
                     return this.last(Ending::finished(end), out);
                 }
