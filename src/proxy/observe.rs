@@ -1,5 +1,5 @@
 //! The translator's metric families, and its `Observer` for the daemon: counts per stream locally and flushes to
-//! Prometheus at most once per `FLUSH_EVERY` while the stream runs, and when it ends.
+//! Prometheus at most once per `FLUSH_EVERY` while the stream runs (with a frame), and when it ends.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -90,13 +90,14 @@ impl TranslatorMetrics {
     }
 }
 
-/// How long a running stream's counts may stay local before they reach Prometheus (a scrape sees them at most
-/// this late; a stream's end flushes at once). A flush adds every touched histogram bucket and counter to the
-/// shared atomics: once per frame, that cost more than the frame's own counting (~400 instructions per event).
+/// How long a running stream's counts stay local at least: they reach Prometheus with its first frame after that,
+/// and at its end (a stream that pauses shows its last counts when it goes on or ends). A flush adds every touched
+/// histogram bucket and counter to the shared atomics: once per frame, that cost more than the frame's own counting
+/// (~400 instructions per event).
 pub const FLUSH_EVERY: Duration = Duration::from_secs(1);
 
 /// Per-stream accumulator. Envelope and item counts and the frames' translation times are summed locally and added
-/// to the shared families by `flush`: at most once per `FLUSH_EVERY` (`frame_done`), and when the stream ends.
+/// to the shared families by `flush`: by `frame_done` at most once per `FLUSH_EVERY`, and when the stream ends.
 pub struct StreamObserver {
     metrics: Arc<TranslatorMetrics>,
     envelope_bytes: LocalHistogram,
@@ -208,5 +209,50 @@ impl Observer for StreamObserver {
 
     fn scope_conflict(&mut self) {
         self.metrics.scope_conflicts.inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn observer() -> StreamObserver {
+        let metrics = TranslatorMetrics::register(&Registry::new()).unwrap();
+        StreamObserver::new(Arc::new(metrics))
+    }
+
+    /// What the shared families hold: text envelopes, envelope sizes, frame times.
+    fn shared(o: &StreamObserver) -> (u64, u64, u64) {
+        let m = &o.metrics;
+        let text = m.envelopes[EnvelopeKind::Text as usize].get();
+        (
+            text,
+            m.envelope_bytes.get_sample_count(),
+            m.event_translation.get_sample_count(),
+        )
+    }
+
+    #[test]
+    fn counts_reach_the_shared_families_once_a_second_and_at_the_end() {
+        let mut o = observer();
+        o.envelope(EnvelopeKind::Text, 100);
+        o.frame_done(Instant::now());
+        assert_eq!(shared(&o), (0, 0, 0), "flushed before FLUSH_EVERY");
+        // The last flush a second ago: the next frame carries everything counted since.
+        o.flushed = Instant::now() - FLUSH_EVERY;
+        o.envelope(EnvelopeKind::Text, 100);
+        o.frame_done(Instant::now());
+        assert_eq!(shared(&o), (2, 2, 2));
+        o.envelope(EnvelopeKind::Text, 100);
+        o.frame_done(Instant::now());
+        assert_eq!(shared(&o), (2, 2, 2), "a second flush within FLUSH_EVERY");
+        let metrics = Arc::clone(&o.metrics);
+        drop(o);
+        assert_eq!(
+            metrics.envelopes[EnvelopeKind::Text as usize].get(),
+            3,
+            "the end flushes"
+        );
+        assert_eq!(metrics.event_translation.get_sample_count(), 3);
     }
 }
