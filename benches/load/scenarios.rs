@@ -53,8 +53,9 @@ const NAMES: [&str; 6] = [
     RESUME_OFF,
     "gateway-baseline",
 ];
-/// Index of `gateway` (translating, resumption on) and `gateway-resume-off` in `Env::targets`.
+/// Index of `gateway` (translating, resumption on), `gateway-pass` and `gateway-resume-off` in `Env::targets`.
 const GW: usize = 2;
+const GW_PASS: usize = 3;
 const GW_OFF: usize = 4;
 /// Index of `gateway-baseline` (present with `--baseline`).
 const BASELINE: usize = 5;
@@ -955,7 +956,7 @@ async fn idle(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> Re
 /// `cost`'s rows: (target index, label) — nginx, then the gateway passing through and translating.
 const COST_ROWS: [(usize, &str); 4] = [
     (1, "nginx (translates nothing)"),
-    (3, "gateway, pass-through (`gateway-pass`)"),
+    (GW_PASS, "gateway, pass-through (`gateway-pass`)"),
     (GW, "gateway, translating (`gateway`, resumption on: the default)"),
     (GW_OFF, "gateway, translating, resumption off (`gateway-resume-off`)"),
 ];
@@ -1046,6 +1047,12 @@ async fn cost(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> Re
             failed[k] += row.result.failed();
         }
     }
+    // User time by row and round: the part the proxy's own code executes.
+    let user: Vec<Vec<f64>> = cpu
+        .iter()
+        .zip(&system)
+        .map(|(c, s)| c.iter().zip(s).map(|(c, s)| c - s).collect())
+        .collect();
     // The median over rounds of (row / nginx in the same round).
     let ratio = |v: &[f64], ng: &[f64]| median(v.iter().zip(ng).map(|(a, b)| a / b.max(f64::MIN_POSITIVE)).collect());
     let list = |v: &[f64], digits: usize| v.iter().map(|x| format!("{x:.digits$}")).collect::<Vec<_>>().join(", ");
@@ -1064,10 +1071,10 @@ async fn cost(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> Re
                 format!("{:.1} ({:.2}×)", median(v.to_vec()), ratio(v, ng))
             }
         };
-        let user = median(cpu[k].iter().zip(&system[k]).map(|(c, s)| c - s).collect());
         rep.line(format!(
-            "| {label} | {} | {user:.1} / {:.1} | {} | {} |",
+            "| {label} | {} | {:.1} / {:.1} | {} | {} |",
             cell(&cpu[k], &cpu[0]),
+            median(user[k].clone()),
             median(system[k].clone()),
             cell(&mem[k][0], &mem[0][0]),
             cell(&mem[k][1], &mem[0][1])
@@ -1093,7 +1100,9 @@ async fn cost(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> Re
             failed[k]
         ));
     }
-    let gw = rows.iter().position(|(ti, _)| *ti == GW).unwrap_or(2);
+    // Rows by target (all of `COST_ROWS` are there).
+    let row = |target: usize| rows.iter().position(|(ti, _)| *ti == target).unwrap_or(0);
+    let gw = row(GW);
     rep.line("");
     for (l, leg) in ["HTTP/1.1", "h2c"].iter().enumerate() {
         let r = ratio(&mem[gw][l], &mem[0][l]);
@@ -1115,22 +1124,16 @@ async fn cost(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> Re
     ));
     // Where the translating gateway's excess over nginx goes, step by step, each the median over rounds of the
     // difference in the same round: the 1.1× target leaves a tenth of nginx's figure for all three steps.
-    let user = |k: usize, r: usize| cpu[k][r] - system[k][r];
-    let step = |hi: usize, lo: usize| {
-        let rounds = cpu[hi].len().min(cpu[lo].len());
-        let all = median((0..rounds).map(|r| cpu[hi][r] - cpu[lo][r]).collect());
-        (all, median((0..rounds).map(|r| user(hi, r) - user(lo, r)).collect()))
-    };
-    let off = rows.iter().position(|(ti, _)| *ti == GW_OFF).unwrap_or(3);
-    let pass = rows.iter().position(|(ti, _)| *ti == 3).unwrap_or(1);
-    let part = |(all, user): (f64, f64)| format!("{all:+.1} µs (user {user:+.1})");
+    let diff = |v: &[Vec<f64>], hi: usize, lo: usize| median(v[hi].iter().zip(&v[lo]).map(|(a, b)| a - b).collect());
+    let part = |hi: usize, lo: usize| format!("{:+.1} µs (user {:+.1})", diff(&cpu, hi, lo), diff(&user, hi, lo));
+    let (pass, off) = (row(GW_PASS), row(GW_OFF));
     rep.line(format!(
         "- the translating gateway's excess over nginx, by step (µs per event, median of same-round differences): \
          proxying (pass-through − nginx) {}, translating (resume off − pass-through) {}, resumption (translating − \
          resume off) {}; the 1.1× target leaves {:.1} µs for all three",
-        part(step(pass, 0)),
-        part(step(off, pass)),
-        part(step(gw, off)),
+        part(pass, 0),
+        part(off, pass),
+        part(gw, off),
         0.1 * median(cpu[0].clone())
     ));
     rep.line(format!("- none dropped: {}\n", verdict(failed.iter().all(|f| *f == 0))));

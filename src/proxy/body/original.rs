@@ -52,7 +52,15 @@ impl<B: Gather> Original<B> {
 
     fn end(&mut self, ending: Ending) {
         self.ending = Some(ending);
+        self.stop();
+    }
+
+    /// No more frames: what the shadow translator counted goes to the shared metrics now.
+    fn stop(&mut self) {
         self.done = true;
+        if let Some(t) = self.shadow.as_mut() {
+            t.observer_mut().flush();
+        }
     }
 }
 
@@ -128,22 +136,15 @@ impl<B: Gather> Body for Original<B> {
             Some(Err(e)) => {
                 // Shadow: count what the translated stream would have ended with (an upstream failure; an idle
                 // timeout is not counted so).
-                if let Some(t) = this.shadow.as_mut() {
-                    if !matches!(e, StreamError::IdleTimeout) {
-                        t.abort(&e.message(), &mut Vec::new());
-                    }
-                    t.observer_mut().flush();
+                if let Some(t) = this.shadow.as_mut().filter(|_| !matches!(e, StreamError::IdleTimeout)) {
+                    t.abort(&e.message(), &mut Vec::new());
                 }
-                this.done = true;
+                this.stop();
                 Poll::Ready(Some(Err(e)))
             }
             None => {
                 let ending = match this.shadow.as_mut() {
-                    Some(t) => {
-                        let end = t.finish(&mut Vec::new());
-                        t.observer_mut().flush();
-                        Ending::finished(end)
-                    }
+                    Some(t) => Ending::finished(t.finish(&mut Vec::new())),
                     None => Ending::Completed,
                 };
                 this.end(ending);

@@ -255,6 +255,9 @@ mod tests {
         let size: usize = chunks.iter().map(String::len).sum();
         assert_eq!(body.totals().bytes_in, size as u64);
         assert_eq!(metrics.mode(Mode::Translate).bytes_in.get(), size as u64);
+        // Within the first second, the stream's end is what flushed its translator counts.
+        assert_eq!(metrics.translator.event_translation.get_sample_count(), 2);
+        assert!(metrics.translator.items.get() > 0);
     }
 
     #[test]
