@@ -55,6 +55,7 @@ pub struct Settings {
     #[serde(deserialize_with = "translate_by_key")]
     pub translate: Translate,
     pub resume: Resume,
+    pub cors: Cors,
     pub log: Log,
 }
 
@@ -318,8 +319,8 @@ pub struct Resume {
     pub buffer_bytes: usize,
     /// Bytes of events held over all streams; past it the oldest ended streams go first (default 256 MiB).
     pub max_total_bytes: usize,
-    /// Request headers a reader must repeat to read a stream, compared as keyed hashes (default
-    /// `authorization`, `cookie`).
+    /// Request headers a reader must repeat to read a stream, or single cookies as `cookie:<name>`, compared as
+    /// keyed hashes (default `authorization`, `cookie`; never empty).
     pub bind_headers: Vec<String>,
     /// Key of those hashes, at least 32 characters; empty: random per process (default). Must be set, the same
     /// on every instance, with the Redis store.
@@ -399,12 +400,22 @@ impl Resume {
                 ),
             ));
         }
-        if let Some(h) = self
-            .bind_headers
-            .iter()
-            .find(|h| http::HeaderName::from_bytes(h.as_bytes()).is_err())
-        {
-            return Err(invalid("resume.bind_headers", format!("{h:?} is not a header name")));
+        if self.bind_headers.is_empty() {
+            return Err(invalid(
+                "resume.bind_headers",
+                "is empty: anyone who learns a stream's token could then read and cancel it; bind at least one \
+                 header (e.g. \"authorization\") or cookie (\"cookie:<name>\")",
+            ));
+        }
+        let bindable = |h: &str| match h.split_once(':') {
+            Some((c, name)) => c.eq_ignore_ascii_case("cookie") && is_cookie_name(name),
+            None => http::HeaderName::from_bytes(h.as_bytes()).is_ok(),
+        };
+        if let Some(h) = self.bind_headers.iter().find(|h| !bindable(h)) {
+            return Err(invalid(
+                "resume.bind_headers",
+                format!("{h:?} is neither a header name nor cookie:<name>"),
+            ));
         }
         if !self.binding_key.is_empty() && self.binding_key.len() < MIN_BINDING_KEY {
             return Err(invalid(
@@ -436,6 +447,117 @@ impl Resume {
         }
         Ok(())
     }
+}
+
+/// An explicit CORS policy for the responses the gateway writes itself (DESIGN 5.1, docs/RESUME.md). Unset (no
+/// origins), the backend's own answers are the policy; set, it applies to every response the gateway writes
+/// itself, whatever the backend said.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Cors {
+    /// Origins (`scheme://host[:port]`) allowed, or `["*"]` (not with credentials); empty: the backend decides
+    /// (default).
+    pub allow_origins: Vec<String>,
+    /// Whether those origins may send credentials (cookies) (default false).
+    pub allow_credentials: bool,
+    /// Methods a preflight may ask for on the gateway's own paths (default GET, POST, DELETE).
+    pub allow_methods: Vec<String>,
+    /// Request headers a preflight may ask for (default content-type, authorization, last-event-id).
+    pub allow_headers: Vec<String>,
+    /// Response headers exposed to the page besides `X-Gateway-Stream` (default none).
+    pub expose_headers: Vec<String>,
+    /// `Access-Control-Max-Age` of the gateway's preflight answers, in seconds (default 600, at most 86400).
+    pub max_age_secs: u64,
+}
+
+impl Default for Cors {
+    fn default() -> Self {
+        Self {
+            allow_origins: Vec::new(),
+            allow_credentials: false,
+            allow_methods: vec!["GET".into(), "POST".into(), "DELETE".into()],
+            allow_headers: vec!["content-type".into(), "authorization".into(), "last-event-id".into()],
+            expose_headers: Vec::new(),
+            max_age_secs: 600,
+        }
+    }
+}
+
+impl Cors {
+    fn validate(&self) -> Result<(), ConfigError> {
+        for o in &self.allow_origins {
+            if o == "*" {
+                if self.allow_credentials {
+                    return Err(invalid(
+                        "cors.allow_origins",
+                        "\"*\" cannot be used with cors.allow_credentials = true (browsers refuse it); list the origins",
+                    ));
+                }
+                continue;
+            }
+            let ok = (o.starts_with("http://") || o.starts_with("https://"))
+                && !o.ends_with('/')
+                && o.split_once("://")
+                    .is_some_and(|(_, host)| !host.is_empty() && !host.contains('/'))
+                && http::HeaderValue::from_str(o).is_ok();
+            if !ok {
+                return Err(invalid(
+                    "cors.allow_origins",
+                    format!("{o:?} is not an origin like \"https://app.example.com\" (scheme, host, optional port)"),
+                ));
+            }
+        }
+        if let Some(m) = self
+            .allow_methods
+            .iter()
+            .find(|m| http::Method::from_bytes(m.as_bytes()).is_err())
+        {
+            return Err(invalid("cors.allow_methods", format!("{m:?} is not a method")));
+        }
+        for (key, list) in [
+            ("cors.allow_headers", &self.allow_headers),
+            ("cors.expose_headers", &self.expose_headers),
+        ] {
+            if let Some(h) = list
+                .iter()
+                .find(|h| http::HeaderName::from_bytes(h.as_bytes()).is_err())
+            {
+                return Err(invalid(key, format!("{h:?} is not a header name")));
+            }
+        }
+        if self.max_age_secs > 86_400 {
+            return Err(invalid(
+                "cors.max_age_secs",
+                format!("{} is over 86400", self.max_age_secs),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Whether `name` is a cookie name (RFC 6265: an HTTP token).
+pub fn is_cookie_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.bytes().all(|b| {
+            b.is_ascii_alphanumeric()
+                || matches!(
+                    b,
+                    b'!' | b'#'
+                        | b'$'
+                        | b'%'
+                        | b'&'
+                        | b'\''
+                        | b'*'
+                        | b'+'
+                        | b'-'
+                        | b'.'
+                        | b'^'
+                        | b'_'
+                        | b'`'
+                        | b'|'
+                        | b'~'
+                )
+        })
 }
 
 /// Log output.
@@ -607,6 +729,10 @@ impl Settings {
                 .try_parsing(true)
                 .list_separator(",")
                 .with_list_parse_key("resume.bind_headers")
+                .with_list_parse_key("cors.allow_origins")
+                .with_list_parse_key("cors.allow_methods")
+                .with_list_parse_key("cors.allow_headers")
+                .with_list_parse_key("cors.expose_headers")
                 .source(Some(env_map)),
         );
         let set = |b: config::ConfigBuilder<_>, key: &str, v: &Option<String>| match v {
@@ -743,6 +869,7 @@ impl Settings {
             ));
         }
         self.resume.validate()?;
+        self.cors.validate()?;
         if tracing_subscriber::EnvFilter::try_new(&self.log.level).is_err() {
             return Err(invalid(
                 "log.level",
@@ -916,6 +1043,52 @@ mod tests {
         assert!(e.to_string().contains("budget"), "{e}");
         let e = load(&[("SSE_GATEWAY__UPSTREAM__URL", "https://x")], Overrides::default()).unwrap_err();
         assert!(e.to_string().starts_with("upstream.url:"), "{e}");
+    }
+
+    #[test]
+    fn unbound_streams_and_bad_cors_policies_are_refused_naming_the_key() {
+        for (env, key) in [
+            (("SSE_GATEWAY__RESUME__BIND_HEADERS", ""), "resume.bind_headers:"),
+            (("SSE_GATEWAY__RESUME__BIND_HEADERS", "cookie:"), "resume.bind_headers:"),
+            (
+                ("SSE_GATEWAY__RESUME__BIND_HEADERS", "cookie:a b"),
+                "resume.bind_headers:",
+            ),
+            (
+                ("SSE_GATEWAY__CORS__ALLOW_ORIGINS", "app.example.com"),
+                "cors.allow_origins:",
+            ),
+            (
+                ("SSE_GATEWAY__CORS__ALLOW_ORIGINS", "https://app.example.com/"),
+                "cors.allow_origins:",
+            ),
+            (("SSE_GATEWAY__CORS__MAX_AGE_SECS", "100000"), "cors.max_age_secs:"),
+        ] {
+            let e = load(&[env], Overrides::default()).unwrap_err();
+            assert!(e.to_string().starts_with(key), "{env:?}: {e}");
+        }
+        let wildcard = load(
+            &[
+                ("SSE_GATEWAY__CORS__ALLOW_ORIGINS", "*"),
+                ("SSE_GATEWAY__CORS__ALLOW_CREDENTIALS", "true"),
+            ],
+            Overrides::default(),
+        )
+        .unwrap_err();
+        assert!(wildcard.to_string().starts_with("cors.allow_origins:"), "{wildcard}");
+        let ok = load(
+            &[
+                ("SSE_GATEWAY__RESUME__BIND_HEADERS", "authorization,cookie:session_id"),
+                (
+                    "SSE_GATEWAY__CORS__ALLOW_ORIGINS",
+                    "https://a.example,http://127.0.0.1:5173",
+                ),
+            ],
+            Overrides::default(),
+        )
+        .unwrap();
+        assert_eq!(ok.resume.bind_headers, ["authorization", "cookie:session_id"]);
+        assert_eq!(ok.cors.allow_origins.len(), 2);
     }
 
     #[test]

@@ -11,7 +11,8 @@
 //! envelope/   stage: envelopes within the byte budget (header, chunker, JSON text)
 //! legacy/     stage: legacy items -> envelope pieces (tags, escapes, raw dialect, scopes)
 //! translate/  the sans-I/O facade: feed(bytes) -> SSE bytes
-//! config, telemetry, demo, admin, resume, proxy, cli: the daemon around it (resume: held streams)
+//! config, telemetry, demo, admin, cors, resume, proxy, cli: the daemon around it (cors: the CORS answer of
+//! the gateway's own responses; resume: held streams)
 //! ```
 //!
 //! Nothing up to `translate/` uses tokio, hyper or prometheus.
@@ -65,6 +66,7 @@ pub mod config;
 pub mod telemetry;
 pub mod demo;
 pub mod admin;
+pub mod cors;
 pub mod resume;
 pub mod proxy;
 pub mod cli;

@@ -151,6 +151,28 @@ async fn stalled_body_gets_408(up: Emulator, request: &[u8], why: &str) -> Emula
     up
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_that_stalls_past_the_response_timeout_is_the_clients_408_not_an_upstream_504() {
+    // The upstream waits for the whole body before it answers; the client stalls mid-body for longer than
+    // upstream.response_timeout_secs (1 s) but within server.body_read_timeout_secs (30 s).
+    let up = Emulator::sse(vec![Step::EndChunks]).await;
+    let gw = TestGateway::start(&up.url(), |s| {
+        s.server.body_read_timeout_secs = 30.0;
+        s.upstream.response_timeout_secs = 1.0;
+    })
+    .await;
+    let mut s = raw(
+        gw.addr,
+        b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\nContent-Length: 100\r\n\r\n0123456789",
+    )
+    .await;
+    let resp = answered(&mut s, "answered at the response timeout").await;
+    assert_eq!(status_of(&resp), Some(408), "{}", String::from_utf8_lossy(&resp));
+    assert_eq!(json_body(&resp)["error"], "request_body_timeout");
+    assert_client_fault(&gw, "body_timeout", 1.0, "the upstream waited for the client's body").await;
+    gw.stop().await;
+}
+
 /// A request body that sends what is put in its channel, never ending while the sender lives.
 struct Stalling(tokio::sync::mpsc::Receiver<Bytes>);
 

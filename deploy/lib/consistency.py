@@ -961,6 +961,14 @@ def render_nginx(dest: Path, listen: str = "", servers: list = None) -> None:
             raise SystemExit(f"render-nginx: pattern {pat!r} matched {n} times in nginx.conf")
     (dest / "nginx.conf").write_text(main)
     site = (DEPLOY / "nginx/sse-gateway.conf").read_text()
+    site, n = re.subn(
+        r"^(\s*)access_log /var/log/nginx/access\.log sse_gateway;$",
+        rf"\1access_log {dest}/access.log sse_gateway;",
+        site,
+        flags=re.M,
+    )
+    if n != 1:
+        raise SystemExit("render-nginx: no token-free access_log in sse-gateway.conf")
     if listen:
         site, n = re.subn(r"^(\s*)listen 80;$", rf"\1listen {listen};", site, flags=re.M)
         if n != 1:

@@ -28,6 +28,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use tracing::Instrument;
 
 use crate::config::{duration, Settings, StreamFormat};
+use crate::cors::{self, Cors, OwnAnswer, Preflight};
 use crate::resume::{self, Resumer};
 pub use crate::telemetry::error_chain;
 use crate::translate::{self, Translator};
@@ -69,6 +70,8 @@ pub struct Shared {
     pub body_read_timeout: Duration,
     /// Resumable translated streams (`resume.enabled`).
     pub resumer: Option<Arc<Resumer>>,
+    /// The CORS answer of the responses the gateway writes itself.
+    pub cors: Cors,
 }
 
 impl Shared {
@@ -88,6 +91,7 @@ impl Shared {
             trust_forwarded: settings.server.trust_forwarded_headers,
             body_read_timeout: duration(settings.server.body_read_timeout_secs),
             resumer,
+            cors: Cors::new(&settings.cors),
         })
     }
 }
@@ -100,15 +104,43 @@ pub async fn handle(req: Request<UpstreamBody>, peer: SocketAddr, shared: Arc<Sh
         "request",
         id = %request_id,
         method = %req.method(),
-        path = %req.uri().path(),
+        path = %logged_path(req.uri().path(), shared.resumer.as_deref()),
     );
-    let mut resp = proxy(req, peer, &shared, request_start, span.clone(), &request_id)
-        .instrument(span)
-        .await;
+    let origin = cors::origin(req.headers());
+    let preflight = Preflight::of(req.method(), req.headers());
+    let mut resp = proxy(
+        req,
+        peer,
+        &shared,
+        request_start,
+        span.clone(),
+        &request_id,
+        preflight.as_ref(),
+    )
+    .instrument(span)
+    .await;
     if let Ok(v) = HeaderValue::from_str(&request_id) {
         resp.headers_mut().insert(X_REQUEST_ID, v);
     }
+    if let Some(origin) = &origin {
+        let own = resp.extensions_mut().remove::<OwnAnswer>();
+        let (status, h) = (resp.status(), resp.headers_mut());
+        match own {
+            Some(OwnAnswer::About(grant)) => shared.cors.own_answer(origin, grant.as_deref(), h),
+            Some(OwnAnswer::Preflight) => {}
+            None => shared.cors.backend_answer(origin, preflight.as_ref(), status, h),
+        }
+    }
     resp
+}
+
+/// The request's path as logged: a stream's URL names its token, which lets whoever holds the bound headers watch
+/// or cancel the stream, so it is never written to a log (`<prefix>/<redacted>`).
+fn logged_path<'a>(path: &'a str, resumer: Option<&Resumer>) -> std::borrow::Cow<'a, str> {
+    match resumer {
+        Some(r) if r.stream_token(path).is_some() => format!("{}/<redacted>", r.prefix).into(),
+        _ => path.into(),
+    }
 }
 
 async fn proxy(
@@ -118,6 +150,7 @@ async fn proxy(
     request_start: Instant,
     span: tracing::Span,
     request_id: &str,
+    preflight: Option<&Preflight>,
 ) -> Response<ResponseBody> {
     let metrics = &shared.metrics;
     if req.method() == Method::CONNECT {
@@ -133,6 +166,9 @@ async fn proxy(
         return client_failed(metrics, ClientErrorKind::BadHost);
     }
     if let Some(r) = &shared.resumer {
+        if let (Some(p), Some(token)) = (preflight, r.stream_token(req.uri().path())) {
+            return reconnect::preflight(r, &token, p, shared).await;
+        }
         match r.route(req.method(), req.uri().path(), req.headers()) {
             resume::Route::Forward => {}
             // Never forwarded: the upstream would start the run again.
@@ -145,6 +181,7 @@ async fn proxy(
     };
     let may_translate = wants == StreamFormat::Json;
     let method = req.method().clone();
+    let origin = cors::origin(req.headers());
     let client_host = headers::client_host(&req);
     let (mut parts, body) = req.into_parts();
     let flushes = parts.extensions.get::<Arc<conn::Flushes>>().cloned();
@@ -193,6 +230,9 @@ async fn proxy(
     keep_chunked_body(&method, h, &body);
     headers::set_forwarded(h, peer.ip(), client_host.as_deref(), shared.trust_forwarded);
     h.remove(X_STREAM_FORMAT);
+    if let Some(p) = preflight {
+        Cors::forward_preflight(p, h);
+    }
     if may_translate {
         // We must read the event stream to translate it: ask for it uncompressed. (Other responses to these
         // requests then come uncompressed too; the hop to the upstream is local.)
@@ -211,6 +251,10 @@ async fn proxy(
     let client_fault = body.fault();
     let upstream_resp = match shared.upstream.send(Request::from_parts(parts, body), connection).await {
         Ok(r) => r,
+        // No answer while the upstream still waited for the client's body: the client stalled, not the upstream.
+        Err(ForwardError::Timeout(_)) if client_fault.waiting_for_client() => {
+            return client_failed(metrics, ClientErrorKind::BodyTimeout)
+        }
         Err(e) => return forward_failed(metrics, e),
     };
     metrics.upstream.ttfb.observe(sent.elapsed().as_secs_f64());
@@ -250,12 +294,18 @@ async fn proxy(
         let h = &mut parts.headers;
         h.remove(header::CONTENT_LENGTH);
         h.remove(header::CONTENT_ENCODING);
-        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        keep_uncached(h);
         h.insert(X_ACCEL_BUFFERING, HeaderValue::from_static("no"));
         h.insert(X_STREAM_FORMAT, HeaderValue::from_static("json"));
     }
     let held = match (&shared.resumer, binding) {
-        (Some(r), Some(b)) if mode == Mode::Translate && event_stream => r.create(b, &agent).inspect(|s| {
+        (Some(r), Some(b)) if mode == Mode::Translate && event_stream => {
+            let grant = origin
+                .as_ref()
+                .and_then(|o| shared.cors.stream_grant(o, &parts.headers));
+            r.create(b, &agent, grant)
+        }
+        .inspect(|s| {
             if let Ok(v) = HeaderValue::from_str(&r.url(&s.token)) {
                 parts.headers.insert(resume::STREAM_HEADER, v);
             }
@@ -279,6 +329,20 @@ async fn proxy(
     };
     let body = ResponseBody::upstream(body, translator, info, Arc::clone(metrics), settings);
     Response::from_parts(parts, body)
+}
+
+/// A translated stream is never cached (DESIGN 5: `Cache-Control: no-cache`), and what the upstream said against
+/// caching stands: `private, no-store` is kept as it is, not weakened to `no-cache`.
+fn keep_uncached(h: &mut http::HeaderMap) {
+    let forbids = h
+        .get_all(header::CACHE_CONTROL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|d| matches!(d.trim().to_ascii_lowercase().as_str(), "no-store" | "no-cache"));
+    if !forbids {
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    }
 }
 
 /// RFC 9112 §3.2: an HTTP/1.1 request without exactly one `Host` header must be refused with 400 (an earlier
@@ -389,6 +453,7 @@ pub fn gateway_error(metrics: &Metrics, status: StatusCode, code: &str, message:
             HeaderValue::from_static("GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"),
         );
     }
+    resp.extensions_mut().insert(OwnAnswer::About(None));
     resp
 }
 

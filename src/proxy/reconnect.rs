@@ -12,6 +12,7 @@ use super::body::{Follow, RemoteFollow, ResponseBody};
 use super::headers::{X_ACCEL_BUFFERING, X_STREAM_FORMAT};
 use super::negotiate::Mode;
 use super::{error_chain, gateway_error, Shared};
+use crate::cors::{Grant, OwnAnswer, Preflight};
 use crate::resume::hub::AttachError;
 use crate::resume::id::Token;
 use crate::resume::metrics::Resumption;
@@ -38,10 +39,10 @@ pub async fn answer(
                 "a stream's URL takes GET or DELETE",
             );
             resp.headers_mut()
-                .insert(header::ALLOW, HeaderValue::from_static("GET, DELETE"));
+                .insert(header::ALLOW, HeaderValue::from_static("GET, DELETE, OPTIONS"));
             return resp;
         }
-        Route::NotFound | Route::Forward => return not_found(shared),
+        Route::Forward => return not_found(shared),
     };
     let Some(stream) = r.hub.get(&token) else {
         return remote(r, &token, after, primary, headers, shared, asked).await;
@@ -54,9 +55,10 @@ pub async fn answer(
         Err(AttachError::Gap) => return refused(r, shared, Resumption::Gap),
         Err(AttachError::Unknown) => return refused(r, shared, Resumption::Unknown),
     };
+    let grant = stream.cors.clone();
     let follow = Follow::new(stream, cursor, Arc::clone(&r.metrics), asked);
     let body = ResponseBody::follow(follow, shared.keepalive, Arc::clone(&shared.metrics));
-    replaying(r, &token, shared, primary, body)
+    replaying(r, &token, shared, primary, body, grant)
 }
 
 /// A stream this instance does not hold, read from the shared store.
@@ -90,9 +92,11 @@ async fn remote(
     if primary {
         reader.set_primary();
     }
+    // TODO(cors): the grant kept in the store's meta hash.
+    let grant = None;
     let follow = RemoteFollow::new(reader, after, Arc::clone(&r.metrics), asked);
     let body = ResponseBody::remote(follow, shared.keepalive, Arc::clone(&shared.metrics));
-    replaying(r, token, shared, primary, body)
+    replaying(r, token, shared, primary, body, grant)
 }
 
 /// The answer to a request for a stream that cannot be read, counted by why.
@@ -118,7 +122,14 @@ fn refused(r: &Resumer, shared: &Shared, why: Resumption) -> Response<ResponseBo
 }
 
 /// The head of a stream read back.
-fn replaying(r: &Resumer, token: &Token, shared: &Shared, primary: bool, body: ResponseBody) -> Response<ResponseBody> {
+fn replaying(
+    r: &Resumer,
+    token: &Token,
+    shared: &Shared,
+    primary: bool,
+    body: ResponseBody,
+    grant: Option<Arc<Grant>>,
+) -> Response<ResponseBody> {
     r.metrics.resumption(Resumption::Replayed);
     tracing::info!(primary, "stream resumed from held events");
     shared.metrics.request(Mode::Translate, StatusCode::OK);
@@ -131,13 +142,18 @@ fn replaying(r: &Resumer, token: &Token, shared: &Shared, primary: bool, body: R
     if let Ok(v) = HeaderValue::from_str(&r.url(token)) {
         h.insert(STREAM_HEADER, v);
     }
+    resp.extensions_mut().insert(OwnAnswer::About(grant));
     resp
 }
 
 async fn cancel(r: &Resumer, token: &Token, headers: &HeaderMap, shared: &Shared) -> Response<ResponseBody> {
     let binding = r.binding(headers);
+    let mut grant = None;
     let cancelled = match (r.hub.get(token), r.hub.mirror()) {
-        (Some(stream), _) => (stream.binding == binding).then(|| stream.cancel()).is_some(),
+        (Some(stream), _) => {
+            grant = stream.cors.clone();
+            (stream.binding == binding).then(|| stream.cancel()).is_some()
+        }
         // Its owner sees the request within a second.
         (None, Some(store)) => store.cancel(&token.hex(), binding).await.is_ok(),
         (None, None) => false,
@@ -149,6 +165,36 @@ async fn cancel(r: &Resumer, token: &Token, headers: &HeaderMap, shared: &Shared
     shared.metrics.request(Mode::Passthrough, StatusCode::NO_CONTENT);
     let mut resp = Response::new(ResponseBody::full(bytes::Bytes::new()));
     *resp.status_mut() = StatusCode::NO_CONTENT;
+    resp.extensions_mut().insert(OwnAnswer::About(grant));
+    resp
+}
+
+/// A CORS preflight for a stream's URL (a watcher's `GET`, a `DELETE`), answered from what the backend allowed
+/// the stream's origin (or the operator's policy): 204 with the CORS headers, or 403 without them.
+pub async fn preflight(r: &Resumer, token: &Token, p: &Preflight, shared: &Shared) -> Response<ResponseBody> {
+    // TODO(cors): a stream held on another instance: the grant kept in the store's meta hash.
+    let grant = r.hub.get(token).and_then(|s| s.cors.clone());
+    let mut resp = match shared.cors.own_preflight(p, grant.as_deref()) {
+        Ok(cors) => {
+            shared.metrics.request(Mode::Passthrough, StatusCode::NO_CONTENT);
+            let mut resp = Response::new(ResponseBody::full(bytes::Bytes::new()));
+            *resp.status_mut() = StatusCode::NO_CONTENT;
+            resp.headers_mut().extend(cors);
+            resp
+        }
+        Err(why) => {
+            tracing::info!(%why, "CORS preflight for a stream's URL refused");
+            gateway_error(
+                &shared.metrics,
+                StatusCode::FORBIDDEN,
+                "cors_refused",
+                "this origin, method or header is not allowed for the stream",
+            )
+        }
+    };
+    resp.headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static("GET, DELETE, OPTIONS"));
+    resp.extensions_mut().insert(OwnAnswer::Preflight);
     resp
 }
 

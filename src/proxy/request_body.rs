@@ -7,7 +7,7 @@
 use std::error::Error as StdError;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -87,20 +87,38 @@ pub fn client_fault(e: &(dyn StdError + 'static)) -> Option<ClientErrorKind> {
 
 /// Whether the client's request body has failed, shared with the response body: once the upstream has answered,
 /// hyper hands the response body only a generic error when the request body breaks, so the response side asks
-/// here whose fault the broken exchange was. It holds `kind as u8 + 1`, or 0 for none yet.
+/// here whose fault the broken exchange was. It also tells whether the upstream side is waiting for the client's
+/// body right now: a response timeout then is the client's stall, not the upstream's slowness.
 #[derive(Debug, Clone, Default)]
-pub struct ClientFault(Arc<AtomicU8>);
+pub struct ClientFault(Arc<FaultState>);
+
+#[derive(Debug, Default)]
+struct FaultState {
+    /// `kind as u8 + 1`, or 0 for none yet.
+    kind: AtomicU8,
+    /// The body was asked for data the client has not sent yet.
+    waiting: AtomicBool,
+}
 
 impl ClientFault {
     /// Records the client's fault.
     pub fn mark(&self, kind: ClientErrorKind) {
-        self.0.store(kind as u8 + 1, Ordering::Relaxed);
+        self.0.kind.store(kind as u8 + 1, Ordering::Relaxed);
     }
 
     /// The client's fault, if its request body failed.
     pub fn get(&self) -> Option<ClientErrorKind> {
-        let marked = usize::from(self.0.load(Ordering::Relaxed));
+        let marked = usize::from(self.0.kind.load(Ordering::Relaxed));
         ClientErrorKind::ALL.get(marked.checked_sub(1)?).copied()
+    }
+
+    /// Whether the upstream side is waiting for the client's body (it stalls mid-upload).
+    pub fn waiting_for_client(&self) -> bool {
+        self.0.waiting.load(Ordering::Relaxed)
+    }
+
+    fn set_waiting(&self, waiting: bool) {
+        self.0.waiting.store(waiting, Ordering::Relaxed);
     }
 }
 
@@ -157,7 +175,9 @@ impl Body for ClientBody {
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = &mut *self;
-        match Pin::new(&mut this.inner).poll_frame(cx) {
+        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        this.fault.set_waiting(polled.is_pending());
+        match polled {
             Poll::Ready(Some(Ok(frame))) => {
                 this.armed = false;
                 Poll::Ready(Some(Ok(frame)))
@@ -209,6 +229,21 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(5)).await;
         assert!(body.frame().await.expect("a frame").is_ok());
         assert!(body.frame().await.is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_the_upstream_waits_for_says_so_until_data_comes() {
+        let mut silent = ClientBody::new(Silent.boxed(), Duration::from_secs(60));
+        let fault = silent.fault();
+        assert!(!fault.waiting_for_client());
+        let waited = tokio::time::timeout(Duration::from_millis(10), silent.frame()).await;
+        assert!(waited.is_err(), "no data yet");
+        assert!(fault.waiting_for_client());
+        let full = http_body_util::Full::new(Bytes::from_static(b"x")).map_err(|never| match never {});
+        let mut body = ClientBody::new(full.boxed(), Duration::from_secs(60));
+        let fault = body.fault();
+        assert!(body.frame().await.expect("a frame").is_ok());
+        assert!(!fault.waiting_for_client());
     }
 
     #[test]

@@ -24,6 +24,7 @@ use bytes::{Bytes, BytesMut};
 use super::id::{id_line_len, put_id_line, stem, Token};
 use super::metrics::{End, Held, ResumeMetrics};
 use super::redis::RedisStore;
+use crate::cors::Grant;
 use crate::envelope::write_gateway_error;
 
 /// The bounds and times of held streams (`resume.*`).
@@ -96,6 +97,11 @@ impl Hub {
     /// A new live stream whose first writer, the original response body, is its primary. `None` if the OS has
     /// no randomness to name it with (the stream is then not resumable).
     pub fn create(&self, binding: [u8; 32], agent: &str) -> Option<Arc<Stream>> {
+        self.create_with_cors(binding, agent, None)
+    }
+
+    /// As `create`, keeping what the backend allowed the original request's origin (CORS).
+    pub fn create_with_cors(&self, binding: [u8; 32], agent: &str, cors: Option<Arc<Grant>>) -> Option<Arc<Stream>> {
         let token = Token::random()?;
         let now = Instant::now();
         let hex = token.hex();
@@ -108,6 +114,7 @@ impl Hub {
             stem: stem(&token),
             binding,
             agent: agent.to_owned(),
+            cors,
             shared: Arc::clone(&self.shared),
             writer: AtomicWaker::new(),
             slow: AtomicBool::new(false),
@@ -198,6 +205,8 @@ pub struct Stream {
     pub binding: [u8; 32],
     /// The stream's agent, for the envelopes the gateway writes into it.
     agent: String,
+    /// What the backend allowed the original request's origin (CORS), for the answers about this stream.
+    pub cors: Option<Arc<Grant>>,
     shared: Arc<Shared>,
     state: Mutex<State>,
     /// The writer waiting for room, a primary, or a cancel (registered without the lock, and without a clone

@@ -21,6 +21,7 @@ use http::{HeaderMap, HeaderName, Method};
 
 use self::redis::{RedisOptions, RedisStore, StoreObserver};
 use crate::config::{self, duration, StoreKind};
+use crate::cors::Grant;
 use hub::{Hub, Limits, Stream};
 use id::{EventId, Token};
 use metrics::ResumeMetrics;
@@ -45,8 +46,6 @@ pub enum Route {
     Cancel(Token),
     /// Another method on a stream's URL.
     MethodNotAllowed,
-    /// Anything else under the prefix.
-    NotFound,
 }
 
 /// Resumption for one gateway: the held streams, how requests are bound to them, and the metrics.
@@ -56,7 +55,41 @@ pub struct Resumer {
     /// `resume.path_prefix`.
     pub prefix: String,
     key: [u8; 32],
-    bind: Vec<HeaderName>,
+    bind: Vec<Bound>,
+}
+
+/// One value a stream is bound to (`resume.bind_headers`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Bound {
+    /// A whole request header.
+    Header(HeaderName),
+    /// One cookie of the `Cookie` header: `cookie:<name>`, as configured.
+    Cookie(String),
+}
+
+impl Bound {
+    fn parse(s: &str) -> Option<Bound> {
+        match s.split_once(':') {
+            Some((c, name)) if c.eq_ignore_ascii_case("cookie") => {
+                config::is_cookie_name(name).then(|| Bound::Cookie(format!("cookie:{name}")))
+            }
+            Some(_) => None,
+            None => HeaderName::from_bytes(s.as_bytes()).ok().map(Bound::Header),
+        }
+    }
+}
+
+/// The values of the cookies named `name` in a request's `Cookie` fields, in order.
+fn cookie_values<'a>(headers: &'a HeaderMap, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
+    headers
+        .get_all(http::header::COOKIE)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|&b| b == b';'))
+        .filter_map(move |pair| {
+            let pair = pair.trim_ascii();
+            let eq = pair.iter().position(|&b| b == b'=')?;
+            (pair[..eq].trim_ascii() == name.as_bytes()).then(|| pair[eq + 1..].trim_ascii())
+        })
 }
 
 impl Resumer {
@@ -96,7 +129,9 @@ impl Resumer {
         let bind = cfg
             .bind_headers
             .iter()
-            .map(|h| HeaderName::from_bytes(h.as_bytes()).map_err(|e| format!("resume.bind_headers: {e}")))
+            .map(|h| {
+                Bound::parse(h).ok_or_else(|| format!("resume.bind_headers: {h:?} is not a header or cookie:<name>"))
+            })
             .collect::<Result<_, _>>()?;
         let limits = Limits {
             buffer_bytes: cfg.buffer_bytes,
@@ -114,24 +149,39 @@ impl Resumer {
         })
     }
 
-    /// The keyed hash of the bound headers' values: each header's field value as its lines combine (`, `; for
-    /// `Cookie`, `; `, since HTTP/2 clients may split it into one field per cookie), an absent header differing
+    /// The keyed hash of the bound values: each bound header's field value as its lines combine (`, `; for
+    /// `Cookie`, `; `, since HTTP/2 clients may split it into one field per cookie), or each bound cookie's value
+    /// (`cookie:<name>`: the other cookies may change, as a session's rotating ones do); an absent value differs
     /// from an empty one.
     pub fn binding(&self, headers: &HeaderMap) -> [u8; 32] {
         let mut h = blake3::Hasher::new_keyed(&self.key);
-        for name in &self.bind {
-            h.update(&(name.as_str().len() as u64).to_le_bytes());
-            h.update(name.as_str().as_bytes());
-            let sep: &[u8] = if name == http::header::COOKIE { b"; " } else { b", " };
-            let mut values = headers.get_all(name).iter();
+        for bound in &self.bind {
+            // A cookie's label (`cookie:<name>`) is no header name, so the two kinds never hash alike.
+            let (label, values): (&str, Vec<&[u8]>) = match bound {
+                Bound::Header(name) => (
+                    name.as_str(),
+                    headers.get_all(name).iter().map(|v| v.as_bytes()).collect(),
+                ),
+                Bound::Cookie(label) => (
+                    label.as_str(),
+                    cookie_values(headers, &label["cookie:".len()..]).collect(),
+                ),
+            };
+            let sep: &[u8] = match bound {
+                Bound::Header(name) if name != http::header::COOKIE => b", ",
+                _ => b"; ",
+            };
+            h.update(&(label.len() as u64).to_le_bytes());
+            h.update(label.as_bytes());
+            let mut values = values.into_iter();
             match values.next() {
                 None => h.update(&[0]),
                 Some(first) => {
                     h.update(&[1]);
-                    h.update(first.as_bytes());
+                    h.update(first);
                     for v in values {
                         h.update(sep);
-                        h.update(v.as_bytes());
+                        h.update(v);
                     }
                     h.update(&[0xff])
                 }
@@ -140,23 +190,26 @@ impl Resumer {
         *h.finalize().as_bytes()
     }
 
+    /// The token of a stream's URL (`<prefix>/<token>`, 32 hex digits). Nothing else under the prefix is the
+    /// gateway's: a prefix such as `/agent` must not hide the backend's `/agent/run`.
+    pub fn stream_token(&self, path: &str) -> Option<Token> {
+        path.strip_prefix(self.prefix.as_str())?
+            .strip_prefix('/')
+            .and_then(Token::parse)
+    }
+
     /// Whether the request is one the gateway answers from held streams.
     pub fn route(&self, method: &Method, path: &str, headers: &HeaderMap) -> Route {
         let last = headers
             .get(LAST_EVENT_ID)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| EventId::parse(v.trim()));
-        if let Some(rest) = path.strip_prefix(self.prefix.as_str()) {
-            if rest.is_empty() || rest.starts_with('/') {
-                let Some(token) = rest.strip_prefix('/').and_then(Token::parse) else {
-                    return Route::NotFound;
-                };
-                return match *method {
-                    Method::GET => Route::Watch(token, last.filter(|l| l.token == token).map_or(0, |l| l.seq)),
-                    Method::DELETE => Route::Cancel(token),
-                    _ => Route::MethodNotAllowed,
-                };
-            }
+        if let Some(token) = self.stream_token(path) {
+            return match *method {
+                Method::GET => Route::Watch(token, last.filter(|l| l.token == token).map_or(0, |l| l.seq)),
+                Method::DELETE => Route::Cancel(token),
+                _ => Route::MethodNotAllowed,
+            };
         }
         match last {
             Some(id) => Route::Resume(id),
@@ -166,8 +219,8 @@ impl Resumer {
 
     /// A new resumable stream for a translated response (see `Hub::create`); with a mirror, the owner also
     /// watches what other instances ask of it (a primary reading there, a cancel).
-    pub fn create(&self, binding: [u8; 32], agent: &str) -> Option<Arc<Stream>> {
-        let stream = self.hub.create(binding, agent)?;
+    pub fn create(&self, binding: [u8; 32], agent: &str, cors: Option<Grant>) -> Option<Arc<Stream>> {
+        let stream = self.hub.create_with_cors(binding, agent, cors.map(Arc::new))?;
         if let Some(store) = self.hub.mirror() {
             tokio::spawn(watch_remote(Arc::downgrade(&stream), store.clone()));
         }
@@ -271,6 +324,38 @@ mod tests {
     }
 
     #[test]
+    fn a_bound_cookie_is_its_own_value_whatever_the_other_cookies_do() {
+        let cfg = config::Resume {
+            bind_headers: vec!["authorization".into(), "cookie:session".into()],
+            ..config::Resume::default()
+        };
+        let metrics = Arc::new(ResumeMetrics::register(&prometheus::Registry::new()).unwrap());
+        let r = Resumer::new(&cfg, metrics, None).unwrap();
+        let b = |pairs: &[(&str, &str)]| r.binding(&headers(pairs));
+        let one = b(&[("cookie", "session=s1; csrf=a"), ("authorization", "Bearer x")]);
+        assert_eq!(
+            one,
+            b(&[("cookie", "csrf=b; session=s1"), ("authorization", "Bearer x")]),
+            "rotated csrf"
+        );
+        assert_eq!(
+            one,
+            b(&[
+                ("cookie", "csrf=b"),
+                ("cookie", "session=s1"),
+                ("authorization", "Bearer x")
+            ])
+        );
+        assert_ne!(
+            one,
+            b(&[("cookie", "session=s2; csrf=a"), ("authorization", "Bearer x")])
+        );
+        assert_ne!(one, b(&[("cookie", "csrf=a"), ("authorization", "Bearer x")]), "absent");
+        assert_ne!(b(&[("cookie", "session=")]), b(&[]), "empty is not absent");
+        assert_ne!(one, b(&[("cookie", "session=s1; csrf=a")]));
+    }
+
+    #[test]
     fn requests_are_routed_by_their_last_event_id_and_the_stream_urls() {
         let r = resumer();
         let t = Token::random().unwrap();
@@ -290,13 +375,14 @@ mod tests {
         assert_eq!(route(Method::GET, &url, Some(&id(3))), Route::Watch(t, 3));
         assert_eq!(route(Method::DELETE, &url, None), Route::Cancel(t));
         assert_eq!(route(Method::PUT, &url, None), Route::MethodNotAllowed);
+        // Only a stream's URL is the gateway's: anything else under the prefix goes to the backend.
         for other in [
             "/_gateway/streams",
             "/_gateway/streams/",
             "/_gateway/streams/xyz",
             &format!("{url}/x"),
         ] {
-            assert_eq!(route(Method::GET, other, None), Route::NotFound, "{other}");
+            assert_eq!(route(Method::GET, other, None), Route::Forward, "{other}");
         }
         assert_eq!(route(Method::GET, "/_gateway/streamsX", None), Route::Forward);
     }
