@@ -35,88 +35,17 @@ mod harness;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use harness::browser::{available_or_skip, chromium_path, npm_package_installed, Chromium, NODE_MODULES};
-use harness::legacy::{attr, fmt_escape};
+use harness::browser::{available_or_skip, chromium_path, npm_package_installed, Chromium};
+use harness::pages::{expected_text, id_problems, parse_id, run_items, static_answer, text_of, FES, PACE, RUN};
 use harness::prelude::*;
 use harness::relay::CuttingRelay;
 use serde_json::{json, Value};
-use sse_gateway::translate::{translate_all, Options};
 
-/// The agent run's path.
-const RUN: &str = "/agent/run";
-/// Where the pages and their scripts are.
-const PAGES: &str = "tests/external/browser";
-/// The npm package under test.
-const FES: &str = "@microsoft/fetch-event-source";
 /// How long a page runs before it reports anyway (it reports at once on `[DONE]`).
 const PAGE_TIMEOUT: Duration = Duration::from_secs(30);
-/// Events per run, and the pause after each.
-const PIECES: usize = 90;
-const PACE: Duration = Duration::from_millis(55);
 
 /// One Chromium at a time: the machine has two cores, and the runs are paced in real time.
 static ONE_BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// The legacy backend's run: `meta_init`, one text block of [`PIECES`] deltas (with multi-byte characters, so that
-/// cuts land inside them too), `meta_final`, `[DONE]`; one SSE event per item.
-fn run_items() -> Vec<String> {
-    let meta = json!({"format": "xml", "user_query": "write a long answer", "agent_uuid": "agent-resume",
-                      "parent_agent_uuid": null, "model": "m"});
-    let mut items = vec![
-        format!("<meta_init data=\"{}\"></meta_init>", attr(&meta.to_string())),
-        "<content-block-text>".to_owned(),
-    ];
-    for i in 0..PIECES {
-        let piece = match i % 10 {
-            3 => format!("word{i} 😀 "),
-            6 => format!("字{i}\n"),
-            8 => format!("\"q{i}\" <&> "),
-            _ => format!("word{i} "),
-        };
-        items.push(fmt_escape(&piece));
-    }
-    items.push("</content-block-text>".to_owned());
-    let fin = json!({"stop_reason": "end_turn", "total_steps": 1});
-    items.push(format!("<meta_final data=\"{}\"></meta_final>", attr(&fin.to_string())));
-    items.push("[DONE]".to_owned());
-    items
-}
-
-/// The text of the `text` envelopes of a translated stream's `data:` payloads, in order.
-fn text_of<'a>(payloads: impl IntoIterator<Item = &'a str>) -> String {
-    payloads
-        .into_iter()
-        .filter(|d| *d != "[DONE]")
-        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
-        .filter(|v| kind(v) == "text")
-        .map(|v| delta(&v).to_owned())
-        .collect()
-}
-
-/// A static file's bytes and content type, for a request path under `/app/`: a page or `common.js` from [`PAGES`],
-/// or under `/app/fes/` a file of the package's ESM build (whose imports name no extension: `./fetch`).
-fn static_file(path: &str) -> Option<(Vec<u8>, &'static str)> {
-    let file: PathBuf = if let Some(f) = path.strip_prefix("/app/fes/") {
-        let f = if f.ends_with(".js") {
-            f.to_owned()
-        } else {
-            format!("{f}.js")
-        };
-        Path::new(NODE_MODULES).join(FES).join("lib/esm").join(f)
-    } else {
-        Path::new(PAGES).join(path.strip_prefix("/app/")?)
-    };
-    if file.components().any(|c| c == std::path::Component::ParentDir) {
-        return None;
-    }
-    let bytes = std::fs::read(&file).ok()?;
-    let ty = match file.extension().and_then(|e| e.to_str()) {
-        Some("html") => "text/html; charset=utf-8",
-        Some("js") => "text/javascript; charset=utf-8",
-        _ => "application/octet-stream",
-    };
-    Some((bytes, ty))
-}
 
 /// The emulator's answer to each request: the paced run on [`RUN`], static files under `/app/`, `204` to the
 /// page's `POST /report` (recorded, as every request), `404` otherwise.
@@ -128,27 +57,7 @@ fn answer(req: &Recorded, items: &[String]) -> Vec<Step> {
     if path == "/report" {
         return vec![Step::head(204, &[], false)];
     }
-    match static_file(path) {
-        Some((bytes, ty)) => {
-            let len = bytes.len().to_string();
-            vec![
-                Step::head(
-                    200,
-                    &[
-                        ("Content-Type", ty),
-                        ("Content-Length", &len),
-                        ("Cache-Control", "no-store"),
-                    ],
-                    false,
-                ),
-                Step::WriteAll(bytes),
-            ]
-        }
-        None => vec![
-            Step::head(404, &[("Content-Length", "9")], false),
-            Step::write_all(b"not found"),
-        ],
-    }
+    static_answer(path)
 }
 
 /// The emulator, the gateway (default settings), and the relay in front of it with its plan of cuts.
@@ -164,13 +73,7 @@ struct Setup {
 impl Setup {
     async fn start(cuts: &[usize]) -> Setup {
         let items = run_items();
-        let legacy: Vec<u8> = items
-            .iter()
-            .flat_map(|i| format!("data: {i}\n\n").into_bytes())
-            .collect();
-        let translated = translate_all(Options::default(), "unused", &legacy).0;
-        let expected_text = text_of(sse_data(&translated).iter().map(String::as_str));
-        assert!(expected_text.contains("word89"), "the run's text: {expected_text:?}");
+        let expected_text = expected_text(&items);
         let up = Emulator::start(move |req| answer(req, &items)).await;
         let gw = TestGateway::start(&up.url(), |_| {}).await;
         let relay = CuttingRelay::start(gw.addr, cuts).await;
@@ -277,33 +180,8 @@ impl Setup {
         }
 
         // 3. Ids: one stream, seq 1, 2, 3, … (no duplicate, no gap).
-        let mut token: Option<&str> = None;
-        let mut id_problems = Vec::new();
-        for (i, id) in ids.iter().enumerate() {
-            let want_seq = i as u64 + 1;
-            match parse_id(id) {
-                None => id_problems.push(format!("event {want_seq} has id {id:?}, not sg1-<32 hex>-<seq>")),
-                Some((t, seq)) => {
-                    if *token.get_or_insert(t) != t {
-                        id_problems.push(format!("event {want_seq} ({id}) is of another stream"));
-                    }
-                    if seq < want_seq {
-                        id_problems.push(format!("event {want_seq} has seq {seq}: a duplicate"));
-                    } else if seq > want_seq {
-                        id_problems.push(format!("event {want_seq} has seq {seq}: a gap"));
-                    }
-                }
-            }
-        }
-        if !id_problems.is_empty() {
-            let n = id_problems.len();
-            id_problems.truncate(3);
-            problems.push(format!(
-                "{n} of {} events break the id sequence, e.g. {}",
-                ids.len(),
-                id_problems.join("; ")
-            ));
-        }
+        let (id_problem, token) = id_problems(&ids);
+        problems.extend(id_problem);
 
         // 4. What fetch-event-source can see of the contract: the stream's URL header and the first event's retry.
         if check_headers {
@@ -362,16 +240,6 @@ impl Setup {
                 .unwrap_or("(nothing logged)")
         );
     }
-}
-
-/// `sg1-<32 lowercase hex>-<seq>` → (token, seq).
-fn parse_id(id: &str) -> Option<(&str, u64)> {
-    let rest = id.strip_prefix("sg1-")?;
-    let (token, seq) = rest.split_once('-')?;
-    let hex = token.len() == 32 && token.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
-    let digits = !seq.is_empty() && seq.bytes().all(|b| b.is_ascii_digit());
-    (hex && digits).then_some(())?;
-    Some((token, seq.parse().ok()?))
 }
 
 /// Chromium, or `None` when the test is to be skipped (never under CI).

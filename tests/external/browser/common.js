@@ -1,5 +1,6 @@
 // What a test page saw, reported to the test (tests/resume_clients.rs) with one POST /report on the page's
-// origin: {done, reason, events: [{t, id, data, retry}], opens: [{t, status, stream}], errors, notes}.
+// origin: {done, reason, events: [{t, id, data, retry}], opens: [{t, status, stream}], errors, notes}, and what a
+// page adds with put(key, value).
 // The page ends on `[DONE]`, or when it gives up (the `timeout_ms` query parameter, default 25000).
 export function collector() {
   const started = performance.now();
@@ -18,6 +19,9 @@ export function collector() {
     },
     note(what) {
       report.notes.push(`${t()} ms: ${what}`);
+    },
+    put(key, value) {
+      report[key] = value;
     },
     get finished() {
       return sent;
