@@ -385,7 +385,7 @@ fn run_case(pads: &[usize], cuts: &[usize], buffer: usize, sessions: &[Session])
         max_total_bytes: buffer * 64,
         grace: Duration::from_secs(3600),
         retention: Duration::from_secs(3600),
-        retry_ms: 1000,
+        ..Limits::defaults()
     };
     let metrics = ResumeMetrics::register(&prometheus::Registry::new()).map_err(|e| e.to_string())?;
     let hub = Hub::new(limits, Arc::new(metrics), None);

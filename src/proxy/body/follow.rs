@@ -88,7 +88,7 @@ impl Body for Follow {
             Read::Behind => {
                 this.done = true;
                 this.replay.metrics.watchers_closed.inc();
-                gateway_error(this.stream.agent(), "watcher_behind", BEHIND)
+                gateway_error(&this.stream.agent(), "watcher_behind", BEHIND)
             }
             Read::End => {
                 this.done = true;
@@ -113,7 +113,7 @@ impl Drain for Follow {
             return DrainCut::Nothing;
         }
         self.done = true;
-        draining(self.stream.agent())
+        draining(&self.stream.agent())
     }
 }
 

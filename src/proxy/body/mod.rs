@@ -279,6 +279,10 @@ pub trait Layer: Body<Data = Bytes, Error = StreamError> + Drain + Unpin {
     fn ending(&mut self) -> Ending;
     /// What the stream counted so far.
     fn totals(&self) -> Totals;
+    /// The stream's own agent once the upstream named it (the translator's root agent), for what `Hold` writes.
+    fn agent(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// A body's poll result with `StreamError` failures.
