@@ -1375,3 +1375,134 @@ async fn paused_after_first_delta(legacy: &[u8], pause: Duration) -> Emulator {
     ])
     .await
 }
+
+// ------------------------------------------------------------------------------------------------------------
+// 15. Bounds of the memory store (issue 26): the total over streams nobody reads, watchers per stream, and the
+// agent the gateway's own envelopes name.
+// ------------------------------------------------------------------------------------------------------------
+
+/// A run that sends its deltas slowly (about 2 KiB every 5 ms, so each read of it is small), then stays open
+/// until the gateway closes it.
+async fn slow_big_run(conn: UpConn) {
+    let legacy = big_stream(240);
+    conn.script(Ending::Close, async |c| {
+        c.sse_head(true).await?;
+        for chunk in legacy.chunks(2048) {
+            c.send(chunk).await?;
+            c.pause(Duration::from_millis(5)).await?;
+        }
+        c.stall(Duration::from_secs(60)).await
+    })
+    .await
+}
+
+/// The held-bytes gauge once it has not moved for a second.
+async fn held_when_settled(gw: &TestGateway) -> f64 {
+    let deadline = Instant::now() + WAIT;
+    let (mut last, mut same) = (-1.0, 0);
+    while same < 5 {
+        assert!(Instant::now() < deadline, "the held bytes never settled (last {last})");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let held = metric(&gw.metrics().await, "sse_gateway_resume_held_bytes", &[]);
+        if held == last {
+            same += 1;
+        } else {
+            (last, same) = (held, 0);
+        }
+    }
+    last
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_in_grace_hold_no_more_than_the_total_and_a_frame_each() {
+    // The issue's case: 64 KiB buffers, a 1 MiB total, 60 clients that leave right after the head. Nothing in
+    // grace was delivered, so nothing can be trimmed: each pump used to read on to its own buffer (60 × 64 KiB).
+    let up = Upstream::start(slow_big_run).await;
+    let gw = TestGateway::start(&up.url(), |s| {
+        s.resume.buffer_bytes = 65536;
+        s.resume.max_total_bytes = 1 << 20;
+        s.resume.grace_secs = 30.0;
+    })
+    .await;
+    const RUNS: usize = 60;
+    for i in 0..RUNS {
+        // One client each (the caps on streams in grace per binding are not what this measures).
+        let auth = format!("Bearer user-{i}");
+        let c = open(gw.addr, "POST", "/agent/run", &[("authorization", &auth)]).await;
+        assert_eq!(c.status, 200, "{}", c.head);
+        c.disconnect(true);
+    }
+    let grace = metric_until(&gw, "sse_gateway_resume_streams", &[&state("grace")], |v| {
+        v == RUNS as f64
+    })
+    .await;
+    assert_eq!(grace, RUNS as f64, "every run in its grace period");
+    let held = held_when_settled(&gw).await;
+    eprintln!("held by {RUNS} streams in grace: {held} bytes");
+    // A frame is what one read of the upstream brought: a few of its 2 KiB writes; 32 KiB is generous.
+    let frame = 32 << 10;
+    assert!(
+        held >= (1 << 20) as f64,
+        "{held} bytes held: the pumps stopped short of the total"
+    );
+    assert!(
+        held <= ((1 << 20) + RUNS * frame) as f64,
+        "{held} bytes held by streams in grace, past the 1 MiB total and a frame each"
+    );
+    let m = gw.metrics().await;
+    assert!(metric(&m, "sse_gateway_resume_limited_total", &["limit=\"total_bytes\""]) >= 1.0);
+    assert_eq!(resume_streams(&m, "grace"), RUNS as f64, "none given up");
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_past_the_streams_cap_is_refused_429_and_counted() {
+    let up = Emulator::open_until_closed().await;
+    let gw = TestGateway::start(&up.url(), |s| s.resume.max_watchers_per_stream = 2).await;
+    let (_c, _, url) = run_started(gw.addr, &[], 1).await;
+    let w1 = open(gw.addr, "GET", &url, &[]).await;
+    let w2 = open(gw.addr, "GET", &url, &[]).await;
+    assert_eq!((w1.status, w2.status), (200, 200));
+    let (status, head, body) = whole(gw.addr, "GET", &url, &[]).await;
+    assert_eq!(status, 429, "{head}");
+    assert_eq!(header(&head, "content-type"), Some("application/json"), "{head}");
+    assert_eq!(error_code(&body), "too_many_watchers");
+    assert_eq!(requests_counted(&gw, "watchers_full").await, 1.0);
+    // A watcher that leaves makes room.
+    w1.disconnect(true);
+    assert_eq!(
+        metric_until(&gw, "sse_gateway_resume_subscribers", &[], |v| v == 1.0).await,
+        1.0
+    );
+    let w3 = open(gw.addr, "GET", &url, &[]).await;
+    assert_eq!(w3.status, 200, "{}", w3.head);
+    drop((w2, w3));
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_run_is_said_so_in_the_name_of_the_agent_its_meta_init_named() {
+    let up = Upstream::start(async |conn: UpConn| {
+        let events = normal_stream("agent-x", &["hello ".into()]);
+        conn.script(Ending::Close, async |c| {
+            c.sse_head(true).await?;
+            c.send(&events[..3].concat()).await?;
+            c.stall(Duration::from_secs(60)).await
+        })
+        .await
+    })
+    .await;
+    let gw = TestGateway::start(&up.url(), |_| {}).await;
+    // The request names no agent: the gateway's fallback is a random id.
+    let (mut c, token, url) = run_started(gw.addr, &[("x-agent-id", "")], 1).await;
+    let evs = with_ids(&events_of(&c.body), 0, &token);
+    assert_eq!(evs[0].envelope()["agent"], "agent-x", "{evs:?}");
+    let (status, head, _) = whole(gw.addr, "DELETE", &url, &[]).await;
+    assert_eq!(status, 204, "{head}");
+    c.read_to_end(WAIT).await.expect("the run ends");
+    let evs = with_ids(&events_of(&c.body), 0, &token);
+    assert_eq!(ending_error(&evs), "stream_cancelled");
+    let last = evs.last().expect("events").envelope();
+    assert_eq!(last["agent"], "agent-x", "the stream_cancelled envelope: {last}");
+    gw.stop().await;
+}
