@@ -1506,3 +1506,64 @@ async fn a_cancelled_run_is_said_so_in_the_name_of_the_agent_its_meta_init_named
     assert_eq!(last["agent"], "agent-x", "the stream_cancelled envelope: {last}");
     gw.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_whose_client_reads_nothing_is_closed_after_the_write_timeout_and_released() {
+    // More than the kernel buffers for a socket (4 MiB at most here) before the watcher's response stalls, all
+    // of it held (a 32 MiB buffer: the watcher never falls behind), then the run stays open.
+    let legacy = big_stream(12_000);
+    let mut steps = vec![sse_head()];
+    steps.extend(
+        legacy
+            .chunks(64 << 10)
+            .flat_map(|c| [Step::write_all(c), Step::Pause(Duration::from_millis(2))]),
+    );
+    steps.extend([Step::Pause(Duration::from_secs(30)), Step::EndChunks]);
+    let (_up, gw) = gateway_with(steps, |s| {
+        s.resume.watcher_write_timeout_secs = 1.0;
+        s.resume.buffer_bytes = 32 << 20;
+    })
+    .await;
+    let (mut c, _, url) = run_started(gw.addr, &[], 1).await;
+    // The original reads on all along (else the run itself would wait for it).
+    let original = tokio::spawn(async move {
+        let _ = c.read_to_end(Duration::from_secs(60)).await;
+    });
+    // The watcher: a small receive buffer, and nothing read past the head.
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.set_recv_buffer_size(4096).expect("SO_RCVBUF");
+    let mut w = tokio::time::timeout(WAIT, socket.connect(gw.addr))
+        .await
+        .expect("in time")
+        .expect("connect");
+    w.write_all(&request_bytes("GET", &url, &[], "")).await.expect("write");
+    let mut head = vec![0u8; 256];
+    let n = tokio::time::timeout(WAIT, w.read(&mut head))
+        .await
+        .expect("in time")
+        .expect("read");
+    assert!(
+        head[..n].starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&head[..n])
+    );
+    assert_eq!(
+        metric_until(&gw, "sse_gateway_resume_subscribers", &[], |v| v == 1.0).await,
+        1.0
+    );
+    // Closed within the timeout (and a second for the watch), its subscriber gone, while the run goes on.
+    let subscribers = metric_until(&gw, "sse_gateway_resume_subscribers", &[], |v| v == 0.0).await;
+    assert_eq!(subscribers, 0.0, "the stalled watcher is still attached");
+    let m = gw.metrics().await;
+    assert_eq!(
+        metric(&m, "sse_gateway_resume_limited_total", &["limit=\"watcher_stalled\""]),
+        1.0
+    );
+    assert_eq!(resume_streams(&m, "live"), 1.0, "the run goes on");
+    assert!(
+        tokio::time::timeout(WAIT, read_to_eof(&mut w)).await.is_ok(),
+        "the watcher's connection is not closed"
+    );
+    original.abort();
+    gw.stop().await;
+}

@@ -41,6 +41,8 @@ pub struct Limits {
     pub max_grace_per_binding: usize,
     /// Watchers (non-primary subscribers) per stream (`resume.max_watchers_per_stream`).
     pub max_watchers: usize,
+    /// How long a watcher's client may leave an event frame unread (`resume.watcher_write_timeout_secs`).
+    pub watcher_write_timeout: Duration,
 }
 
 impl Limits {
@@ -55,6 +57,7 @@ impl Limits {
             max_grace_streams: 256,
             max_grace_per_binding: 32,
             max_watchers: 16,
+            watcher_write_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -399,6 +402,13 @@ pub struct Cursor {
     pub replay_until: u64,
 }
 
+impl Cursor {
+    /// A reconnection (the original's primary), not a watcher.
+    pub fn is_primary(&self) -> bool {
+        self.generation.is_some()
+    }
+}
+
 /// One held event and the bytes it keeps allocated: its own, and the unused tail of its block if it is the
 /// block's last.
 struct HeldEvent {
@@ -444,6 +454,11 @@ impl Stream {
             // `if let (true, Some(m)) = (st.mirrored, &self.shared.mirror) { m.set_agent(&self.hex, agent) }`
             // (`RedisStore::set_agent`, being added by the Redis work).
         }
+    }
+
+    /// The bounds of the hub holding it.
+    pub fn limits(&self) -> &Limits {
+        &self.shared.limits
     }
 
     /// `sg1-<token>-`.

@@ -107,6 +107,7 @@ impl Resumer {
             max_grace_streams: cfg.max_grace_streams,
             max_grace_per_binding: cfg.max_grace_streams_per_binding,
             max_watchers: cfg.max_watchers_per_stream,
+            watcher_write_timeout: duration(cfg.watcher_write_timeout_secs),
         };
         Ok(Self {
             hub: Hub::new(limits, Arc::clone(&metrics), mirror),

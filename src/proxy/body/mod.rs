@@ -163,6 +163,14 @@ impl ResponseBody {
         ResponseBody::Remote(Box::new(Keepalive::new(follow, keepalive, metrics)))
     }
 
+    /// Gives a watcher's body its connection, which it asks to drop when the client reads nothing for
+    /// `resume.watcher_write_timeout_secs` (see `Follow::watch_connection`).
+    pub fn watch_connection(&mut self, flushes: &Arc<Flushes>) {
+        if let ResponseBody::Followed(b) = self {
+            b.inner_mut().watch_connection(flushes);
+        }
+    }
+
     /// A body read from the upstream (which the drain deadline cuts), rather than one made by the gateway.
     pub fn is_upstream(&self) -> bool {
         !matches!(self, ResponseBody::Full(_))
