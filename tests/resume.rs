@@ -1237,7 +1237,7 @@ fn run_refused(env: &[(&str, &str)]) -> (Option<i32>, String, String) {
 #[test]
 fn bad_resume_settings_stop_the_binary_before_it_binds_and_name_the_key() {
     const KEY: &str = "an-example-binding-key-of-40-characters!";
-    let cases: [(&[(&str, &str)], &str); 7] = [
+    let cases: [(&[(&str, &str)], &str); 11] = [
         (
             &[("SSE_GATEWAY__RESUME__PATH_PREFIX", "no-slash")],
             "resume.path_prefix",
@@ -1257,6 +1257,22 @@ fn bad_resume_settings_stop_the_binary_before_it_binds_and_name_the_key() {
             "resume.bind_headers",
         ),
         (&[("SSE_GATEWAY__RESUME__BINDING_KEY", "short")], "resume.binding_key"),
+        (
+            &[("SSE_GATEWAY__RESUME__MAX_GRACE_STREAMS", "0")],
+            "resume.max_grace_streams",
+        ),
+        (
+            &[("SSE_GATEWAY__RESUME__MAX_GRACE_STREAMS_PER_BINDING", "300")],
+            "resume.max_grace_streams_per_binding",
+        ),
+        (
+            &[("SSE_GATEWAY__RESUME__MAX_WATCHERS_PER_STREAM", "0")],
+            "resume.max_watchers_per_stream",
+        ),
+        (
+            &[("SSE_GATEWAY__RESUME__WATCHER_WRITE_TIMEOUT_SECS", "0")],
+            "resume.watcher_write_timeout_secs",
+        ),
     ];
     for (env, key) in cases {
         let (code, stdout, stderr) = run_refused(env);
