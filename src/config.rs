@@ -335,6 +335,17 @@ pub struct Resume {
     pub redis_key_prefix: String,
     /// Events kept per stream in Redis (`XADD MAXLEN ~`; default 100000).
     pub redis_max_events: usize,
+    /// Streams in their grace period (each keeps its upstream connection) over all clients; past it the one
+    /// waiting longest is given up (default 256: a quarter of the default upstream connections).
+    pub max_grace_streams: usize,
+    /// Streams in their grace period per binding (the bound headers' values: one client); past it that
+    /// client's longest waiting is given up (default 32).
+    pub max_grace_streams_per_binding: usize,
+    /// Watchers of one stream; one more is refused with 429 (default 16).
+    pub max_watchers_per_stream: usize,
+    /// Seconds a watcher's client may read nothing while the gateway has events for it before the watcher
+    /// is closed (default 30).
+    pub watcher_write_timeout_secs: f64,
 }
 
 impl Default for Resume {
@@ -353,6 +364,10 @@ impl Default for Resume {
             redis_url: String::new(),
             redis_key_prefix: "sse-gateway:".into(),
             redis_max_events: 100_000,
+            max_grace_streams: 256,
+            max_grace_streams_per_binding: 32,
+            max_watchers_per_stream: 16,
+            watcher_write_timeout_secs: 30.0,
         }
     }
 }
@@ -369,6 +384,8 @@ pub enum StoreKind {
 pub const MIN_RESUME_BUFFER: usize = 64 << 10;
 /// Ceiling of `resume.buffer_bytes` and `resume.max_total_bytes`.
 pub const MAX_RESUME_BYTES: usize = 64 << 30;
+/// Ceiling of `resume.max_grace_streams` and `resume.max_watchers_per_stream`.
+pub const MAX_RESUME_COUNT: usize = 1 << 20;
 /// Shortest `resume.binding_key`.
 pub const MIN_BINDING_KEY: usize = 32;
 
@@ -400,6 +417,35 @@ impl Resume {
                 ),
             ));
         }
+        if !(1..=MAX_RESUME_COUNT).contains(&self.max_grace_streams) {
+            return Err(invalid(
+                "resume.max_grace_streams",
+                format!("{} is not between 1 and {MAX_RESUME_COUNT}", self.max_grace_streams),
+            ));
+        }
+        if !(1..=self.max_grace_streams).contains(&self.max_grace_streams_per_binding) {
+            return Err(invalid(
+                "resume.max_grace_streams_per_binding",
+                format!(
+                    "{} is not between 1 and resume.max_grace_streams",
+                    self.max_grace_streams_per_binding
+                ),
+            ));
+        }
+        if !(1..=MAX_RESUME_COUNT).contains(&self.max_watchers_per_stream) {
+            return Err(invalid(
+                "resume.max_watchers_per_stream",
+                format!(
+                    "{} is not between 1 and {MAX_RESUME_COUNT}",
+                    self.max_watchers_per_stream
+                ),
+            ));
+        }
+        secs(
+            "resume.watcher_write_timeout_secs",
+            self.watcher_write_timeout_secs,
+            false,
+        )?;
         if self.bind_headers.is_empty() {
             return Err(invalid(
                 "resume.bind_headers",

@@ -385,7 +385,7 @@ fn run_case(pads: &[usize], cuts: &[usize], buffer: usize, sessions: &[Session])
         max_total_bytes: buffer * 64,
         grace: Duration::from_secs(3600),
         retention: Duration::from_secs(3600),
-        retry_ms: 1000,
+        ..Limits::defaults()
     };
     let metrics = ResumeMetrics::register(&prometheus::Registry::new()).map_err(|e| e.to_string())?;
     let hub = Hub::new(limits, Arc::new(metrics), None);
@@ -911,7 +911,6 @@ async fn delete_on_the_stream_url_drops_the_upstream_and_ends_the_original_strea
         (url.as_str(), vec![("authorization", "Bearer b")], "other bound headers"),
         (url.as_str(), vec![], "no bound headers"),
         (random.as_str(), vec![a], "an unknown token"),
-        ("/_gateway/streams/not-a-token", vec![a], "not a token"),
     ] {
         let (status, _, body) = whole(gw.addr, "DELETE", path, &h).await;
         assert_eq!(status, 404, "{why}");
@@ -1237,7 +1236,7 @@ fn run_refused(env: &[(&str, &str)]) -> (Option<i32>, String, String) {
 #[test]
 fn bad_resume_settings_stop_the_binary_before_it_binds_and_name_the_key() {
     const KEY: &str = "an-example-binding-key-of-40-characters!";
-    let cases: [(&[(&str, &str)], &str); 7] = [
+    let cases: [(&[(&str, &str)], &str); 11] = [
         (
             &[("SSE_GATEWAY__RESUME__PATH_PREFIX", "no-slash")],
             "resume.path_prefix",
@@ -1257,6 +1256,22 @@ fn bad_resume_settings_stop_the_binary_before_it_binds_and_name_the_key() {
             "resume.bind_headers",
         ),
         (&[("SSE_GATEWAY__RESUME__BINDING_KEY", "short")], "resume.binding_key"),
+        (
+            &[("SSE_GATEWAY__RESUME__MAX_GRACE_STREAMS", "0")],
+            "resume.max_grace_streams",
+        ),
+        (
+            &[("SSE_GATEWAY__RESUME__MAX_GRACE_STREAMS_PER_BINDING", "300")],
+            "resume.max_grace_streams_per_binding",
+        ),
+        (
+            &[("SSE_GATEWAY__RESUME__MAX_WATCHERS_PER_STREAM", "0")],
+            "resume.max_watchers_per_stream",
+        ),
+        (
+            &[("SSE_GATEWAY__RESUME__WATCHER_WRITE_TIMEOUT_SECS", "0")],
+            "resume.watcher_write_timeout_secs",
+        ),
     ];
     for (env, key) in cases {
         let (code, stdout, stderr) = run_refused(env);
@@ -1374,4 +1389,196 @@ async fn paused_after_first_delta(legacy: &[u8], pause: Duration) -> Emulator {
         Step::EndChunks,
     ])
     .await
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// 15. Bounds of the memory store (issue 26): the total over streams nobody reads, watchers per stream, and the
+// agent the gateway's own envelopes name.
+// ------------------------------------------------------------------------------------------------------------
+
+/// A run that sends its deltas slowly (about 2 KiB every 5 ms, so each read of it is small), then stays open
+/// until the gateway closes it.
+async fn slow_big_run(conn: UpConn) {
+    let legacy = big_stream(240);
+    conn.script(Ending::Close, async |c| {
+        c.sse_head(true).await?;
+        for chunk in legacy.chunks(2048) {
+            c.send(chunk).await?;
+            c.pause(Duration::from_millis(5)).await?;
+        }
+        c.stall(Duration::from_secs(60)).await
+    })
+    .await
+}
+
+/// The held-bytes gauge once it has not moved for a second.
+async fn held_when_settled(gw: &TestGateway) -> f64 {
+    let deadline = Instant::now() + WAIT;
+    let (mut last, mut same) = (-1.0, 0);
+    while same < 5 {
+        assert!(Instant::now() < deadline, "the held bytes never settled (last {last})");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let held = metric(&gw.metrics().await, "sse_gateway_resume_held_bytes", &[]);
+        if held == last {
+            same += 1;
+        } else {
+            (last, same) = (held, 0);
+        }
+    }
+    last
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_in_grace_hold_no_more_than_the_total_and_a_frame_each() {
+    // The issue's case: 64 KiB buffers, a 1 MiB total, 60 clients that leave right after the head. Nothing in
+    // grace was delivered, so nothing can be trimmed: each pump used to read on to its own buffer (60 × 64 KiB).
+    let up = Upstream::start(slow_big_run).await;
+    let gw = TestGateway::start(&up.url(), |s| {
+        s.resume.buffer_bytes = 65536;
+        s.resume.max_total_bytes = 1 << 20;
+        s.resume.grace_secs = 30.0;
+    })
+    .await;
+    const RUNS: usize = 60;
+    for i in 0..RUNS {
+        // One client each (the caps on streams in grace per binding are not what this measures).
+        let auth = format!("Bearer user-{i}");
+        let c = open(gw.addr, "POST", "/agent/run", &[("authorization", &auth)]).await;
+        assert_eq!(c.status, 200, "{}", c.head);
+        c.disconnect(true);
+    }
+    let grace = metric_until(&gw, "sse_gateway_resume_streams", &[&state("grace")], |v| {
+        v == RUNS as f64
+    })
+    .await;
+    assert_eq!(grace, RUNS as f64, "every run in its grace period");
+    let held = held_when_settled(&gw).await;
+    eprintln!("held by {RUNS} streams in grace: {held} bytes");
+    // A frame is what one read of the upstream brought: a few of its 2 KiB writes; 32 KiB is generous.
+    let frame = 32 << 10;
+    assert!(
+        held >= (1 << 20) as f64,
+        "{held} bytes held: the pumps stopped short of the total"
+    );
+    assert!(
+        held <= ((1 << 20) + RUNS * frame) as f64,
+        "{held} bytes held by streams in grace, past the 1 MiB total and a frame each"
+    );
+    let m = gw.metrics().await;
+    assert!(metric(&m, "sse_gateway_resume_limited_total", &["limit=\"total_bytes\""]) >= 1.0);
+    assert_eq!(resume_streams(&m, "grace"), RUNS as f64, "none given up");
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_past_the_streams_cap_is_refused_429_and_counted() {
+    let up = Emulator::open_until_closed().await;
+    let gw = TestGateway::start(&up.url(), |s| s.resume.max_watchers_per_stream = 2).await;
+    let (_c, _, url) = run_started(gw.addr, &[], 1).await;
+    let w1 = open(gw.addr, "GET", &url, &[]).await;
+    let w2 = open(gw.addr, "GET", &url, &[]).await;
+    assert_eq!((w1.status, w2.status), (200, 200));
+    let (status, head, body) = whole(gw.addr, "GET", &url, &[]).await;
+    assert_eq!(status, 429, "{head}");
+    assert_eq!(header(&head, "content-type"), Some("application/json"), "{head}");
+    assert_eq!(error_code(&body), "too_many_watchers");
+    assert_eq!(requests_counted(&gw, "watchers_full").await, 1.0);
+    // A watcher that leaves makes room.
+    w1.disconnect(true);
+    assert_eq!(
+        metric_until(&gw, "sse_gateway_resume_subscribers", &[], |v| v == 1.0).await,
+        1.0
+    );
+    let w3 = open(gw.addr, "GET", &url, &[]).await;
+    assert_eq!(w3.status, 200, "{}", w3.head);
+    drop((w2, w3));
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_run_is_said_so_in_the_name_of_the_agent_its_meta_init_named() {
+    let up = Upstream::start(async |conn: UpConn| {
+        let events = normal_stream("agent-x", &["hello ".into()]);
+        conn.script(Ending::Close, async |c| {
+            c.sse_head(true).await?;
+            c.send(&events[..3].concat()).await?;
+            c.stall(Duration::from_secs(60)).await
+        })
+        .await
+    })
+    .await;
+    let gw = TestGateway::start(&up.url(), |_| {}).await;
+    // The request names no agent: the gateway's fallback is a random id.
+    let (mut c, token, url) = run_started(gw.addr, &[("x-agent-id", "")], 1).await;
+    let evs = with_ids(&events_of(&c.body), 0, &token);
+    assert_eq!(evs[0].envelope()["agent"], "agent-x", "{evs:?}");
+    let (status, head, _) = whole(gw.addr, "DELETE", &url, &[]).await;
+    assert_eq!(status, 204, "{head}");
+    c.read_to_end(WAIT).await.expect("the run ends");
+    let evs = with_ids(&events_of(&c.body), 0, &token);
+    assert_eq!(ending_error(&evs), "stream_cancelled");
+    let last = evs.last().expect("events").envelope();
+    assert_eq!(last["agent"], "agent-x", "the stream_cancelled envelope: {last}");
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_whose_client_reads_nothing_is_closed_after_the_write_timeout_and_released() {
+    // More than the kernel buffers for a socket (4 MiB at most here) before the watcher's response stalls, all
+    // of it held (a 32 MiB buffer: the watcher never falls behind), then the run stays open.
+    let legacy = big_stream(12_000);
+    let mut steps = vec![sse_head()];
+    steps.extend(
+        legacy
+            .chunks(64 << 10)
+            .flat_map(|c| [Step::write_all(c), Step::Pause(Duration::from_millis(2))]),
+    );
+    steps.extend([Step::Pause(Duration::from_secs(30)), Step::EndChunks]);
+    let (_up, gw) = gateway_with(steps, |s| {
+        s.resume.watcher_write_timeout_secs = 1.0;
+        s.resume.buffer_bytes = 32 << 20;
+    })
+    .await;
+    let (mut c, _, url) = run_started(gw.addr, &[], 1).await;
+    // The original reads on all along (else the run itself would wait for it).
+    let original = tokio::spawn(async move {
+        let _ = c.read_to_end(Duration::from_secs(60)).await;
+    });
+    // The watcher: a small receive buffer, and nothing read past the head.
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.set_recv_buffer_size(4096).expect("SO_RCVBUF");
+    let mut w = tokio::time::timeout(WAIT, socket.connect(gw.addr))
+        .await
+        .expect("in time")
+        .expect("connect");
+    w.write_all(&request_bytes("GET", &url, &[], "")).await.expect("write");
+    let mut head = vec![0u8; 256];
+    let n = tokio::time::timeout(WAIT, w.read(&mut head))
+        .await
+        .expect("in time")
+        .expect("read");
+    assert!(
+        head[..n].starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&head[..n])
+    );
+    assert_eq!(
+        metric_until(&gw, "sse_gateway_resume_subscribers", &[], |v| v == 1.0).await,
+        1.0
+    );
+    // Closed within the timeout (and a second for the watch), its subscriber gone, while the run goes on.
+    let subscribers = metric_until(&gw, "sse_gateway_resume_subscribers", &[], |v| v == 0.0).await;
+    assert_eq!(subscribers, 0.0, "the stalled watcher is still attached");
+    let m = gw.metrics().await;
+    assert_eq!(
+        metric(&m, "sse_gateway_resume_limited_total", &["limit=\"watcher_stalled\""]),
+        1.0
+    );
+    assert_eq!(resume_streams(&m, "live"), 1.0, "the run goes on");
+    assert!(
+        tokio::time::timeout(WAIT, read_to_eof(&mut w)).await.is_ok(),
+        "the watcher's connection is not closed"
+    );
+    original.abort();
+    gw.stop().await;
 }

@@ -161,6 +161,10 @@ impl Parser {
         self.scopes.agent()
     }
 
+    pub fn root_agent(&self) -> Option<&str> {
+        self.scopes.root_agent()
+    }
+
     pub fn buffered_bytes(&self) -> usize {
         let state = match &self.state {
             State::Body(b) => b.buffered(),

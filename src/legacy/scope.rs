@@ -56,6 +56,13 @@ impl Scopes {
         self.stack.last().map_or("", |s| s.agent.as_str())
     }
 
+    /// The stream's agent once a `meta_init` settled it (it never changes after that).
+    pub fn root_agent(&self) -> Option<&str> {
+        self.root_known
+            .then(|| self.stack.first().map(|s| s.agent.as_str()))
+            .flatten()
+    }
+
     #[cfg(test)]
     pub fn depth(&self) -> usize {
         self.stack.len()

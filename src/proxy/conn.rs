@@ -115,15 +115,38 @@ impl AsyncWrite for ClientIo {
     }
 }
 
-/// Counts the connection's flushes and wakes the bodies waiting for the next one.
+/// Counts the connection's flushes and wakes the bodies waiting for the next one; and lets a response body ask
+/// for the connection to be dropped (a watcher whose client reads nothing: its body is not polled then, so it
+/// cannot end the response itself).
 #[derive(Default)]
 pub struct Flushes {
     epoch: AtomicU64,
     waiting: AtomicBool,
     wakers: Mutex<Vec<Waker>>,
+    dropped: AtomicBool,
+    drop_waker: atomic_waker::AtomicWaker,
 }
 
 impl Flushes {
+    /// Asks the connection's task to drop the connection (with the responses in flight).
+    pub fn drop_connection(&self) {
+        self.dropped.store(true, Ordering::Release);
+        self.drop_waker.wake();
+    }
+
+    /// Resolves once a response body asked for the connection to be dropped.
+    pub async fn drop_asked(&self) {
+        std::future::poll_fn(|cx| {
+            self.drop_waker.register(cx.waker());
+            if self.dropped.load(Ordering::Acquire) {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await
+    }
+
     pub fn epoch(&self) -> u64 {
         self.epoch.load(Ordering::Acquire)
     }

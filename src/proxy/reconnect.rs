@@ -54,6 +54,7 @@ pub async fn answer(
         Ok(c) => c,
         Err(AttachError::Gap) => return refused(r, shared, Resumption::Gap),
         Err(AttachError::Unknown) => return refused(r, shared, Resumption::Unknown),
+        Err(AttachError::Full) => return refused(r, shared, Resumption::WatchersFull),
     };
     let grant = stream.cors.clone();
     let follow = Follow::new(stream, cursor, Arc::clone(&r.metrics), asked);
@@ -115,6 +116,13 @@ fn refused(r: &Resumer, shared: &Shared, why: Resumption) -> Response<ResponseBo
             StatusCode::GONE,
             "resume_unknown",
             "no such stream is held (unknown or expired), or it has not sent that id",
+        ),
+        // The client may watch again later (or after another watcher left); nothing is wrong with the gateway.
+        Resumption::WatchersFull => gateway_error(
+            m,
+            StatusCode::TOO_MANY_REQUESTS,
+            "too_many_watchers",
+            "this stream has as many watchers as it allows; try again later",
         ),
         // Other bound headers: as if there were no such stream (the 404).
         Resumption::Denied | Resumption::Replayed => not_found(shared),

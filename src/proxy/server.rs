@@ -328,6 +328,7 @@ async fn serve_connection(
             tokio::select! {
                 () = guard.as_mut() => Closing::NoRequest,
                 () = conn::client_left(&stream, &activity) => Closing::Left,
+                () = flushes.drop_asked() => Closing::Dropped,
                 // Only while no request is in flight: the connection closes as hyper's would.
                 () = activity.idle_for(limits.idle) => Closing::Gracefully("idle timeout"),
             }
@@ -337,6 +338,7 @@ async fn serve_connection(
             c = Quiet::new(watches) => match c {
                 Closing::NoRequest => return no_request(peer),
                 Closing::Left => return left(peer),
+                Closing::Dropped => return dropped(peer),
                 Closing::Gracefully(why) => return tracing::debug!(%peer, why, "closing the connection"),
             },
         };
@@ -369,6 +371,7 @@ async fn serve_with_hyper(
     drain: &mut watch::Receiver<bool>,
 ) {
     let (activity, peer) = (Arc::clone(&call.activity), call.peer);
+    let flushes = Arc::clone(&call.flushes);
     let io = ClientIo::new(Arc::clone(stream), Arc::clone(&call.flushes), prefix);
     let service = service_fn(move |req: Request<Incoming>| {
         let resp = call.call(req.map(BodyExt::boxed));
@@ -382,6 +385,7 @@ async fn serve_with_hyper(
         tokio::select! {
             () = guard.as_mut() => Closing::NoRequest,
             () = conn::client_left(stream, &activity) => Closing::Left,
+            () = flushes.drop_asked() => Closing::Dropped,
             () = activity.idle_for(idle) => Closing::Gracefully("idle timeout"),
             _ = drain.wait_for(|d| *d) => Closing::Gracefully("draining"),
         }
@@ -393,6 +397,7 @@ async fn serve_with_hyper(
     let why = match closing {
         Closing::NoRequest => return no_request(peer),
         Closing::Left => return left(peer),
+        Closing::Dropped => return dropped(peer),
         Closing::Gracefully(why) => why,
     };
     tracing::debug!(%peer, why, "closing the connection gracefully");
@@ -420,11 +425,15 @@ impl http1::Service for Call {
         let in_flight = self.activity.begin();
         req.extensions_mut().insert(Arc::clone(&self.flushes));
         let (shared, peer, cut) = (Arc::clone(&self.shared), self.peer, self.cut.clone());
+        let flushes = Arc::clone(&self.flushes);
         // Boxed: an HTTP/2 stream's task holds its service future inline for as long as the stream lasts, so an
         // unboxed (large) future would cost every idle stream its size.
         Box::pin(async move {
             let resp = handle(req, peer, shared).await;
-            resp.map(|body| Tracked::new(body, in_flight, &cut))
+            resp.map(|mut body| {
+                body.watch_connection(&flushes);
+                Tracked::new(body, in_flight, &cut)
+            })
         })
     }
 }
@@ -433,6 +442,8 @@ impl http1::Service for Call {
 enum Closing {
     NoRequest,
     Left,
+    /// A response body asked for it (`Flushes::drop_connection`).
+    Dropped,
     Gracefully(&'static str),
 }
 
@@ -444,6 +455,10 @@ fn log_end(r: Result<(), Box<dyn std::error::Error + Send + Sync>>, peer: Socket
 
 fn no_request(peer: SocketAddr) {
     tracing::debug!(%peer, "no request within the header read timeout: closed");
+}
+
+fn dropped(peer: SocketAddr) {
+    tracing::debug!(%peer, "a response asked for its connection to be dropped (its client reads nothing): dropped");
 }
 
 fn left(peer: SocketAddr) {

@@ -12,9 +12,9 @@
 //! the connected case costs no task and no wake-up. Events the primary (the original client, then whoever
 //! resumed it) has not been sent are never evicted: when they fill `buffer_bytes`, the writer waits.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -22,7 +22,7 @@ use atomic_waker::AtomicWaker;
 use bytes::{Bytes, BytesMut};
 
 use super::id::{id_line_len, put_id_line, stem, Token};
-use super::metrics::{End, Held, ResumeMetrics};
+use super::metrics::{End, Held, Limit, ResumeMetrics};
 use super::redis::RedisStore;
 use crate::cors::Grant;
 use crate::envelope::write_gateway_error;
@@ -35,6 +35,32 @@ pub struct Limits {
     pub grace: Duration,
     pub retention: Duration,
     pub retry_ms: u64,
+    /// Streams in grace over all bindings (`resume.max_grace_streams`): past it the oldest is given up.
+    pub max_grace_streams: usize,
+    /// Streams in grace per binding (`resume.max_grace_streams_per_binding`): past it that binding's oldest is
+    /// given up.
+    pub max_grace_per_binding: usize,
+    /// Watchers (non-primary subscribers) per stream (`resume.max_watchers_per_stream`).
+    pub max_watchers: usize,
+    /// How long a watcher's client may leave an event frame unread (`resume.watcher_write_timeout_secs`).
+    pub watcher_write_timeout: Duration,
+}
+
+impl Limits {
+    /// The documented defaults of `resume.*` (config/default.toml).
+    pub fn defaults() -> Self {
+        Self {
+            buffer_bytes: 1 << 20,
+            max_total_bytes: 256 << 20,
+            grace: Duration::from_secs(30),
+            retention: Duration::from_secs(300),
+            retry_ms: 1000,
+            max_grace_streams: 256,
+            max_grace_per_binding: 32,
+            max_watchers: 16,
+            watcher_write_timeout: Duration::from_secs(30),
+        }
+    }
 }
 
 /// Held events are written into blocks, each shared by the frames written to it, so that an event keeps its
@@ -58,12 +84,99 @@ struct Shared {
     mirror: Option<RedisStore>,
     /// `retry: <retry_ms>\n`, written after the first event's id.
     retry_line: Vec<u8>,
+    /// Writers with no primary attached waiting for the hub's total to fall under `max_total_bytes`.
+    room: Mutex<Vec<Weak<Stream>>>,
+    /// Set while `room` lists a writer: only then does freeing bytes take its lock.
+    room_wanted: AtomicBool,
+    /// The streams in grace, oldest first, for the caps on them.
+    grace: Mutex<GraceIndex>,
 }
 
 impl Shared {
     /// Bytes held over all streams.
     fn total(&self) -> usize {
         self.metrics.held_bytes.get().max(0) as usize
+    }
+
+    /// Whether a writer nobody reads may hold more (see `Stream::writer_check`).
+    fn has_room(&self) -> bool {
+        self.total() < self.limits.max_total_bytes
+    }
+
+    /// Wakes the writers waiting for room, if there is room. Called wherever bytes are freed, so it costs one
+    /// atomic load when nobody waits (no fence on that path: a wake-up lost to a race between a waiter listing
+    /// itself and bytes freed meanwhile is made up by the sweeper within a second, see `Hub::sweep`).
+    fn wake_room(&self) {
+        if !self.room_wanted.load(Ordering::Acquire) || !self.has_room() {
+            return;
+        }
+        let waiting = {
+            let mut room = lock(&self.room);
+            self.room_wanted.store(false, Ordering::Relaxed);
+            std::mem::take(&mut *room)
+        };
+        for s in waiting.iter().filter_map(Weak::upgrade) {
+            s.room_listed.store(false, Ordering::Release);
+            s.writer.wake();
+        }
+    }
+
+    /// Gives up the oldest streams in grace past the caps, `binding`'s first (after a stream of it entered grace).
+    fn enforce_grace_caps(&self, binding: &[u8; 32]) {
+        let victims = lock(&self.grace).over_caps(binding, &self.limits);
+        for (s, why) in victims.into_iter().filter_map(|(w, why)| Some((w.upgrade()?, why))) {
+            s.give_up(why);
+        }
+    }
+}
+
+/// The streams in grace in the order they entered it, over all and per binding (the bindings' counts bound one
+/// client's share of the upstream slots streams in grace keep).
+#[derive(Default)]
+struct GraceIndex {
+    next: u64,
+    order: BTreeMap<u64, (Weak<Stream>, [u8; 32])>,
+    by_binding: HashMap<[u8; 32], BTreeSet<u64>>,
+}
+
+impl GraceIndex {
+    fn enter(&mut self, stream: Weak<Stream>, binding: [u8; 32]) -> u64 {
+        let entry = self.next;
+        self.next += 1;
+        self.order.insert(entry, (stream, binding));
+        self.by_binding.entry(binding).or_default().insert(entry);
+        entry
+    }
+
+    fn leave(&mut self, entry: u64) -> Option<Weak<Stream>> {
+        let (stream, binding) = self.order.remove(&entry)?;
+        if let Some(set) = self.by_binding.get_mut(&binding) {
+            set.remove(&entry);
+            if set.is_empty() {
+                self.by_binding.remove(&binding);
+            }
+        }
+        Some(stream)
+    }
+
+    /// Takes out the streams past the caps (oldest first): `binding`'s, then any.
+    fn over_caps(&mut self, binding: &[u8; 32], limits: &Limits) -> Vec<(Weak<Stream>, Limit)> {
+        let mut out = Vec::new();
+        while let Some(&oldest) = self
+            .by_binding
+            .get(binding)
+            .filter(|set| set.len() > limits.max_grace_per_binding)
+            .and_then(BTreeSet::first)
+        {
+            out.extend(self.leave(oldest).map(|w| (w, Limit::GracePerBinding)));
+        }
+        while self.order.len() > limits.max_grace_streams {
+            let Some((&oldest, _)) = self.order.first_key_value() else {
+                break;
+            };
+            out.extend(self.leave(oldest).map(|w| (w, Limit::GraceStreams)));
+        }
+        out
     }
 }
 
@@ -82,6 +195,9 @@ impl Hub {
                 limits,
                 metrics,
                 mirror,
+                room: Mutex::new(Vec::new()),
+                room_wanted: AtomicBool::new(false),
+                grace: Mutex::new(GraceIndex::default()),
             }),
         }
     }
@@ -108,18 +224,20 @@ impl Hub {
         if let Some(m) = &self.shared.mirror {
             m.create(&hex, binding);
         }
-        let stream = Arc::new(Stream {
+        let stream = Arc::new_cyclic(|me| Stream {
             token,
             hex,
             stem: stem(&token),
             binding,
-            agent: agent.to_owned(),
+            me: me.clone(),
             cors,
             shared: Arc::clone(&self.shared),
             writer: AtomicWaker::new(),
             slow: AtomicBool::new(false),
             cancelled: AtomicBool::new(false),
+            room_listed: AtomicBool::new(false),
             state: Mutex::new(State {
+                agent: agent.to_owned(),
                 events: VecDeque::new(),
                 first: 1,
                 next: 1,
@@ -133,6 +251,9 @@ impl Hub {
                 end: None,
                 ended_at: now,
                 readers: Vec::new(),
+                cursors: 0,
+                watchers: 0,
+                grace_entry: None,
                 starts: Vec::new(),
                 block: BytesMut::new(),
                 block_cap: 0,
@@ -186,7 +307,12 @@ impl Hub {
                 s.trim_delivered(LIVE_FLOOR);
             }
         }
-        before - streams.len()
+        let gone = before - streams.len();
+        drop(streams);
+        // Writers waiting for room are woken as bytes are freed; this catches any wake-up lost to a race.
+        fence(Ordering::SeqCst);
+        self.shared.wake_room();
+        gone
     }
 }
 
@@ -203,8 +329,8 @@ pub struct Stream {
     stem: Vec<u8>,
     /// Keyed hash of the bound request headers of the original request.
     pub binding: [u8; 32],
-    /// The stream's agent, for the envelopes the gateway writes into it.
-    agent: String,
+    /// This stream, for the hub's lists of streams waiting for room and in grace.
+    me: Weak<Stream>,
     /// What the backend allowed the original request's origin (CORS), for the answers about this stream.
     pub cors: Option<Arc<Grant>>,
     shared: Arc<Shared>,
@@ -217,9 +343,14 @@ pub struct Stream {
     slow: AtomicBool,
     /// A cancel (`DELETE`) came: the writer ends the run at its next check.
     cancelled: AtomicBool,
+    /// The writer is listed in the hub's `room` (so it is listed once however often it waits).
+    room_listed: AtomicBool,
 }
 
 struct State {
+    /// The stream's agent, for the envelopes the gateway writes into it or about it: the request's fallback
+    /// until the run names its own (`Stream::set_agent`).
+    agent: String,
     /// Whole events, each with its `id:` line; `events[0]` is event `first`.
     events: VecDeque<HeldEvent>,
     first: u64,
@@ -237,8 +368,15 @@ struct State {
     phase: Held,
     end: Option<End>,
     ended_at: Instant,
-    /// Subscribers waiting for events.
-    readers: Vec<Waker>,
+    /// Subscribers waiting for events, by cursor id: one entry per cursor, removed when it detaches (a silent
+    /// stream would otherwise keep every departed watcher's waker until its next event).
+    readers: Vec<(u64, Waker)>,
+    /// Cursor ids given so far.
+    cursors: u64,
+    /// Watchers attached (subscribers that are not a primary).
+    watchers: usize,
+    /// Its place in the hub's `GraceIndex` while in grace.
+    grace_entry: Option<u64>,
     /// Scratch for `push`: where each event of a frame starts (kept, so a frame costs no allocation for it).
     starts: Vec<u32>,
     /// Where the next events are written: the rest of the last block (see `FIRST_BLOCK`).
@@ -264,11 +402,20 @@ pub enum Go {
 /// A subscriber's place in a stream.
 #[derive(Debug)]
 pub struct Cursor {
+    /// Its key among the stream's waiting readers.
+    id: u64,
     /// The seq of the next event to send.
     next: u64,
     /// Set for a primary (the original's reconnection): its generation.
     generation: Option<u64>,
     pub replay_until: u64,
+}
+
+impl Cursor {
+    /// A reconnection (the original's primary), not a watcher.
+    pub fn is_primary(&self) -> bool {
+        self.generation.is_some()
+    }
 }
 
 /// One held event and the bytes it keeps allocated: its own, and the unused tail of its block if it is the
@@ -296,11 +443,31 @@ pub enum AttachError {
     Gap,
     /// The position asked for has not been written yet (not an id we sent).
     Unknown,
+    /// A watcher, and the stream has `max_watchers_per_stream` of them.
+    Full,
 }
 
 impl Stream {
-    pub fn agent(&self) -> &str {
-        &self.agent
+    /// The stream's agent: the run's own once its translator named it (`set_agent`), else the request's.
+    pub fn agent(&self) -> String {
+        self.state().agent.clone()
+    }
+
+    /// The run named its agent (the translator's root agent): every envelope the gateway writes into or about
+    /// the stream names it from now on. Called by the writer only when it changes.
+    pub fn set_agent(&self, agent: &str) {
+        let mut st = self.state();
+        if st.agent != agent {
+            st.agent = agent.to_owned();
+            // TODO(issue 26, Redis side): store it in the stream's meta hash for readers on other instances:
+            // `if let (true, Some(m)) = (st.mirrored, &self.shared.mirror) { m.set_agent(&self.hex, agent) }`
+            // (`RedisStore::set_agent`, being added by the Redis work).
+        }
+    }
+
+    /// The bounds of the hub holding it.
+    pub fn limits(&self) -> &Limits {
+        &self.shared.limits
     }
 
     /// `sg1-<token>-`.
@@ -333,6 +500,14 @@ impl Stream {
         if let Some((how, kind, message)) = stop {
             return Go::Stop(how, self.stop(&mut st, how, kind, message));
         }
+        // Nobody reads it here, so nothing it holds can go: it holds more only while all streams together hold
+        // less than `max_total_bytes` (each at most a frame past it), and waits for room otherwise.
+        if st.primary.is_none() && !self.shared.has_room() {
+            self.writer.register(cx.waker());
+            if self.wait_for_room() {
+                return Go::Wait;
+            }
+        }
         // Room, or the oldest event was delivered and may go (only while a primary is attached: see `evict`).
         if st.bytes < self.shared.limits.buffer_bytes || (st.primary.is_some() && st.first < st.delivered) {
             return Go::Read;
@@ -341,9 +516,22 @@ impl Stream {
         Go::Wait
     }
 
+    /// Lists the writer (registered) to be woken when the hub's total falls under `max_total_bytes`; false
+    /// when it already has (read on).
+    fn wait_for_room(&self) -> bool {
+        if !self.room_listed.swap(true, Ordering::AcqRel) {
+            self.shared.metrics.limited(Limit::TotalBytes);
+            lock(&self.shared.room).push(self.me.clone());
+        }
+        self.shared.room_wanted.store(true, Ordering::Release);
+        // Bytes freed before the flag was seen: read on rather than wait for the sweeper.
+        fence(Ordering::SeqCst);
+        !self.shared.has_room()
+    }
+
     /// Ends the run with the `error` envelope that says why; returns it as held (with its id).
     fn stop(&self, st: &mut State, how: End, kind: &str, message: &str) -> Bytes {
-        let out = self.push(st, gateway_error(&self.agent, kind, message));
+        let out = self.push(st, gateway_error(&st.agent, kind, message));
         self.end(st, how);
         out
     }
@@ -355,6 +543,19 @@ impl Stream {
         if st.end.is_none() {
             self.stop(&mut st, End::Abandoned, "stream_abandoned", ABANDONED);
         }
+    }
+
+    /// A cap on streams in grace (`why`) gives this one up: ended as abandoned, its writer woken to drop the
+    /// upstream (unless a reconnection came meanwhile).
+    fn give_up(&self, why: Limit) {
+        let mut st = self.state();
+        if st.primary.is_some() || st.end.is_some() {
+            return;
+        }
+        self.shared.metrics.limited(why);
+        self.stop(&mut st, End::Abandoned, "stream_abandoned", GRACE_FULL);
+        drop(st);
+        self.writer.wake();
     }
 
     /// Registers the writer to be woken by a reconnection, a detach or a cancel while the upstream has nothing;
@@ -422,6 +623,12 @@ impl Stream {
         let mut st = self.state();
         if st.primary.is_none() {
             st.away_since = Instant::now();
+            // Read elsewhere: not the longest waiting for a reconnection, whatever the caps on grace give up.
+            if let Some(entry) = st.grace_entry.take() {
+                let mut index = lock(&self.shared.grace);
+                index.leave(entry);
+                st.grace_entry = Some(index.enter(self.me.clone(), self.binding));
+            }
         }
         st.delivered = st.delivered.max(cursor.saturating_add(1).min(st.next));
         // It reads from the store, which holds them: what it got may go here, so the writer has room again
@@ -447,6 +654,12 @@ impl Stream {
         if after + 1 < st.first {
             return Err(AttachError::Gap);
         }
+        if !primary {
+            if st.watchers >= self.shared.limits.max_watchers {
+                return Err(AttachError::Full);
+            }
+            st.watchers += 1;
+        }
         let generation = primary.then(|| {
             let g = st.generations;
             st.generations += 1;
@@ -461,7 +674,9 @@ impl Stream {
             g
         });
         self.shared.metrics.subscribers.inc();
+        st.cursors += 1;
         Ok(Cursor {
+            id: st.cursors,
             next: after + 1,
             generation,
             replay_until: st.next,
@@ -471,6 +686,13 @@ impl Stream {
     /// A subscriber goes away.
     pub fn detach(&self, cursor: &Cursor) {
         self.shared.metrics.subscribers.dec();
+        {
+            let mut st = self.state();
+            st.readers.retain(|(id, _)| *id != cursor.id);
+            if cursor.generation.is_none() {
+                st.watchers = st.watchers.saturating_sub(1);
+            }
+        }
         if let Some(g) = cursor.generation {
             self.detach_primary(g);
         }
@@ -481,6 +703,7 @@ impl Stream {
         if st.primary != Some(generation) {
             return;
         }
+        let was_in_grace = st.grace_entry.is_some();
         if generation != 0 && st.original {
             // A reconnection leaves while the original client still reads: the original is the primary again
             // (it was sent every event), rather than nobody, whose writer would wait for room with no grace timer.
@@ -494,7 +717,13 @@ impl Stream {
             }
         }
         self.update_slow(&st);
+        let entered_grace = !was_in_grace && st.grace_entry.is_some();
+        drop(st);
         self.writer.wake();
+        // Outside the stream's lock: giving up another stream takes its lock.
+        if entered_grace {
+            self.shared.enforce_grace_caps(&self.binding);
+        }
     }
 
     /// The subscriber's next events, or `Pending` with its waker registered.
@@ -508,8 +737,9 @@ impl Stream {
             if st.end.is_some() {
                 return Poll::Ready(Read::End);
             }
-            if !st.readers.iter().any(|w| w.will_wake(cx.waker())) {
-                st.readers.push(cx.waker().clone());
+            match st.readers.iter_mut().find(|(id, _)| *id == cursor.id) {
+                Some((_, w)) => w.clone_from(cx.waker()),
+                None => st.readers.push((cursor.id, cx.waker().clone())),
             }
             return Poll::Pending;
         }
@@ -624,7 +854,7 @@ impl Stream {
         if st.primary == Some(0) {
             st.delivered = st.next;
         }
-        for w in st.readers.drain(..) {
+        for (_, w) in st.readers.drain(..) {
             w.wake();
         }
         out
@@ -662,6 +892,7 @@ impl Stream {
     fn release(&self, freed: usize) {
         if freed > 0 {
             self.shared.metrics.held_bytes.sub(freed as i64);
+            self.shared.wake_room();
         }
     }
 
@@ -688,7 +919,7 @@ impl Stream {
         }
         self.set_phase(st, Held::Retained);
         self.shared.metrics.ended(how);
-        for w in st.readers.drain(..) {
+        for (_, w) in st.readers.drain(..) {
             w.wake();
         }
     }
@@ -698,6 +929,21 @@ impl Stream {
             self.shared.metrics.held(st.phase).dec();
             self.shared.metrics.held(phase).inc();
             st.phase = phase;
+            self.index_grace(st);
+        }
+    }
+
+    /// Keeps the hub's `GraceIndex` in step with the phase (the stream's lock, then the index's: never the other
+    /// way round).
+    fn index_grace(&self, st: &mut State) {
+        let mut index = lock(&self.shared.grace);
+        match (st.phase == Held::Grace, st.grace_entry) {
+            (true, None) => st.grace_entry = Some(index.enter(self.me.clone(), self.binding)),
+            (false, Some(entry)) => {
+                index.leave(entry);
+                st.grace_entry = None;
+            }
+            _ => {}
         }
     }
 
@@ -717,7 +963,10 @@ impl Stream {
         st.first = st.next;
         self.release(bytes);
         self.shared.metrics.held(st.phase).dec();
-        for w in st.readers.drain(..) {
+        if let Some(entry) = st.grace_entry.take() {
+            lock(&self.shared.grace).leave(entry);
+        }
+        for (_, w) in st.readers.drain(..) {
             w.wake();
         }
     }
@@ -739,6 +988,10 @@ fn blank_line_end(s: &[u8]) -> Option<usize> {
 
 /// The `message` of the envelope that ends a run nobody came back to.
 pub const ABANDONED: &str = "nobody reconnected within the grace period: the run was stopped";
+/// The `message` of the envelope that ends a run given up for a newer one in grace (`resume.max_grace_streams`,
+/// `resume.max_grace_streams_per_binding`).
+pub const GRACE_FULL: &str =
+    "too many runs were waiting for a reconnection: this one, the longest waiting, was stopped";
 /// The `message` of the envelope that ends a cancelled run.
 pub const CANCELLED: &str = "the run was cancelled";
 /// The `message` of the envelope that closes a watcher that fell behind.
@@ -759,7 +1012,7 @@ mod tests {
             max_total_bytes: 4 * buffer_bytes,
             grace: Duration::from_millis(grace_ms),
             retention: Duration::from_secs(300),
-            retry_ms: 1000,
+            ..Limits::defaults()
         };
         Hub::new(
             limits,
@@ -1003,6 +1256,182 @@ mod tests {
             Go::Stop(End::Cancelled, _)
         ));
         s.detach(&c);
+    }
+
+    /// A waker that counts its wake-ups.
+    struct Count(std::sync::atomic::AtomicUsize);
+
+    impl std::task::Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn counting() -> (Arc<Count>, Waker) {
+        let c = Arc::new(Count(std::sync::atomic::AtomicUsize::new(0)));
+        (Arc::clone(&c), Waker::from(c))
+    }
+
+    fn limited(h: &Hub, l: Limit) -> u64 {
+        h.shared.metrics.limited[l as usize].get()
+    }
+
+    #[test]
+    fn writers_nobody_reads_stop_at_the_total_and_are_woken_when_room_frees() {
+        // 64 KiB buffers, 256 KiB over all: ten streams in grace could hold 640 KiB without the total.
+        let h = hub(64 << 10, 60_000);
+        let frame = event(1000).len() + 64;
+        let streams: Vec<_> = (0..10)
+            .map(|_| {
+                let s = h.create([0; 32], "a").unwrap();
+                s.append(Bytes::from(event(1000)));
+                s.original_gone();
+                s
+            })
+            .collect();
+        let mut cx = Context::from_waker(Waker::noop());
+        // Round-robin, as their pumps would run: each reads until told to wait.
+        let mut waiting = vec![false; streams.len()];
+        while waiting.iter().any(|w| !w) {
+            for (s, w) in streams.iter().zip(&mut waiting) {
+                match s.writer_check(Instant::now(), &mut cx) {
+                    Go::Read => {
+                        s.append(Bytes::from(event(1000)));
+                    }
+                    Go::Wait => *w = true,
+                    Go::Stop(..) => panic!("stopped"),
+                }
+            }
+        }
+        let total = h.shared.total();
+        assert!(total >= 256 << 10, "stopped short of the total: {total}");
+        assert!(
+            total <= (256 << 10) + streams.len() * frame,
+            "{total} bytes held past the total and a frame per stream"
+        );
+        assert!(limited(&h, Limit::TotalBytes) >= 1);
+        // A waiting writer is woken once bytes are freed: here ended streams forgotten past the total.
+        let (woken, waker) = counting();
+        let mut wcx = Context::from_waker(&waker);
+        assert_eq!(streams[0].writer_check(Instant::now(), &mut wcx), Go::Wait);
+        for s in &streams[1..3] {
+            s.finish(Bytes::new(), End::Completed);
+        }
+        assert!(h.sweep(Instant::now()) >= 1);
+        assert!(h.shared.total() < 256 << 10);
+        assert!(woken.0.load(Ordering::SeqCst) >= 1, "not woken when room freed");
+        assert_eq!(streams[0].writer_check(Instant::now(), &mut wcx), Go::Read);
+    }
+
+    #[test]
+    fn watchers_that_leave_a_silent_stream_leave_no_waker_behind() {
+        let h = hub(1 << 16, 60_000);
+        let s = h.create([0; 32], "a").unwrap();
+        s.append(Bytes::from(event(10)));
+        for _ in 0..1000 {
+            let mut w = s.attach(0, false).unwrap();
+            let (_, waker) = counting();
+            let mut cx = Context::from_waker(&waker);
+            assert!(matches!(s.poll_read(&mut w, &mut cx), Poll::Ready(Read::Events(..))));
+            assert!(s.poll_read(&mut w, &mut cx).is_pending(), "the stream is silent");
+            s.detach(&w);
+        }
+        assert_eq!(s.state().readers.len(), 0, "wakers of departed watchers kept");
+        // One still attached is woken by the next event.
+        let mut w = s.attach(1, false).unwrap();
+        let (woken, waker) = counting();
+        assert!(s.poll_read(&mut w, &mut Context::from_waker(&waker)).is_pending());
+        assert!(s.poll_read(&mut w, &mut Context::from_waker(&waker)).is_pending());
+        assert_eq!(s.state().readers.len(), 1, "one entry per cursor");
+        s.append(Bytes::from(event(10)));
+        assert_eq!(woken.0.load(Ordering::SeqCst), 1);
+        s.detach(&w);
+    }
+
+    #[test]
+    fn past_the_caps_on_streams_in_grace_the_longest_waiting_is_given_up() {
+        let limits = Limits {
+            max_grace_streams: 3,
+            max_grace_per_binding: 2,
+            ..Limits::defaults()
+        };
+        let h = Hub::new(
+            limits,
+            Arc::new(ResumeMetrics::register(&prometheus::Registry::new()).unwrap()),
+            None,
+        );
+        let away = |binding: u8| {
+            let s = h.create([binding; 32], "a").unwrap();
+            s.append(Bytes::from(event(1)));
+            s.original_gone();
+            s
+        };
+        let abandoned = |s: &Stream| {
+            let mut c = s.attach(0, false).unwrap();
+            let (got, _) = read_all(s, &mut c);
+            s.detach(&c);
+            s.has_ended() && String::from_utf8_lossy(&got).contains(GRACE_FULL)
+        };
+        let a: Vec<_> = (0..3).map(|_| away(1)).collect();
+        assert!(abandoned(&a[0]), "binding 1's oldest is given up at its third");
+        assert!(!a[1].has_ended() && !a[2].has_ended());
+        assert_eq!(limited(&h, Limit::GracePerBinding), 1);
+        // Its writer learns it at its next check (and drops the upstream).
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(matches!(
+            a[0].writer_check(Instant::now(), &mut cx),
+            Go::Stop(End::Abandoned, _)
+        ));
+        // A reconnection takes a stream out of grace: it no longer counts.
+        let back = a[1].attach(1, true).unwrap();
+        let b: Vec<_> = (0..2).map(|_| away(2)).collect();
+        assert!(!a[2].has_ended(), "three in grace: within the cap");
+        let b3 = away(3);
+        assert!(abandoned(&a[2]), "the oldest of all is given up at the fourth");
+        assert!(!a[1].has_ended() && !b.iter().any(|s| s.has_ended()) && !b3.has_ended());
+        assert_eq!(limited(&h, Limit::GraceStreams), 1);
+        assert_eq!(h.shared.metrics.held(Held::Grace).get(), 3);
+        a[1].detach(&back);
+    }
+
+    #[test]
+    fn a_stream_takes_as_many_watchers_as_its_cap_and_any_reconnection() {
+        let limits = Limits {
+            max_watchers: 2,
+            ..Limits::defaults()
+        };
+        let h = Hub::new(
+            limits,
+            Arc::new(ResumeMetrics::register(&prometheus::Registry::new()).unwrap()),
+            None,
+        );
+        let s = h.create([0; 32], "a").unwrap();
+        s.append(Bytes::from(event(1)));
+        let w1 = s.attach(0, false).unwrap();
+        let w2 = s.attach(0, false).unwrap();
+        assert_eq!(s.attach(0, false).unwrap_err(), AttachError::Full);
+        let r = s.attach(1, true).expect("a reconnection is never refused for watchers");
+        s.detach(&w1);
+        let w3 = s.attach(0, false).expect("room again once one left");
+        for c in [&w2, &w3, &r] {
+            s.detach(c);
+        }
+    }
+
+    #[test]
+    fn the_envelopes_the_gateway_writes_name_the_agent_the_run_named() {
+        let h = hub(1 << 16, 60_000);
+        let s = h.create([0; 32], "fallback-uuid").unwrap();
+        s.append(Bytes::from(event(1)));
+        s.set_agent("agent-x");
+        s.cancel();
+        let Go::Stop(End::Cancelled, out) = s.writer_check(Instant::now(), &mut Context::from_waker(Waker::noop()))
+        else {
+            panic!("not cancelled");
+        };
+        let out = String::from_utf8_lossy(&out);
+        assert!(out.contains(r#""agent":"agent-x""#), "{out}");
+        assert_eq!(s.agent(), "agent-x");
     }
 
     #[test]

@@ -14,6 +14,22 @@ label_enum! {
         Gap = "gap",
         Unknown = "unknown",
         Denied = "denied",
+        /// A watcher refused: the stream has `resume.max_watchers_per_stream` of them (429).
+        WatchersFull = "watchers_full",
+    }
+}
+
+label_enum! {
+    /// A bound of the memory store that acted (`resume_limited_total{limit}`).
+    pub enum Limit {
+        /// A writer nobody reads paused: all streams together held `resume.max_total_bytes`.
+        TotalBytes = "total_bytes",
+        /// The longest waiting stream in grace given up: `resume.max_grace_streams` were in grace.
+        GraceStreams = "grace_streams",
+        /// The binding's longest waiting stream in grace given up: `resume.max_grace_streams_per_binding`.
+        GracePerBinding = "grace_per_binding",
+        /// A watcher closed: its client read nothing for `resume.watcher_write_timeout_secs`.
+        WatcherStalled = "watcher_stalled",
     }
 }
 
@@ -54,6 +70,7 @@ pub struct ResumeMetrics {
     pub subscribers: IntGauge,
     pub ended: [IntCounter; End::ALL.len()],
     pub watchers_closed: IntCounter,
+    pub limited: [IntCounter; Limit::ALL.len()],
     pub store_ops: IntCounterVec,
     pub store_seconds: HistogramVec,
     pub unresumable: IntCounter,
@@ -103,6 +120,14 @@ impl ResumeMetrics {
                 "resume_watchers_closed_total",
                 "Watchers closed because they fell behind what the stream holds.",
             )?,
+            limited: counters(
+                r,
+                "resume_limited_total",
+                "Times a bound of held streams acted, by bound: a writer nobody reads paused at the total, a \
+                 stream in grace given up past a cap, a watcher closed for not reading.",
+                "limit",
+                Limit::ALL.map(Limit::as_str),
+            )?,
             store_ops: register(
                 r,
                 IntCounterVec::new(
@@ -149,5 +174,9 @@ impl ResumeMetrics {
 
     pub fn ended(&self, how: End) {
         self.ended[how as usize].inc();
+    }
+
+    pub fn limited(&self, limit: Limit) {
+        self.limited[limit as usize].inc();
     }
 }

@@ -139,6 +139,10 @@ impl Resumer {
             grace: duration(cfg.grace_secs),
             retention: duration(cfg.retention_secs),
             retry_ms: cfg.retry_ms,
+            max_grace_streams: cfg.max_grace_streams,
+            max_grace_per_binding: cfg.max_grace_streams_per_binding,
+            max_watchers: cfg.max_watchers_per_stream,
+            watcher_write_timeout: duration(cfg.watcher_write_timeout_secs),
         };
         Ok(Self {
             hub: Hub::new(limits, Arc::clone(&metrics), mirror),

@@ -113,6 +113,11 @@ impl<O: Observer> Translator<O> {
         self.parser.agent()
     }
 
+    /// The stream's own agent once a `meta_init` named it (`None` while it is the fallback by default).
+    pub fn root_agent(&self) -> Option<&str> {
+        self.parser.root_agent()
+    }
+
     pub fn observer(&self) -> &O {
         &self.observer
     }

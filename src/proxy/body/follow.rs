@@ -4,17 +4,19 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
 use super::{Drain, Ending, Layer, Polled, Totals};
+use crate::proxy::conn::Flushes;
 use crate::proxy::drain::{write_draining_envelope, DrainCut, DRAINING_MESSAGE};
 use crate::resume::hub::{gateway_error, Cursor, Read, Stream, BEHIND};
-use crate::resume::metrics::{End, ResumeMetrics};
+use crate::resume::metrics::{End, Limit, ResumeMetrics};
 use crate::resume::redis::{ReadError, RemoteReader};
 
 /// What both kinds of subscriber count: events and bytes replayed, and the time to the first replayed byte.
@@ -54,6 +56,51 @@ pub struct Follow {
     cursor: Cursor,
     replay: Replay,
     done: bool,
+    /// A watcher's write watch and its connection's flushes, once it has its connection.
+    stall: Option<(Arc<Stall>, Arc<Flushes>)>,
+}
+
+/// Whether a watcher's client reads. The connection polls a body only when it has written what it was given
+/// (or has room for more), and says when all of it is written (`Flushes`): frames handed out, no flush since,
+/// and no poll for `resume.watcher_write_timeout_secs` means the client has left them unread that long. The body
+/// cannot act then (it is not polled): a small task per watcher (`watchdog`) looks when the timeout would pass
+/// and asks the connection to be dropped.
+struct Stall {
+    since: Instant,
+    /// The last poll: milliseconds after `since`.
+    polled: AtomicU64,
+    /// The connection's flush count at the last poll.
+    epoch: AtomicU64,
+    /// Frames were handed out since that flush count was seen.
+    unflushed: AtomicBool,
+}
+
+impl Stall {
+    fn ms(&self) -> u64 {
+        u64::try_from(self.since.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+}
+
+/// Until the watcher ends: drops its connection once frames it handed out stayed unwritten, with no poll, for
+/// `timeout`.
+async fn watchdog(stall: Weak<Stall>, flushes: Arc<Flushes>, timeout: Duration, metrics: Arc<ResumeMetrics>) {
+    let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+    loop {
+        let Some(s) = stall.upgrade() else { return };
+        let now = s.ms();
+        let waiting = s.unflushed.load(Ordering::Acquire) && flushes.epoch() == s.epoch.load(Ordering::Acquire);
+        let due = s.polled.load(Ordering::Acquire).saturating_add(timeout_ms);
+        if waiting && now >= due {
+            tracing::debug!("a watcher's client read nothing for resume.watcher_write_timeout_secs: closed");
+            metrics.limited(Limit::WatcherStalled);
+            flushes.drop_connection();
+            return;
+        }
+        let next = if waiting { due } else { now.saturating_add(timeout_ms) };
+        let at = tokio::time::Instant::from_std(s.since) + Duration::from_millis(next.max(now + 10));
+        drop(s);
+        tokio::time::sleep_until(at).await;
+    }
 }
 
 impl Follow {
@@ -66,7 +113,33 @@ impl Follow {
                 asked: Some(asked),
             },
             done: false,
+            stall: None,
         }
+    }
+
+    /// A watcher's connection: dropped when its client leaves frames unread for the stream's
+    /// `watcher_write_timeout` (a reconnection is not watched: a primary that reads nothing holds the upstream
+    /// back, which is backpressure, not a leak).
+    pub fn watch_connection(&mut self, flushes: &Arc<Flushes>) {
+        if self.cursor.is_primary() || self.stall.is_some() {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let stall = Arc::new(Stall {
+            since: Instant::now(),
+            polled: AtomicU64::new(0),
+            epoch: AtomicU64::new(flushes.epoch()),
+            unflushed: AtomicBool::new(false),
+        });
+        rt.spawn(watchdog(
+            Arc::downgrade(&stall),
+            Arc::clone(flushes),
+            self.stream.limits().watcher_write_timeout,
+            Arc::clone(&self.replay.metrics),
+        ));
+        self.stall = Some((stall, Arc::clone(flushes)));
     }
 }
 
@@ -79,6 +152,14 @@ impl Body for Follow {
         if this.done {
             return Poll::Ready(None);
         }
+        // Polled: the connection wrote what it was given, or has room for more.
+        if let Some((s, flushes)) = &this.stall {
+            s.polled.store(s.ms(), Ordering::Release);
+            let epoch = flushes.epoch();
+            if s.epoch.swap(epoch, Ordering::AcqRel) != epoch {
+                s.unflushed.store(false, Ordering::Release);
+            }
+        }
         let read = std::task::ready!(this.stream.poll_read(&mut this.cursor, cx));
         let bytes = match read {
             Read::Events(bytes, events, replayed) => {
@@ -88,13 +169,16 @@ impl Body for Follow {
             Read::Behind => {
                 this.done = true;
                 this.replay.metrics.watchers_closed.inc();
-                gateway_error(this.stream.agent(), "watcher_behind", BEHIND)
+                gateway_error(&this.stream.agent(), "watcher_behind", BEHIND)
             }
             Read::End => {
                 this.done = true;
                 return Poll::Ready(None);
             }
         };
+        if let Some((s, _)) = &this.stall {
+            s.unflushed.store(true, Ordering::Release);
+        }
         Poll::Ready(Some(Ok(Frame::data(bytes))))
     }
 
@@ -113,7 +197,7 @@ impl Drain for Follow {
             return DrainCut::Nothing;
         }
         self.done = true;
-        draining(self.stream.agent())
+        draining(&self.stream.agent())
     }
 }
 

@@ -25,6 +25,8 @@ pub struct Hold<L: Layer + Send + 'static> {
     inner: Option<L>,
     stream: Option<Arc<Stream>>,
     ended: bool,
+    /// The stream was given the run's own agent (see `write_next`).
+    named: bool,
 }
 
 impl<L: Layer + Send + 'static> Hold<L> {
@@ -33,6 +35,7 @@ impl<L: Layer + Send + 'static> Hold<L> {
             inner: Some(inner),
             stream,
             ended: false,
+            named: false,
         }
     }
 
@@ -69,7 +72,7 @@ impl<L: Layer + Send + 'static> Body for Hold<L> {
                 Go::Stop(_, out) => return this.stop(out),
             }
         }
-        let polled = write_next(inner, stream, cx);
+        let polled = write_next(inner, stream, &mut this.named, cx);
         this.ended = matches!(polled, Poll::Ready(None | Some(Err(_))));
         polled
     }
@@ -128,6 +131,7 @@ impl<L: Layer + Send + 'static> Drop for Hold<L> {
                     inner,
                     stream,
                     grace: None,
+                    named: self.named,
                 });
             }
             // No grace, or no runtime to read on in (shutdown): ends now with its `stream_abandoned` envelope.
@@ -142,6 +146,7 @@ struct Pump<L: Layer> {
     inner: L,
     stream: Arc<Stream>,
     grace: Option<Pin<Box<Sleep>>>,
+    named: bool,
 }
 
 impl<L: Layer> Pump<L> {
@@ -178,7 +183,7 @@ impl<L: Layer> Future for Pump<L> {
                     return Poll::Pending;
                 }
             }
-            match write_next(&mut this.inner, &this.stream, cx) {
+            match write_next(&mut this.inner, &this.stream, &mut this.named, cx) {
                 Poll::Pending if this.grace_over(cx) => continue,
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Some(Ok(_))) => {}
@@ -190,8 +195,10 @@ impl<L: Layer> Future for Pump<L> {
 
 /// One read of the upstream into the stream, for both writers (the original body, then the pump): its events
 /// with their ids, or its end held. Pending, the writer is registered for a reconnection, a detach or a cancel.
-fn write_next<L: Layer>(inner: &mut L, stream: &Stream, cx: &mut Context<'_>) -> Polled {
-    match Pin::new(inner).poll_frame(cx) {
+/// Until the run names its own agent (`named`), each frame asks the translator whether it has: the envelopes the
+/// gateway writes about the stream then name it (one flag test per frame afterwards).
+fn write_next<L: Layer>(inner: &mut L, stream: &Stream, named: &mut bool, cx: &mut Context<'_>) -> Polled {
+    match Pin::new(&mut *inner).poll_frame(cx) {
         Poll::Pending => {
             if !stream.writer_waits(cx) {
                 // A cancel came meanwhile: poll again to see it.
@@ -200,6 +207,13 @@ fn write_next<L: Layer>(inner: &mut L, stream: &Stream, cx: &mut Context<'_>) ->
             Poll::Pending
         }
         Poll::Ready(Some(Ok(frame))) => Poll::Ready(Some(Ok(match frame.into_data() {
+            Ok(data) if !*named => {
+                if let Some(agent) = inner.agent() {
+                    stream.set_agent(agent);
+                    *named = true;
+                }
+                Frame::data(stream.append(data))
+            }
             Ok(data) => Frame::data(stream.append(data)),
             Err(frame) => frame,
         }))),

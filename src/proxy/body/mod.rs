@@ -163,6 +163,14 @@ impl ResponseBody {
         ResponseBody::Remote(Box::new(Keepalive::new(follow, keepalive, metrics)))
     }
 
+    /// Gives a watcher's body its connection, which it asks to drop when the client reads nothing for
+    /// `resume.watcher_write_timeout_secs` (see `Follow::watch_connection`).
+    pub fn watch_connection(&mut self, flushes: &Arc<Flushes>) {
+        if let ResponseBody::Followed(b) = self {
+            b.inner_mut().watch_connection(flushes);
+        }
+    }
+
     /// A body read from the upstream (which the drain deadline cuts), rather than one made by the gateway.
     pub fn is_upstream(&self) -> bool {
         !matches!(self, ResponseBody::Full(_))
@@ -279,6 +287,10 @@ pub trait Layer: Body<Data = Bytes, Error = StreamError> + Drain + Unpin {
     fn ending(&mut self) -> Ending;
     /// What the stream counted so far.
     fn totals(&self) -> Totals;
+    /// The stream's own agent once the upstream named it (the translator's root agent), for what `Hold` writes.
+    fn agent(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// A body's poll result with `StreamError` failures.

@@ -127,6 +127,10 @@ impl<L> Keepalive<L> {
             metrics,
         }
     }
+
+    pub fn inner_mut(&mut self) -> &mut L {
+        &mut self.inner
+    }
 }
 
 impl<L: Layer> Body for Keepalive<L> {

@@ -192,6 +192,10 @@ impl<B: Gather> Layer for Translate<B> {
     fn totals(&self) -> Totals {
         Totals::of(self.bytes_in, Some(&self.translator))
     }
+
+    fn agent(&self) -> Option<&str> {
+        self.translator.root_agent()
+    }
 }
 
 #[cfg(test)]
