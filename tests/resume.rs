@@ -111,14 +111,6 @@ async fn whole(addr: SocketAddr, method: &str, path: &str, extra: &[(&str, &str)
     (c.status, c.head.clone(), c.body)
 }
 
-/// The value of header `name` in a raw response head.
-fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
-    head.split("\r\n")
-        .filter_map(|l| l.split_once(':'))
-        .find(|(k, _)| k.trim().eq_ignore_ascii_case(name))
-        .map(|(_, v)| v.trim())
-}
-
 /// One SSE event of the gateway's output, as written.
 #[derive(Debug, Clone, PartialEq)]
 struct Ev {
@@ -204,7 +196,7 @@ fn ending_error(evs: &[Ev]) -> String {
 
 /// The token and URL a translated response names.
 fn stream_of(head: &str) -> (String, String) {
-    let url = header(head, "x-gateway-stream")
+    let url = header_value(head, "x-gateway-stream")
         .expect("an X-Gateway-Stream header")
         .to_owned();
     let token = url
@@ -558,7 +550,7 @@ async fn translated_events_carry_consecutive_ids_the_first_a_retry_and_the_head_
     // Pass-through: the upstream's bytes, no id and no stream URL.
     let (status, head, body) = whole(gw.addr, "POST", "/agent/run", &[("x-stream-format", "legacy")]).await;
     assert_eq!(status, 200, "{head}");
-    assert_eq!(header(&head, "x-gateway-stream"), None, "{head}");
+    assert_eq!(header_value(&head, "x-gateway-stream"), None, "{head}");
     assert!(
         !String::from_utf8_lossy(&body).contains("id:"),
         "an id in a pass-through stream"
@@ -594,9 +586,13 @@ async fn a_reconnect_from_each_position_replays_exactly_the_events_after_it_and_
         let last = id(&token, k);
         let (status, rhead, rbody) = whole(gw.addr, method, path, &[("last-event-id", &last)]).await;
         assert_eq!(status, 200, "after {k}: {rhead}");
-        assert_eq!(header(&rhead, "content-type"), Some("text/event-stream"), "{rhead}");
         assert_eq!(
-            header(&rhead, "x-gateway-stream").map(str::to_owned),
+            header_value(&rhead, "content-type"),
+            Some("text/event-stream"),
+            "{rhead}"
+        );
+        assert_eq!(
+            header_value(&rhead, "x-gateway-stream").map(str::to_owned),
             Some(stream_of(&head).1)
         );
         let want: String = evs[k as usize..].iter().map(|e| e.raw.as_str()).collect();
@@ -951,7 +947,7 @@ async fn watchers_attached_mid_run_get_the_whole_stream_or_the_events_after_thei
     let mut w3 = open(gw.addr, "GET", &url, &[a, ("last-event-id", &id(&token, 3))]).await;
     for w in [&w1, &w2, &w3] {
         assert_eq!(w.status, 200, "{}", w.head);
-        assert_eq!(header(&w.head, "content-type"), Some("text/event-stream"));
+        assert_eq!(header_value(&w.head, "content-type"), Some("text/event-stream"));
     }
     let subscribers = metric_until(&gw, "sse_gateway_resume_subscribers", &[], |v| v == 3.0).await;
     assert_eq!(subscribers, 3.0);
@@ -1480,7 +1476,7 @@ async fn a_watcher_past_the_streams_cap_is_refused_429_and_counted() {
     assert_eq!((w1.status, w2.status), (200, 200));
     let (status, head, body) = whole(gw.addr, "GET", &url, &[]).await;
     assert_eq!(status, 429, "{head}");
-    assert_eq!(header(&head, "content-type"), Some("application/json"), "{head}");
+    assert_eq!(header_value(&head, "content-type"), Some("application/json"), "{head}");
     assert_eq!(error_code(&body), "too_many_watchers");
     assert_eq!(requests_counted(&gw, "watchers_full").await, 1.0);
     // A watcher that leaves makes room.

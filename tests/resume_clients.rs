@@ -33,10 +33,12 @@
 mod harness;
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use harness::browser::{available_or_skip, chromium_path, npm_package_installed, Chromium};
-use harness::pages::{expected_text, id_problems, parse_id, run_items, static_answer, text_of, FES, PACE, RUN};
+use harness::browser::{available_or_skip, chromium_path, npm_package_installed};
+use harness::pages::{
+    await_report, expected_text, id_problems, parse_id, run_items, static_answer, text_of, FES, PACE, RUN,
+};
 use harness::prelude::*;
 use harness::relay::CuttingRelay;
 use serde_json::{json, Value};
@@ -93,37 +95,7 @@ impl Setup {
         let url = self
             .relay
             .url(&format!("/app/{page}{sep}timeout_ms={}", PAGE_TIMEOUT.as_millis()));
-        let browser = Chromium::open(chromium, &url);
-        let deadline = Instant::now() + PAGE_TIMEOUT + PATIENCE;
-        let report = loop {
-            if let Some(r) = self.up.recorded().into_iter().find(|r| r.target == "/report") {
-                break r;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{page}: no report from the page in {:?}; requests the backend saw: {:?}\nchromium:\n{}",
-                PAGE_TIMEOUT + PATIENCE,
-                self.up
-                    .recorded()
-                    .iter()
-                    .map(|r| format!("{} {}", r.method, r.target))
-                    .collect::<Vec<_>>(),
-                browser.console(40)
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
-        // A stray reconnect after the end would show up here.
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let console = browser.console(20);
-        drop(browser);
-        let mut v: Value = serde_json::from_slice(&report.body).unwrap_or_else(|e| {
-            panic!(
-                "{page}: report is not JSON ({e}): {}",
-                String::from_utf8_lossy(&report.body)
-            )
-        });
-        v["console"] = console.into();
-        v
+        await_report(chromium, &url, &self.up, PAGE_TIMEOUT, page).await
     }
 
     /// Everything wrong with what the page saw, the relay did and the backend was asked.

@@ -19,11 +19,13 @@
 mod harness;
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use harness::browser::{available_or_skip, chromium_path, npm_package_installed, Chromium};
+use harness::browser::{available_or_skip, chromium_path, npm_package_installed};
 use harness::cors::Cors;
-use harness::pages::{expected_text, id_problems, parse_id, run_items, static_answer, text_of, FES, PACE, RUN};
+use harness::pages::{
+    await_report, expected_text, id_problems, parse_id, run_items, static_answer, text_of, FES, PACE, RUN,
+};
 use harness::prelude::*;
 use serde_json::{json, Value};
 
@@ -141,36 +143,7 @@ async fn run_page(chromium: &std::path::Path, site: &Emulator, gw: &TestGateway,
         origin(gw.addr),
         PAGE_TIMEOUT.as_millis()
     );
-    let browser = Chromium::open(chromium, &url);
-    let deadline = Instant::now() + PAGE_TIMEOUT + PATIENCE;
-    let report = loop {
-        if let Some(r) = site.recorded().into_iter().find(|r| r.target == "/report") {
-            break r;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{mode}: no report from the page in {:?}; requests its origin saw: {:?}\nchromium:\n{}",
-            PAGE_TIMEOUT + PATIENCE,
-            site.recorded()
-                .iter()
-                .map(|r| format!("{} {}", r.method, r.target))
-                .collect::<Vec<_>>(),
-            browser.console(40)
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    // A stray reconnect after the end would show up here.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let console = browser.console(20);
-    drop(browser);
-    let mut v: Value = serde_json::from_slice(&report.body).unwrap_or_else(|e| {
-        panic!(
-            "{mode}: report is not JSON ({e}): {}",
-            String::from_utf8_lossy(&report.body)
-        )
-    });
-    v["console"] = console.into();
-    v
+    await_report(chromium, &url, site, PAGE_TIMEOUT, mode).await
 }
 
 /// The page's events as (ids, data payloads).
@@ -379,14 +352,6 @@ async fn head_of(addr: std::net::SocketAddr, request: String) -> (u16, String) {
         .expect("a response head in time")
 }
 
-/// The value of header `name` in a response head, if any.
-fn header_in<'a>(head: &'a str, name: &str) -> Option<&'a str> {
-    head.split("\r\n")
-        .filter_map(|l| l.split_once(':'))
-        .find(|(k, _)| k.trim().eq_ignore_ascii_case(name))
-        .map(|(_, v)| v.trim())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cross_origin_policy_is_never_widened_to_another_origin() {
     let setup = Setup::start().await;
@@ -446,7 +411,7 @@ async fn cross_origin_policy_is_never_widened_to_another_origin() {
     let mut problems = Vec::new();
     // Only whether C is allowed is checked: whether the gateway serves or refuses C is not this test's business.
     let mut check = |what: &str, (status, head): (u16, String)| {
-        if let Some(acao) = header_in(&head, "access-control-allow-origin") {
+        if let Some(acao) = header_value(&head, "access-control-allow-origin") {
             problems.push(format!(
                 "{what}: status {status} with Access-Control-Allow-Origin: {acao}, want none"
             ));

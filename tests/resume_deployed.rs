@@ -112,13 +112,6 @@ async fn open(addr: SocketAddr, method: &str, path: &str, extra: &[(&str, &str)]
     c
 }
 
-fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
-    head.split("\r\n")
-        .filter_map(|l| l.split_once(':'))
-        .find(|(k, _)| k.trim().eq_ignore_ascii_case(name))
-        .map(|(_, v)| v.trim())
-}
-
 /// Starts a run from `extra`'s origin and reads its first event; returns the client and the stream's URL.
 async fn run(addr: SocketAddr, extra: &[(&str, &str)]) -> (Client, String) {
     let sse = [
@@ -129,7 +122,9 @@ async fn run(addr: SocketAddr, extra: &[(&str, &str)]) -> (Client, String) {
     let all: Vec<(&str, &str)> = sse.iter().chain(extra).copied().collect();
     let mut c = open(addr, "POST", "/agent/run", &all).await;
     assert_eq!(c.status, 200, "{}", c.head);
-    let url = header(&c.head, "x-gateway-stream").expect("a stream URL").to_owned();
+    let url = header_value(&c.head, "x-gateway-stream")
+        .expect("a stream URL")
+        .to_owned();
     c.read_until_contains(b"id: sg1-", WAIT).await.expect("a first event");
     (c, url)
 }
@@ -158,7 +153,7 @@ async fn every_answer_the_gateway_writes_carries_the_backends_cors_to_the_origin
     )
     .await;
     assert_eq!(pre.status, 200, "{}", pre.head);
-    let allowed = header(&pre.head, "access-control-allow-headers")
+    let allowed = header_value(&pre.head, "access-control-allow-headers")
         .unwrap_or_default()
         .to_ascii_lowercase();
     assert!(
@@ -174,11 +169,11 @@ async fn every_answer_the_gateway_writes_carries_the_backends_cors_to_the_origin
     assert_eq!(seen.header("access-control-request-headers"), Some("content-type"));
 
     // The run: the backend's answer, with X-Gateway-Stream exposed to the page.
-    let (_first, url) = run(addr, &from_app).await;
+    let (first, url) = run(addr, &from_app).await;
     let token = token_of(&url).to_owned();
     let (c, _) = run(addr, &from_app).await;
     assert!(
-        header(&c.head, "access-control-expose-headers").is_some_and(|v| v.contains("x-gateway-stream")),
+        header_value(&c.head, "access-control-expose-headers").is_some_and(|v| v.contains("x-gateway-stream")),
         "{}",
         c.head
     );
@@ -189,13 +184,18 @@ async fn every_answer_the_gateway_writes_carries_the_backends_cors_to_the_origin
     let resumed = open(addr, "POST", "/agent/run", &[sse.as_slice(), &from_app].concat()).await;
     assert_eq!(resumed.status, 200, "{}", resumed.head);
     assert_eq!(
-        header(&resumed.head, "access-control-allow-origin"),
+        header_value(&resumed.head, "access-control-allow-origin"),
         Some(APP),
         "{}",
         resumed.head
     );
-    assert_eq!(header(&resumed.head, "access-control-allow-credentials"), Some("true"));
-    assert!(header(&resumed.head, "access-control-expose-headers").is_some_and(|v| v.contains("x-gateway-stream")));
+    assert_eq!(
+        header_value(&resumed.head, "access-control-allow-credentials"),
+        Some("true")
+    );
+    assert!(
+        header_value(&resumed.head, "access-control-expose-headers").is_some_and(|v| v.contains("x-gateway-stream"))
+    );
     drop(resumed);
     let stranger = open(
         addr,
@@ -205,7 +205,7 @@ async fn every_answer_the_gateway_writes_carries_the_backends_cors_to_the_origin
     )
     .await;
     assert_eq!(
-        header(&stranger.head, "access-control-allow-origin"),
+        header_value(&stranger.head, "access-control-allow-origin"),
         None,
         "{}",
         stranger.head
@@ -215,7 +215,7 @@ async fn every_answer_the_gateway_writes_carries_the_backends_cors_to_the_origin
     // A watcher, a stream URL's preflight, an unknown stream and a DELETE, from the page's origin.
     let watcher = open(addr, "GET", &url, &from_app).await;
     assert_eq!(watcher.status, 200);
-    assert_eq!(header(&watcher.head, "access-control-allow-origin"), Some(APP));
+    assert_eq!(header_value(&watcher.head, "access-control-allow-origin"), Some(APP));
     drop(watcher);
     let preflight = |origin| {
         [
@@ -226,12 +226,15 @@ async fn every_answer_the_gateway_writes_carries_the_backends_cors_to_the_origin
     };
     let pre = open(addr, "OPTIONS", &url, &preflight(APP)).await;
     assert_eq!(pre.status, 204, "{}", pre.head);
-    assert_eq!(header(&pre.head, "access-control-allow-origin"), Some(APP));
-    assert_eq!(header(&pre.head, "access-control-allow-methods"), Some("DELETE"));
-    assert_eq!(header(&pre.head, "access-control-allow-credentials"), Some("true"));
+    assert_eq!(header_value(&pre.head, "access-control-allow-origin"), Some(APP));
+    assert_eq!(header_value(&pre.head, "access-control-allow-methods"), Some("DELETE"));
+    assert_eq!(
+        header_value(&pre.head, "access-control-allow-credentials"),
+        Some("true")
+    );
     let refused = open(addr, "OPTIONS", &url, &preflight(EVIL)).await;
     assert_eq!(refused.status, 403, "{}", refused.head);
-    assert_eq!(header(&refused.head, "access-control-allow-origin"), None);
+    assert_eq!(header_value(&refused.head, "access-control-allow-origin"), None);
     let unknown = format!("sg1-{}-1", "0".repeat(32));
     let gone = open(
         addr,
@@ -242,18 +245,22 @@ async fn every_answer_the_gateway_writes_carries_the_backends_cors_to_the_origin
     .await;
     assert_eq!(gone.status, 410);
     assert_eq!(
-        header(&gone.head, "access-control-allow-origin"),
+        header_value(&gone.head, "access-control-allow-origin"),
         Some(APP),
         "{}",
         gone.head
     );
     let deleted = open(addr, "DELETE", &url, &from_app).await;
     assert_eq!(deleted.status, 204);
-    assert_eq!(header(&deleted.head, "access-control-allow-origin"), Some(APP));
-    assert_eq!(header(&deleted.head, "access-control-allow-credentials"), Some("true"));
+    assert_eq!(header_value(&deleted.head, "access-control-allow-origin"), Some(APP));
+    assert_eq!(
+        header_value(&deleted.head, "access-control-allow-credentials"),
+        Some("true")
+    );
 
     let runs = up.recorded().iter().filter(|r| r.method == "POST").count();
     assert_eq!(runs, 2, "reconnects, watchers and DELETE never reach the backend");
+    drop((first, c));
     gw.stop().await;
 }
 
@@ -281,7 +288,7 @@ async fn an_operators_policy_applies_to_every_answer_the_gateway_writes_itself()
         .await;
         assert_eq!(gone.status, 410);
         assert_eq!(
-            header(&gone.head, "access-control-allow-origin"),
+            header_value(&gone.head, "access-control-allow-origin"),
             want,
             "{origin}: {}",
             gone.head
@@ -296,7 +303,7 @@ async fn an_operators_policy_applies_to_every_answer_the_gateway_writes_itself()
     )
     .await;
     assert_eq!(pre.status, 204, "{}", pre.head);
-    assert_eq!(header(&pre.head, "access-control-allow-origin"), Some(APP));
+    assert_eq!(header_value(&pre.head, "access-control-allow-origin"), Some(APP));
     gw.stop().await;
 }
 
@@ -307,7 +314,7 @@ async fn a_bound_cookie_survives_the_other_cookies_rotating() {
         s.resume.bind_headers = vec!["cookie:session".into()];
     })
     .await;
-    let (_c, url) = run(gw.addr, &[("cookie", "session=s1; csrf=a")]).await;
+    let (c, url) = run(gw.addr, &[("cookie", "session=s1; csrf=a")]).await;
     let token = token_of(&url);
     let last = format!("sg1-{token}-1");
     let resume = |cookie: &'static str| {
@@ -326,6 +333,7 @@ async fn a_bound_cookie_survives_the_other_cookies_rotating() {
     assert_eq!(resume("csrf=b; session=s1").await, 200, "the csrf cookie rotated");
     assert_eq!(resume("session=s2; csrf=a").await, 404, "another session");
     assert_eq!(resume("csrf=a").await, 404, "no session");
+    drop(c);
     gw.stop().await;
 }
 
@@ -333,12 +341,13 @@ async fn a_bound_cookie_survives_the_other_cookies_rotating() {
 async fn a_path_prefix_never_hides_the_backends_paths_under_it() {
     let up = backend(None).await;
     let gw = TestGateway::start(&up.url(), |s| s.resume.path_prefix = "/agent".into()).await;
-    let (_c, url) = run(gw.addr, &[]).await;
+    let (c, url) = run(gw.addr, &[]).await;
     assert!(url.starts_with("/agent/"), "{url}");
     assert_eq!(up.recorded().len(), 1, "/agent/run reached the backend");
     let watcher = open(gw.addr, "GET", &url, &[]).await;
     assert_eq!(watcher.status, 200, "the stream's own URL is the gateway's");
     assert_eq!(up.recorded().len(), 1);
+    drop((c, watcher));
     gw.stop().await;
 }
 
@@ -348,7 +357,7 @@ async fn an_upstreams_no_store_is_kept_on_its_translated_stream() {
     let gw = TestGateway::start(&up.url(), |_| {}).await;
     let (c, _) = run(gw.addr, &[]).await;
     assert_eq!(
-        header(&c.head, "cache-control"),
+        header_value(&c.head, "cache-control"),
         Some("private, no-store"),
         "{}",
         c.head
@@ -358,7 +367,7 @@ async fn an_upstreams_no_store_is_kept_on_its_translated_stream() {
     let up = backend(None).await;
     let gw = TestGateway::start(&up.url(), |_| {}).await;
     let (c, _) = run(gw.addr, &[]).await;
-    assert_eq!(header(&c.head, "cache-control"), Some("no-cache"), "{}", c.head);
+    assert_eq!(header_value(&c.head, "cache-control"), Some("no-cache"), "{}", c.head);
     drop(c);
     gw.stop().await;
 }

@@ -327,10 +327,11 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, Vec<u8>) {
         .expect("admin answered in time")
 }
 
-fn header_value<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+/// The value of header `name` (any case) in a raw response head, if any.
+pub fn header_value<'a>(head: &'a str, name: &str) -> Option<&'a str> {
     head.split("\r\n")
         .filter_map(|l| l.split_once(':'))
-        .find(|(k, _)| k.trim() == name)
+        .find(|(k, _)| k.trim().eq_ignore_ascii_case(name))
         .map(|(_, v)| v.trim())
 }
 

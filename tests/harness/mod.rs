@@ -44,7 +44,8 @@ pub const PATIENCE: Duration = Duration::from_secs(30);
 #[allow(unused_imports)]
 pub mod prelude {
     pub use super::client::{
-        assert_leaving_closes_upstream, client, get, http_get, raw, read_to_eof, request, send, Client, HttpClient,
+        assert_leaving_closes_upstream, client, get, header_value, http_get, raw, read_to_eof, request, send, Client,
+        HttpClient,
     };
     pub use super::faults::*;
     pub use super::metrics::{assert_upstream_connections, metric, resume_ended, resume_requests, resume_streams};

@@ -165,3 +165,45 @@ pub fn static_answer(path: &str) -> Vec<Step> {
         ],
     }
 }
+
+/// Opens `url` in headless Chromium and waits (at most `page_timeout` plus [`PATIENCE`](super::PATIENCE)) for the
+/// page's `POST /report` to reach `site` (the emulator serving the page's origin); returns the report with
+/// Chromium's console under `"console"`. Panics, with the requests `site` saw and the console, when none comes.
+pub async fn await_report(
+    chromium: &Path,
+    url: &str,
+    site: &super::upstream::Upstream,
+    page_timeout: Duration,
+    what: &str,
+) -> Value {
+    let browser = super::browser::Chromium::open(chromium, url);
+    let deadline = std::time::Instant::now() + page_timeout + super::PATIENCE;
+    let report = loop {
+        if let Some(r) = site.recorded().into_iter().find(|r| r.target == "/report") {
+            break r;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: no report from the page in {:?}; requests its origin saw: {:?}\nchromium:\n{}",
+            page_timeout + super::PATIENCE,
+            site.recorded()
+                .iter()
+                .map(|r| format!("{} {}", r.method, r.target))
+                .collect::<Vec<_>>(),
+            browser.console(40)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    // A stray reconnect after the end would show up here.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let console = browser.console(20);
+    drop(browser);
+    let mut v: Value = serde_json::from_slice(&report.body).unwrap_or_else(|e| {
+        panic!(
+            "{what}: report is not JSON ({e}): {}",
+            String::from_utf8_lossy(&report.body)
+        )
+    });
+    v["console"] = console.into();
+    v
+}
