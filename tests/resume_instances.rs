@@ -620,6 +620,22 @@ async fn a_delete_on_b_cancels_the_run_on_a() {
     assert_eq!(requests_for(&s.up, "/hold"), 1);
 }
 
+/// Redis down: a `DELETE` on B of a stream it cannot look up answers 503 `resume_unavailable` (as a reconnect
+/// does), never 404 "no such stream", and A's run goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_on_b_while_redis_is_down_is_503() {
+    let Some(mut s) = setup(&[]).await else { return };
+    let (mut on_a, url, _) = s.run_on_a("/run/20", 3).await;
+    s.redis.kill();
+    let target = format!("http://{}{url}", s.b.addr);
+    let (parts, body) = within(WAIT, "DELETE", send("DELETE", &target, &[("Authorization", AUTH)], "")).await;
+    let body = String::from_utf8_lossy(&body);
+    assert_eq!(parts.status, 503, "{body}\n{}", s.logs());
+    assert!(body.contains("resume_unavailable"), "{body}");
+    let all = read_all(&mut on_a).await;
+    assert!(errors(&all).is_empty(), "A's run was not cancelled: {}", errors(&all));
+}
+
 /// Redis dies mid-run: A's client still gets the whole run, the stream is counted not resumable, A stays ready
 /// and resumes it from memory; B answers a reconnect with 410 or 503 at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -138,8 +138,21 @@ async fn cancel(r: &Resumer, token: &Token, headers: &HeaderMap, shared: &Shared
     let binding = r.binding(headers);
     let cancelled = match (r.hub.get(token), r.hub.mirror()) {
         (Some(stream), _) => (stream.binding == binding).then(|| stream.cancel()).is_some(),
-        // Its owner sees the request within a second.
-        (None, Some(store)) => store.cancel(&token.hex(), binding).await.is_ok(),
+        // Its owner sees the request within a second. A failed store is not "no such stream": the client must
+        // learn that its cancel did not happen, as a reconnect in the same outage does.
+        (None, Some(store)) => match store.cancel(&token.hex(), binding).await {
+            Ok(()) => true,
+            Err(OpenError::Store(e)) => {
+                tracing::warn!(error = %error_chain(&e), "resume: the shared store failed");
+                return gateway_error(
+                    &shared.metrics,
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "resume_unavailable",
+                    "the shared stream store is unavailable; try again",
+                );
+            }
+            Err(_) => false,
+        },
         (None, None) => false,
     };
     if !cancelled {
