@@ -334,6 +334,14 @@ pub struct Resume {
     pub redis_key_prefix: String,
     /// Events kept per stream in Redis (`XADD MAXLEN ~`; default 100000).
     pub redis_max_events: usize,
+    /// Seconds Redis may not answer before the streams being written are given up and remote readers end with
+    /// an error; a shorter stall loses nothing (default 5).
+    pub redis_stall_secs: f64,
+    /// Readers of streams owned by another instance open at once here; past it 503 `resume_unavailable`
+    /// (default 1024).
+    pub max_remote_readers: usize,
+    /// Redis connections that block in `XREAD` for all of this instance's remote readers (default 1).
+    pub redis_follow_connections: usize,
 }
 
 impl Default for Resume {
@@ -352,6 +360,9 @@ impl Default for Resume {
             redis_url: String::new(),
             redis_key_prefix: "sse-gateway:".into(),
             redis_max_events: 100_000,
+            redis_stall_secs: 5.0,
+            max_remote_readers: 1024,
+            redis_follow_connections: 1,
         }
     }
 }
@@ -432,6 +443,29 @@ impl Resume {
             }
             if self.redis_max_events == 0 {
                 return Err(invalid("resume.redis_max_events", "must be greater than 0"));
+            }
+            secs("resume.redis_stall_secs", self.redis_stall_secs, false)?;
+            if !(1.0..=3600.0).contains(&self.redis_stall_secs) {
+                return Err(invalid(
+                    "resume.redis_stall_secs",
+                    format!("{} is not between 1 and 3600", self.redis_stall_secs),
+                ));
+            }
+            if !(1..=1_000_000).contains(&self.max_remote_readers) {
+                return Err(invalid(
+                    "resume.max_remote_readers",
+                    format!("{} is not between 1 and 1000000", self.max_remote_readers),
+                ));
+            }
+            if !(1..=crate::resume::redis::MAX_FOLLOW_CONNECTIONS).contains(&self.redis_follow_connections) {
+                return Err(invalid(
+                    "resume.redis_follow_connections",
+                    format!(
+                        "{} is not between 1 and {}",
+                        self.redis_follow_connections,
+                        crate::resume::redis::MAX_FOLLOW_CONNECTIONS
+                    ),
+                ));
             }
         }
         Ok(())

@@ -77,6 +77,16 @@ async fn remote(
         Err(OpenError::Unknown) => return refused(r, shared, Resumption::Unknown),
         Err(OpenError::Gap { .. }) => return refused(r, shared, Resumption::Gap),
         Err(OpenError::Denied) => return refused(r, shared, Resumption::Denied),
+        Err(OpenError::Busy) => {
+            // A bound of this instance, not of the stream: the client may retry here later or elsewhere.
+            r.metrics.remote_readers_refused.inc();
+            return gateway_error(
+                &shared.metrics,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "resume_unavailable",
+                "too many streams are read from the shared store on this instance; try again",
+            );
+        }
         Err(OpenError::Store(e)) => {
             tracing::warn!(error = %error_chain(&e), "resume: the shared store failed");
             return gateway_error(

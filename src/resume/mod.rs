@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use http::{HeaderMap, HeaderName, Method};
 
-use self::redis::{RedisOptions, RedisStore, StoreObserver};
+use self::redis::{Bound, RedisOptions, RedisStore, StoreObserver};
 use crate::config::{self, duration, StoreKind};
 use hub::{Hub, Limits, Stream};
 use id::{EventId, Token};
@@ -69,7 +69,12 @@ impl Resumer {
                 let opts = RedisOptions {
                     key_prefix: cfg.redis_key_prefix.clone(),
                     max_events: cfg.redis_max_events,
+                    buffer_bytes: cfg.buffer_bytes,
+                    max_total_bytes: cfg.max_total_bytes,
                     ttl: duration(cfg.grace_secs + cfg.retention_secs).max(Duration::from_secs(1)),
+                    stall: duration(cfg.redis_stall_secs),
+                    max_readers: cfg.max_remote_readers,
+                    follow_connections: cfg.redis_follow_connections,
                     ..RedisOptions::default()
                 };
                 let observer: Arc<dyn StoreObserver> = Arc::clone(&metrics) as _;
@@ -226,6 +231,16 @@ impl StoreObserver for ResumeMetrics {
 
     fn unresumable(&self) {
         self.unresumable.inc();
+    }
+
+    fn evicted(&self, bound: Bound, bytes: u64) {
+        self.store_evicted_bytes
+            .with_label_values(&[bound.as_str()])
+            .inc_by(bytes);
+    }
+
+    fn store_lost(&self) {
+        self.store_lost.inc();
     }
 }
 
