@@ -953,6 +953,37 @@ mod tests {
     }
 
     #[test]
+    fn the_redis_store_bounds_are_checked_and_named() {
+        let redis = [
+            ("SSE_GATEWAY__RESUME__STORE", "redis"),
+            ("SSE_GATEWAY__RESUME__REDIS_URL", "redis://127.0.0.1:6379"),
+            ("SSE_GATEWAY__RESUME__BINDING_KEY", "0123456789abcdef0123456789abcdef"),
+        ];
+        assert!(load(&redis, Overrides::default()).is_ok());
+        for (key, value, named) in [
+            (
+                "SSE_GATEWAY__RESUME__REDIS_STALL_SECS",
+                "0.5",
+                "resume.redis_stall_secs:",
+            ),
+            (
+                "SSE_GATEWAY__RESUME__MAX_REMOTE_READERS",
+                "0",
+                "resume.max_remote_readers:",
+            ),
+            (
+                "SSE_GATEWAY__RESUME__REDIS_FOLLOW_CONNECTIONS",
+                "17",
+                "resume.redis_follow_connections:",
+            ),
+        ] {
+            let env: Vec<(&str, &str)> = redis.iter().copied().chain([(key, value)]).collect();
+            let e = load(&env, Overrides::default()).unwrap_err();
+            assert!(e.to_string().starts_with(named), "{e}");
+        }
+    }
+
+    #[test]
     fn an_empty_upstream_is_refused_and_only_an_absent_one_means_the_demo() {
         for (env, flag) in [
             (vec![("SSE_GATEWAY__UPSTREAM__URL", "")], None),

@@ -17,7 +17,8 @@
 //! `state finished`, and `state finished` before the owner key is deleted. A reader asks for the owner key
 //! first, then the meta hash, then the events, in one pipeline: `finished` seen means every event is there
 //! (or was dropped to keep a bound: the reader then gets a gap, never a silent end), and an owner key gone
-//! while the state is still `live`, for a whole liveness window on the reader's clock, means the owner died. A
+//! while the state is still `live`, and still gone a heartbeat later on the reader's clock (a stall also lets
+//! it expire; the owner sets it again as soon as Redis answers), means the owner died. A
 //! pipeline whose round trip failed is sent again as it was (a repeated `XADD` of an id already there is a
 //! no-op), so retrying keeps that order.
 //!
@@ -424,8 +425,6 @@ struct Stored {
     bytes: usize,
     /// The first seq of its newest frame, which the per-stream bound never trims.
     newest_frame: u64,
-    /// The owner key was missing at the last heartbeat (it expired during a stall): set it again.
-    owner_missing: bool,
     /// When it finished or was given up: its keys expire `ttl` after, and then it no longer counts.
     ended: Option<Instant>,
 }
@@ -796,10 +795,6 @@ fn millis(d: Duration) -> u64 {
 enum Tag {
     /// Nothing to learn from it.
     Ignore,
-    /// A heartbeat's `PEXPIRE` of the owner key: 0 means it expired (Redis stalled), so it is set again.
-    OwnerAlive(Arc<Slot>),
-    /// The `SET` of an owner key that had expired.
-    OwnerSet(Arc<Slot>),
     /// A heartbeat's `PEXPIRE` of the meta hash: 0 for a created stream means Redis lost it.
     MetaAlive(Arc<Slot>),
     /// A command of the stream's create.
@@ -927,10 +922,7 @@ impl Writer {
                 }
             }
             let round = self.build(&beating, ops);
-            if self.send(round).await {
-                // An owner key expired while Redis stalled: set it again now, not a heartbeat later.
-                next_beat = tokio::time::Instant::now();
-            }
+            self.send(round).await;
         }
         // The store is gone: what was queued has been written; the owner keys now expire.
         tracing::debug!("redis store: writer stopped");
@@ -945,16 +937,12 @@ impl Writer {
         let mut r = Round::default();
         for slot in beating {
             let k = &slot.keys;
-            if slot.stored().owner_missing {
-                let mut set = redis::cmd("SET");
-                set.arg(&k.owner).arg(1).arg("PX").arg(liveness);
-                r.add(set, Tag::OwnerSet(slot.clone()));
-            } else {
-                r.add(
-                    redis::Cmd::pexpire(&k.owner, liveness as i64),
-                    Tag::OwnerAlive(slot.clone()),
-                );
-            }
+            // SET recreates a key that expired while Redis stalled; out of memory Redis refuses it (and only
+            // it), and the PEXPIRE after it still refreshes the key.
+            let mut set = redis::cmd("SET");
+            set.arg(&k.owner).arg(1).arg("PX").arg(liveness);
+            r.add(set, Tag::Ignore);
+            r.add(redis::Cmd::pexpire(&k.owner, liveness as i64), Tag::Ignore);
             // A live stream may stay silent for longer than its keys' expiry: the heartbeat keeps them.
             r.add(redis::Cmd::pexpire(&k.meta, ttl as i64), Tag::MetaAlive(slot.clone()));
             r.add(redis::Cmd::pexpire(&k.events, ttl as i64), Tag::Ignore);
@@ -1183,12 +1171,12 @@ impl Writer {
     }
 
     /// Sends a round until Redis answers it (sent again as it was after a failed round trip, for at most
-    /// `stall`), then applies the answer. True if an owner key must be set again at once.
-    async fn send(&mut self, round: Round) -> bool {
+    /// `stall`), then applies the answer.
+    async fn send(&mut self, round: Round) {
         loop {
             if round.tags.is_empty() {
                 self.settle(round.ops, &[]);
-                return false;
+                return;
             }
             let mut conn = self.conn.clone();
             let n = round.tags.len();
@@ -1202,7 +1190,8 @@ impl Writer {
             match result {
                 Ok(replies) if replies.len() == n => {
                     self.stalled_since = None;
-                    return self.apply(round, replies);
+                    self.apply(round, replies);
+                    return;
                 }
                 result => {
                     let since = *self.stalled_since.get_or_insert_with(Instant::now);
@@ -1215,7 +1204,7 @@ impl Writer {
                             .iter()
                             .map(|op| op.slot().clone())
                             .chain(round.tags.iter().filter_map(|t| match t {
-                                Tag::OwnerAlive(s) | Tag::OwnerSet(s) | Tag::MetaAlive(s) => Some(s.clone()),
+                                Tag::MetaAlive(s) => Some(s.clone()),
                                 _ => None,
                             }))
                             .collect();
@@ -1223,7 +1212,7 @@ impl Writer {
                             self.give_up(&slot, false);
                         }
                         self.settle(round.ops, &[]);
-                        return false;
+                        return;
                     }
                     // A short stall loses nothing: the same round goes again (what Redis already took of it
                     // is taken again as a no-op).
@@ -1234,8 +1223,7 @@ impl Writer {
     }
 
     /// Reads each reply of a round: gives up only the streams whose own commands were refused.
-    fn apply(&mut self, round: Round, replies: Vec<Value>) -> bool {
-        let mut beat_again = false;
+    fn apply(&mut self, round: Round, replies: Vec<Value>) {
         // Streams with a refused command: (slot, every refusal was for want of memory).
         let mut refused: Vec<(Arc<Slot>, bool)> = Vec::new();
         let refuse = |refused: &mut Vec<(Arc<Slot>, bool)>, slot: &Arc<Slot>, oom: bool| match refused
@@ -1249,18 +1237,6 @@ impl Writer {
             let error = Refusal::of(&reply);
             match tag {
                 Tag::Ignore => {}
-                Tag::OwnerAlive(slot) => {
-                    let mut st = slot.stored();
-                    if reply == Value::Int(0) && st.created && st.ended.is_none() {
-                        st.owner_missing = true;
-                        beat_again = true;
-                    }
-                }
-                Tag::OwnerSet(slot) => {
-                    if error.is_none() {
-                        slot.stored().owner_missing = false;
-                    }
-                }
                 Tag::MetaAlive(slot) => {
                     let created = slot.stored().created;
                     if reply == Value::Int(0) && created && !slot.failed.load(Ordering::Acquire) {
@@ -1327,7 +1303,6 @@ impl Writer {
             }
         }
         self.settle(round.ops, &again);
-        beat_again
     }
 
     /// The ops of a round that is over: those of the streams in `again` are sent again; the others' events stop
@@ -1566,8 +1541,8 @@ impl std::fmt::Debug for RemoteReader {
 impl RemoteReader {
     /// The next stored events, in order, as one `Bytes` of whole events (each with its id line), with the seq
     /// of the last. `Ok(None)` after the finished stream's last event; `Err(ReadError::Lost)` after every
-    /// stored event when the owner died (its key missing for a whole liveness window on this reader's clock,
-    /// so a Redis stall is not a death) or its stream failed before the end: never a silent end. A round trip
+    /// stored event when the owner died (its key expired, then stayed missing for a heartbeat on this reader's
+    /// clock, so a Redis stall is not a death) or its stream failed before the end: never a silent end. A round trip
     /// that fails is tried again for up to `stall` before `Err(ReadError::Store)`. Follows a live stream through
     /// the store's follower. Cancel-safe: the position moves only when events are returned.
     pub async fn next(&mut self) -> Result<Option<(Bytes, u64)>, ReadError> {
@@ -1617,17 +1592,25 @@ impl RemoteReader {
                 }
                 Some("live") if owner => self.owner_absent = None,
                 Some("live") => {
+                    // The key also expires while Redis stalls (the owner cannot refresh it); the owner sets it
+                    // again as soon as Redis answers, well within a heartbeat.
                     let since = *self.owner_absent.get_or_insert_with(Instant::now);
-                    if since.elapsed() >= self.opts.liveness() {
+                    if since.elapsed() >= self.opts.heartbeat {
                         return Err(ReadError::Lost);
                     }
                 }
                 // Lost, or its keys expired or vanished.
                 _ => return Err(ReadError::Lost),
             }
-            // Woken by the follower when the stream has more, or after a heartbeat to look at the owner again.
+            // Woken by the follower when the stream has more, or after a heartbeat to look at the owner again
+            // (sooner while it is missing).
             let woken = self.follower.wait(&self.keys.events, cursor);
-            let _ = tokio::time::timeout(self.opts.heartbeat, woken).await;
+            let recheck = if self.owner_absent.is_some() {
+                self.opts.follow_block()
+            } else {
+                self.opts.heartbeat
+            };
+            let _ = tokio::time::timeout(recheck, woken).await;
         }
     }
 
