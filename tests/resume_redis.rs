@@ -526,9 +526,12 @@ async fn redis_conn(server: &RedisServer) -> redis::aio::MultiplexedConnection {
         .expect("redis connection")
 }
 
+/// One Stream entry as `XRANGE` returns it: its id and its fields.
+type RawEntry = (String, Vec<(String, Vec<u8>)>);
+
 /// The events (seq, bytes) stored for `token`.
 async fn stored(conn: &mut redis::aio::MultiplexedConnection, token: &str) -> Vec<(u64, usize)> {
-    let reply: Vec<(String, Vec<(String, Vec<u8>)>)> = redis::cmd("XRANGE")
+    let reply: Vec<RawEntry> = redis::cmd("XRANGE")
         .arg(format!("sse-gateway:{{{token}}}:events"))
         .arg("-")
         .arg("+")

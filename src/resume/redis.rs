@@ -1081,7 +1081,7 @@ impl Writer {
             }
             drop(st);
             if let Some(first) = keep_from {
-                self.total -= freed;
+                self.total = self.total.saturating_sub(freed);
                 self.observer.evicted(Bound::Stream, freed as u64);
                 r.add(trim(&slot.keys.events, first), Tag::Ignore);
             }
@@ -1098,7 +1098,7 @@ impl Writer {
     /// Stops counting a stream's events (deleted, or lost by Redis).
     fn forget(&mut self, slot: &Slot) {
         let mut st = slot.stored();
-        self.total -= st.bytes;
+        self.total = self.total.saturating_sub(st.bytes);
         st.bytes = 0;
         st.entries.clear();
     }
@@ -1117,7 +1117,7 @@ impl Writer {
             }
             !gone
         });
-        self.total -= expired;
+        self.total = self.total.saturating_sub(expired);
         if self.total <= self.opts.max_total_bytes {
             return;
         }
@@ -1162,7 +1162,7 @@ impl Writer {
                 keep_from = Some(seq + 1);
             }
             drop(st);
-            self.total -= freed;
+            self.total = self.total.saturating_sub(freed);
             if let Some(first) = keep_from {
                 self.observer.evicted(Bound::Total, freed as u64);
                 r.add(trim(&slot.keys.events, first), Tag::Ignore);
@@ -1390,17 +1390,16 @@ impl Follower {
         loop {
             let Some(f) = me.upgrade() else { return };
             // Each stream once, from the lowest position any of its readers waits after.
-            let mut streams: Vec<(String, u64)> = Vec::new();
+            let mut streams: HashMap<String, u64> = HashMap::new();
             {
                 let mut waiting = f.waiting();
                 waiting.retain(|w| !w.wake.is_closed());
                 for w in waiting.iter() {
-                    match streams.iter_mut().find(|(k, _)| *k == w.events) {
-                        Some((_, after)) => *after = (*after).min(w.after),
-                        None => streams.push((w.events.clone(), w.after)),
-                    }
+                    let after = streams.entry(w.events.clone()).or_insert(w.after);
+                    *after = (*after).min(w.after);
                 }
             }
+            let streams: Vec<(String, u64)> = streams.into_iter().collect();
             if streams.is_empty() {
                 // Woken by a reader that joins; the timeout lets the task end once the store is gone.
                 let _ = tokio::time::timeout(Duration::from_secs(1), f.joined.notified()).await;
@@ -1431,7 +1430,7 @@ impl Follower {
             }
             match round_trip(observer.as_ref(), "follow", limit, xread.query_async::<Value>(c)).await {
                 Ok(reply) => {
-                    let ready = xread_keys(reply);
+                    let ready: std::collections::HashSet<Vec<u8>> = xread_keys(reply).into_iter().collect();
                     if ready.is_empty() {
                         continue;
                     }
@@ -1439,7 +1438,7 @@ impl Follower {
                     let mut waiting = f.waiting();
                     let (wake, keep): (Vec<Waiter>, Vec<Waiter>) = std::mem::take(&mut *waiting)
                         .into_iter()
-                        .partition(|w| ready.iter().any(|k| k == w.events.as_bytes()));
+                        .partition(|w| ready.contains(w.events.as_bytes()));
                     *waiting = keep;
                     drop(waiting);
                     for w in wake {
