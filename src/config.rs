@@ -346,6 +346,14 @@ pub struct Resume {
     /// Seconds a watcher's client may read nothing while the gateway has events for it before the watcher
     /// is closed (default 30).
     pub watcher_write_timeout_secs: f64,
+    /// Seconds Redis may not answer before the streams being written are given up and remote readers end with
+    /// an error; a shorter stall loses nothing (default 5).
+    pub redis_stall_secs: f64,
+    /// Readers of streams owned by another instance open at once here; past it 503 `resume_unavailable`
+    /// (default 1024).
+    pub max_remote_readers: usize,
+    /// Redis connections that block in `XREAD` for all of this instance's remote readers (default 1).
+    pub redis_follow_connections: usize,
 }
 
 impl Default for Resume {
@@ -368,6 +376,9 @@ impl Default for Resume {
             max_grace_streams_per_binding: 32,
             max_watchers_per_stream: 16,
             watcher_write_timeout_secs: 30.0,
+            redis_stall_secs: 5.0,
+            max_remote_readers: 1024,
+            redis_follow_connections: 1,
         }
     }
 }
@@ -489,6 +500,29 @@ impl Resume {
             }
             if self.redis_max_events == 0 {
                 return Err(invalid("resume.redis_max_events", "must be greater than 0"));
+            }
+            secs("resume.redis_stall_secs", self.redis_stall_secs, false)?;
+            if !(1.0..=3600.0).contains(&self.redis_stall_secs) {
+                return Err(invalid(
+                    "resume.redis_stall_secs",
+                    format!("{} is not between 1 and 3600", self.redis_stall_secs),
+                ));
+            }
+            if !(1..=1_000_000).contains(&self.max_remote_readers) {
+                return Err(invalid(
+                    "resume.max_remote_readers",
+                    format!("{} is not between 1 and 1000000", self.max_remote_readers),
+                ));
+            }
+            if !(1..=crate::resume::redis::MAX_FOLLOW_CONNECTIONS).contains(&self.redis_follow_connections) {
+                return Err(invalid(
+                    "resume.redis_follow_connections",
+                    format!(
+                        "{} is not between 1 and {}",
+                        self.redis_follow_connections,
+                        crate::resume::redis::MAX_FOLLOW_CONNECTIONS
+                    ),
+                ));
             }
         }
         Ok(())
@@ -1135,6 +1169,37 @@ mod tests {
         .unwrap();
         assert_eq!(ok.resume.bind_headers, ["authorization", "cookie:session_id"]);
         assert_eq!(ok.cors.allow_origins.len(), 2);
+    }
+
+    #[test]
+    fn the_redis_store_bounds_are_checked_and_named() {
+        let redis = [
+            ("SSE_GATEWAY__RESUME__STORE", "redis"),
+            ("SSE_GATEWAY__RESUME__REDIS_URL", "redis://127.0.0.1:6379"),
+            ("SSE_GATEWAY__RESUME__BINDING_KEY", "0123456789abcdef0123456789abcdef"),
+        ];
+        assert!(load(&redis, Overrides::default()).is_ok());
+        for (key, value, named) in [
+            (
+                "SSE_GATEWAY__RESUME__REDIS_STALL_SECS",
+                "0.5",
+                "resume.redis_stall_secs:",
+            ),
+            (
+                "SSE_GATEWAY__RESUME__MAX_REMOTE_READERS",
+                "0",
+                "resume.max_remote_readers:",
+            ),
+            (
+                "SSE_GATEWAY__RESUME__REDIS_FOLLOW_CONNECTIONS",
+                "17",
+                "resume.redis_follow_connections:",
+            ),
+        ] {
+            let env: Vec<(&str, &str)> = redis.iter().copied().chain([(key, value)]).collect();
+            let e = load(&env, Overrides::default()).unwrap_err();
+            assert!(e.to_string().starts_with(named), "{e}");
+        }
     }
 
     #[test]

@@ -499,6 +499,24 @@ async fn readers_on_b_end_with_upstream_lost_when_a_dies() {
     assert_eq!(requests_for(&s.up, path), 1, "never forwarded");
 }
 
+/// A dies mid-run; a reconnect on B after the last stored event gets no event to take the agent from: the
+/// `upstream_lost` envelope still names the stream's agent (stored with the stream), not an empty one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lost_envelope_on_b_names_the_streams_agent() {
+    let Some(s) = setup(&[]).await else { return };
+    let path = "/run/60";
+    let (_on_a, _, token) = s.run_on_a(path, 5).await;
+    s.a.signal("KILL");
+    let stored = s.stored(&token).await;
+    let last = stored.last().map(|(seq, _)| *seq).expect("events stored");
+    let mut again = s.resume(s.b.addr, path, &token, last).await;
+    let got = within(Duration::from_secs(8), "the reconnect's end", read_all(&mut again)).await;
+    // Whatever A stored after that read, then the loss.
+    assert_ends_with_error(&got, "upstream_lost", "the reconnect");
+    let envelope = got.last().expect("an envelope").envelope();
+    assert_eq!(envelope["agent"].as_str(), Some(AGENT), "{envelope}");
+}
+
 /// Other bound headers on B: 404 as if unknown; an unknown token on B: 410 `resume_unknown`. None forwarded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn b_refuses_a_wrong_binding_and_an_unknown_token() {
@@ -618,6 +636,22 @@ async fn a_delete_on_b_cancels_the_run_on_a() {
         "the cancel envelope is held, with its id"
     );
     assert_eq!(requests_for(&s.up, "/hold"), 1);
+}
+
+/// Redis down: a `DELETE` on B of a stream it cannot look up answers 503 `resume_unavailable` (as a reconnect
+/// does), never 404 "no such stream", and A's run goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_on_b_while_redis_is_down_is_503() {
+    let Some(mut s) = setup(&[]).await else { return };
+    let (mut on_a, url, _) = s.run_on_a("/run/20", 3).await;
+    s.redis.kill();
+    let target = format!("http://{}{url}", s.b.addr);
+    let (parts, body) = within(WAIT, "DELETE", send("DELETE", &target, &[("Authorization", AUTH)], "")).await;
+    let body = String::from_utf8_lossy(&body);
+    assert_eq!(parts.status, 503, "{body}\n{}", s.logs());
+    assert!(body.contains("resume_unavailable"), "{body}");
+    let all = read_all(&mut on_a).await;
+    assert!(errors(&all).is_empty(), "A's run was not cancelled: {}", errors(&all));
 }
 
 /// Redis dies mid-run: A's client still gets the whole run, the stream is counted not resumable, A stays ready

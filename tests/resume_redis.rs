@@ -15,9 +15,11 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use redis_server::RedisServer;
 use sse_gateway::resume::redis::{
-    End, OpenError, ReadError, RedisOptions, RedisStore, RemoteReader, RemoteState, StoreObserver,
+    Bound, End, OpenError, ReadError, RedisOptions, RedisStore, RemoteReader, RemoteState, StoreObserver,
 };
 
+/// The agent streams are created with.
+const AGENT: &str = "agent-1";
 /// Bound on anything a test waits for: reaching it is a failure.
 const PATIENCE: Duration = Duration::from_secs(10);
 
@@ -26,6 +28,8 @@ const PATIENCE: Duration = Duration::from_secs(10);
 struct Counts {
     ops: Mutex<HashMap<&'static str, (u64, u64)>>,
     unresumable: AtomicUsize,
+    evicted: Mutex<HashMap<&'static str, u64>>,
+    store_lost: AtomicUsize,
 }
 
 impl StoreObserver for Counts {
@@ -40,6 +44,12 @@ impl StoreObserver for Counts {
     }
     fn unresumable(&self) {
         self.unresumable.fetch_add(1, Ordering::SeqCst);
+    }
+    fn evicted(&self, bound: Bound, bytes: u64) {
+        *self.evicted.lock().unwrap().entry(bound.as_str()).or_default() += bytes;
+    }
+    fn store_lost(&self) {
+        self.store_lost.fetch_add(1, Ordering::SeqCst);
     }
 }
 
@@ -129,7 +139,7 @@ impl Two {
     /// A new stream, created by the owner `a` with binding 1; its token.
     fn created(&self) -> String {
         let tok = token();
-        self.a.create(&tok, binding(1));
+        self.a.create(&tok, binding(1), AGENT);
         tok
     }
 }
@@ -254,7 +264,7 @@ async fn unknown_and_denied() {
     assert!(matches!(t.b.cancel(&tok, binding(1)).await, Err(OpenError::Unknown)));
     assert!(!append(&t.a, &tok, 1..=1), "append to a stream never created");
 
-    t.a.create(&tok, binding(1));
+    t.a.create(&tok, binding(1), AGENT);
     open_when_visible(&t.b, &tok, binding(1), None).await;
     assert!(matches!(t.b.open(&tok, binding(2), None).await, Err(OpenError::Denied)));
     assert!(matches!(t.b.cancel(&tok, binding(2)).await, Err(OpenError::Denied)));
@@ -288,7 +298,7 @@ async fn a_lost_owner_ends_readers_with_lost_after_every_stored_event() {
         return;
     };
     let tok = token();
-    a.create(&tok, binding(1));
+    a.create(&tok, binding(1), AGENT);
     assert!(append(&a, &tok, 1..=3));
     assert!(append(&a, &tok, 4..=5));
     let mut r = open_when_visible(&b, &tok, binding(1), None).await;
@@ -373,7 +383,14 @@ async fn an_overflowing_queue_gives_the_stream_up() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_killed_mid_stream_gives_streams_up_without_blocking() {
-    let Some(mut t) = two(opts()).await else { return };
+    let Some(mut t) = two(RedisOptions {
+        stall: Duration::from_secs(1),
+        ..opts()
+    })
+    .await
+    else {
+        return;
+    };
     let tok = t.created();
     let mut r = open_when_visible(&t.b, &tok, binding(1), None).await;
     for seq in 1..=20 {
@@ -438,7 +455,7 @@ async fn redis_killed_mid_stream_gives_streams_up_without_blocking() {
     assert!(drained, "the reader ends with an error");
     // A stream created while Redis is down is given up too, soon.
     let other = token();
-    t.a.create(&other, binding(1));
+    t.a.create(&other, binding(1), AGENT);
     within(PATIENCE, "new stream given up", async {
         let mut s = 1;
         while append(&t.a, &other, s..=s) {
@@ -459,7 +476,7 @@ async fn a_burst_is_written_in_few_round_trips() {
     let tokens: Vec<String> = (0..STREAMS).map(|_| token()).collect();
     let started = Instant::now();
     for tok in &tokens {
-        t.a.create(tok, binding(1));
+        t.a.create(tok, binding(1), AGENT);
     }
     // One event per frame, the streams interleaved: the worst case for batching.
     for seq in 1..=PER_STREAM {
@@ -496,4 +513,401 @@ async fn a_burst_is_written_in_few_round_trips() {
         end.expect("ends");
         assert_eq!(text, events(tok, 1..=PER_STREAM));
     }
+}
+
+// ---- issue 26: bounds, refusals, stalls, a lost store, followers, the agent ----
+
+/// A plain connection to the server, to look at what the store holds.
+async fn redis_conn(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    let client = redis::Client::open(server.url()).expect("redis url");
+    client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("redis connection")
+}
+
+/// One Stream entry as `XRANGE` returns it: its id and its fields.
+type RawEntry = (String, Vec<(String, Vec<u8>)>);
+
+/// The events (seq, bytes) stored for `token`.
+async fn stored(conn: &mut redis::aio::MultiplexedConnection, token: &str) -> Vec<(u64, usize)> {
+    let reply: Vec<RawEntry> = redis::cmd("XRANGE")
+        .arg(format!("sse-gateway:{{{token}}}:events"))
+        .arg("-")
+        .arg("+")
+        .query_async(conn)
+        .await
+        .expect("XRANGE");
+    reply
+        .into_iter()
+        .map(|(id, fields)| {
+            let seq = id.strip_prefix("0-").and_then(|s| s.parse().ok()).expect("0-<seq>");
+            (seq, fields.iter().map(|(_, v)| v.len()).sum())
+        })
+        .collect()
+}
+
+/// An event of about `size` bytes.
+fn sized_event(token: &str, seq: u64, size: usize) -> String {
+    let head = format!("id: sg1-{token}-{seq}\ndata: {{\"n\":{seq},\"pad\":\"");
+    let pad = size.saturating_sub(head.len() + 4);
+    format!("{head}{}\"}}\n\n", "x".repeat(pad))
+}
+
+fn append_sized(store: &RedisStore, token: &str, seqs: std::ops::RangeInclusive<u64>, size: usize) -> bool {
+    let first = *seqs.start();
+    let mut buf = String::new();
+    let mut starts = Vec::new();
+    for s in seqs {
+        starts.push(buf.len() as u32);
+        buf.push_str(&sized_event(token, s, size));
+    }
+    store.append(token, first, Bytes::from(buf), &starts)
+}
+
+/// Waits until the owner's writes up to the stream's end are readable elsewhere.
+async fn wait_finished(store: &RedisStore, token: &str, last: u64) {
+    let mut r = open_when_visible(store, token, binding(1), Some(last)).await;
+    assert!(within(PATIENCE, "end", r.next()).await.expect("next").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_run_keeps_about_buffer_bytes_in_redis() {
+    const BUFFER: usize = 16 << 10;
+    const EVENT: usize = 100;
+    const EVENTS: u64 = 4000;
+    let Some(t) = two(RedisOptions {
+        buffer_bytes: BUFFER,
+        ..opts()
+    })
+    .await
+    else {
+        return;
+    };
+    let mut conn = redis_conn(&t.server).await;
+    let tok = t.created();
+    let mut most = 0usize;
+    for seq in 1..=EVENTS {
+        assert!(append_sized(&t.a, &tok, seq..=seq, EVENT));
+        if seq % 500 == 0 {
+            // Let the writer catch up, then look at what Redis holds mid-run.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let held: usize = stored(&mut conn, &tok).await.iter().map(|(_, b)| b).sum();
+            most = most.max(held);
+        }
+    }
+    t.a.finish(&tok, EVENTS, End::Completed);
+    wait_finished(&t.b, &tok, EVENTS).await;
+    let events = stored(&mut conn, &tok).await;
+    let held: usize = events.iter().map(|(_, b)| b).sum();
+    let usage: u64 = redis::cmd("MEMORY")
+        .arg("USAGE")
+        .arg(format!("sse-gateway:{{{tok}}}:events"))
+        .arg("SAMPLES")
+        .arg(0)
+        .query_async(&mut conn)
+        .await
+        .expect("MEMORY USAGE");
+    eprintln!(
+        "{EVENTS} events of {EVENT} B, buffer {BUFFER}: {} held ({held} B, most seen mid-run {most} B); \
+         MEMORY USAGE {usage} B",
+        events.len()
+    );
+    assert!(held <= BUFFER + EVENT, "{held} B held at the end");
+    assert!(most <= BUFFER + EVENT, "{most} B held mid-run");
+    assert!(usage < 4 * BUFFER as u64, "MEMORY USAGE {usage}");
+    assert_eq!(events.last().map(|e| e.0), Some(EVENTS), "the newest events are kept");
+    assert_eq!(t.a_counts.unresumable.load(Ordering::SeqCst), 0);
+    assert!(t.a_counts.evicted.lock().unwrap().get("stream").copied().unwrap_or(0) > 0);
+
+    // A reader elsewhere: an old position is a gap; a recent one gets the events, then the end.
+    assert!(matches!(
+        t.b.open(&tok, binding(1), Some(10)).await,
+        Err(OpenError::Gap { .. })
+    ));
+    let mut r = t.b.open(&tok, binding(1), Some(EVENTS - 10)).await.expect("open");
+    let (text, _, end) = read_all(&mut r).await;
+    end.expect("ends");
+    let want: String = (EVENTS - 9..=EVENTS).map(|s| sized_event(&tok, s, EVENT)).collect();
+    assert_eq!(text, want);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_max_total_bytes_the_oldest_finished_streams_go_first() {
+    const BUFFER: usize = 16 << 10;
+    let Some(t) = two(RedisOptions {
+        buffer_bytes: BUFFER,
+        max_total_bytes: 3 * BUFFER,
+        ..opts()
+    })
+    .await
+    else {
+        return;
+    };
+    let mut conn = redis_conn(&t.server).await;
+    // Five finished streams of a full buffer each, one after the other: only the last three fit.
+    let mut tokens = Vec::new();
+    for _ in 0..5 {
+        let tok = t.created();
+        for first in (1..=160).step_by(10) {
+            assert!(append_sized(&t.a, &tok, first..=first + 9, 100));
+        }
+        t.a.finish(&tok, 160, End::Completed);
+        wait_finished(&t.b, &tok, 160).await;
+        tokens.push(tok);
+    }
+    let mut total = 0;
+    for tok in &tokens {
+        total += stored(&mut conn, tok).await.iter().map(|(_, b)| b).sum::<usize>();
+    }
+    assert!(total <= 3 * BUFFER + 1000, "{total} B held over all streams");
+    for old in &tokens[..2] {
+        assert!(
+            matches!(t.b.open(old, binding(1), None).await, Err(OpenError::Gap { .. })),
+            "an oldest finished stream's events are gone: a gap, never wrong data"
+        );
+    }
+    let newest = tokens.last().expect("a stream");
+    let mut r = t.b.open(newest, binding(1), Some(150)).await.expect("open");
+    let (text, _, end) = read_all(&mut r).await;
+    end.expect("ends");
+    assert_eq!(
+        text,
+        (151..=160).map(|s| sized_event(newest, s, 100)).collect::<String>()
+    );
+    assert!(t.a_counts.evicted.lock().unwrap().get("total").copied().unwrap_or(0) > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn out_of_memory_gives_up_only_the_stream_that_filled_redis() {
+    let Some(t) = two(RedisOptions {
+        buffer_bytes: 64 << 20,
+        max_total_bytes: 1 << 30,
+        ..opts()
+    })
+    .await
+    else {
+        return;
+    };
+    let mut conn = redis_conn(&t.server).await;
+    let big = t.created();
+    let small = t.created();
+    assert!(append(&t.a, &small, 1..=1));
+    open_when_visible(&t.b, &small, binding(1), None).await;
+    open_when_visible(&t.b, &big, binding(1), None).await;
+    let info: String = redis::cmd("INFO")
+        .arg("memory")
+        .query_async(&mut conn)
+        .await
+        .expect("INFO");
+    let used: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("used_memory");
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(used + (2 << 20))
+        .query_async(&mut conn)
+        .await
+        .expect("CONFIG SET maxmemory");
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("noeviction")
+        .query_async(&mut conn)
+        .await
+        .expect("CONFIG SET maxmemory-policy");
+
+    // Both written in the same rounds: the big one, 40 KiB a frame, fills Redis; the small one goes on.
+    let (mut b_seq, mut s_seq) = (0u64, 1u64);
+    let mut big_given_up = false;
+    within(PATIENCE, "the big stream given up", async {
+        while !big_given_up {
+            if append_sized(&t.a, &big, b_seq + 1..=b_seq + 10, 4096) {
+                b_seq += 10;
+            } else {
+                big_given_up = true;
+            }
+            s_seq += 1;
+            assert!(
+                append(&t.a, &small, s_seq..=s_seq),
+                "the small stream given up at {s_seq}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    for _ in 0..20 {
+        s_seq += 1;
+        assert!(
+            append(&t.a, &small, s_seq..=s_seq),
+            "the small stream given up at {s_seq}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    t.a.finish(&small, s_seq, End::Completed);
+    t.a.finish(&big, b_seq, End::Completed);
+    eprintln!("big stream given up after {b_seq} events; small stream wrote {s_seq}");
+    let mut r = t.b.open(&small, binding(1), None).await.expect("open the small stream");
+    let (text, _, end) = read_all(&mut r).await;
+    end.expect("the small stream ends normally");
+    assert_eq!(text, events(&small, 1..=s_seq));
+    assert_eq!(t.a_counts.unresumable.load(Ordering::SeqCst), 1, "only the big stream");
+    match t.b.open(&big, binding(1), None).await {
+        Ok(mut r) => {
+            let (_, _, end) = read_all(&mut r).await;
+            assert!(matches!(end, Err(ReadError::Lost)), "{end:?}");
+        }
+        Err(e) => assert!(matches!(e, OpenError::Unknown | OpenError::Gap { .. }), "{e:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_3_s_redis_stall_loses_nothing() {
+    // The owner key lives 1.5 s: it expires during the stall.
+    let Some(t) = two(RedisOptions {
+        heartbeat: Duration::from_millis(500),
+        op_timeout: Duration::from_millis(500),
+        ..opts()
+    })
+    .await
+    else {
+        return;
+    };
+    let tok = t.created();
+    assert!(append(&t.a, &tok, 1..=1));
+    let mut r = open_when_visible(&t.b, &tok, binding(1), None).await;
+    let reading = tokio::spawn(async move {
+        let mut text = String::new();
+        let end = loop {
+            match r.next().await {
+                Ok(Some((bytes, _))) => text.push_str(std::str::from_utf8(&bytes).expect("utf-8")),
+                Ok(None) => break Ok(()),
+                Err(e) => break Err(e),
+            }
+        };
+        (text, end)
+    });
+    const LAST: u64 = 100;
+    for seq in 2..=LAST {
+        if seq == 20 {
+            t.server.pause();
+        }
+        if seq == 80 {
+            t.server.resume();
+        }
+        // 50 ms apart: the pause lasts 3 s.
+        assert!(append(&t.a, &tok, seq..=seq), "given up at {seq}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    t.a.finish(&tok, LAST, End::Completed);
+    let (text, end) = within(Duration::from_secs(20), "the reader", reading)
+        .await
+        .expect("reader task");
+    end.expect("the normal end, not upstream_lost");
+    assert_eq!(text, events(&tok, 1..=LAST));
+    assert_eq!(t.a_counts.unresumable.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_losing_its_data_is_noticed_and_counted() {
+    let Some(t) = two(opts()).await else { return };
+    let mut conn = redis_conn(&t.server).await;
+    let tok = t.created();
+    assert!(append(&t.a, &tok, 1..=3));
+    open_when_visible(&t.b, &tok, binding(1), None).await;
+    let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await.expect("FLUSHALL");
+    within(PATIENCE, "the loss counted", async {
+        while t.a_counts.store_lost.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert_eq!(t.a_counts.store_lost.load(Ordering::SeqCst), 1);
+    assert_eq!(t.a_counts.unresumable.load(Ordering::SeqCst), 1);
+    assert!(!append(&t.a, &tok, 4..=4), "given up in the store");
+    // Never a partial stream: unknown elsewhere.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(matches!(
+        t.b.open(&tok, binding(1), None).await,
+        Err(OpenError::Unknown)
+    ));
+}
+
+/// Connected clients, as Redis counts them.
+async fn clients(conn: &mut redis::aio::MultiplexedConnection) -> usize {
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query_async(conn)
+        .await
+        .expect("CLIENT LIST");
+    list.lines().count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forty_followers_share_the_instances_connections() {
+    const READERS: usize = 40;
+    let Some(t) = two(RedisOptions {
+        max_readers: READERS,
+        ..opts()
+    })
+    .await
+    else {
+        return;
+    };
+    let mut conn = redis_conn(&t.server).await;
+    let tokens: Vec<String> = (0..4).map(|_| t.created()).collect();
+    for tok in &tokens {
+        open_when_visible(&t.b, tok, binding(1), None).await;
+    }
+    // One reader waits, so that b's follower connection exists before the count.
+    let mut first = t.b.open(&tokens[0], binding(1), None).await.expect("open");
+    let first_read = tokio::spawn(async move { read_all(&mut first).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = clients(&mut conn).await;
+    let mut reading = vec![first_read];
+    for i in 1..READERS {
+        let tok = tokens[i % tokens.len()].clone();
+        let mut r = t.b.open(&tok, binding(1), None).await.expect("open");
+        reading.push(tokio::spawn(async move { read_all(&mut r).await }));
+    }
+    assert!(
+        matches!(t.b.open(&tokens[0], binding(1), None).await, Err(OpenError::Busy)),
+        "past max_readers, refused"
+    );
+    for seq in 1..=30 {
+        for tok in &tokens {
+            assert!(append(&t.a, tok, seq..=seq));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let during = clients(&mut conn).await;
+    for tok in &tokens {
+        t.a.finish(tok, 30, End::Completed);
+    }
+    for (i, r) in reading.into_iter().enumerate() {
+        let (text, _, end) = within(PATIENCE, "a follower", r).await.expect("reader task");
+        end.expect("ends");
+        assert_eq!(text, events(&tokens[i % tokens.len()], 1..=30), "reader {i}");
+    }
+    eprintln!("Redis clients: {before} with one follower, {during} with {READERS}");
+    assert!(
+        during <= before,
+        "{before} clients before, {during} with {READERS} followers"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_get_the_streams_agent_as_stored_and_updated() {
+    let Some(t) = two(opts()).await else { return };
+    let tok = t.created();
+    let mut r = open_when_visible(&t.b, &tok, binding(1), None).await;
+    assert_eq!(r.agent(), AGENT);
+    t.a.set_agent(&tok, "agent-9");
+    assert!(append(&t.a, &tok, 1..=1));
+    let (bytes, _) = within(PATIENCE, "next", r.next()).await.expect("next").expect("events");
+    assert_eq!(std::str::from_utf8(&bytes).unwrap(), event(&tok, 1));
+    assert_eq!(r.agent(), "agent-9", "the agent learnt after the create");
 }

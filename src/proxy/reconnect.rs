@@ -80,6 +80,16 @@ async fn remote(
         Err(OpenError::Unknown) => return refused(r, shared, Resumption::Unknown),
         Err(OpenError::Gap { .. }) => return refused(r, shared, Resumption::Gap),
         Err(OpenError::Denied) => return refused(r, shared, Resumption::Denied),
+        Err(OpenError::Busy) => {
+            // A bound of this instance, not of the stream: the client may retry here later or elsewhere.
+            r.metrics.remote_readers_refused.inc();
+            return gateway_error(
+                &shared.metrics,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "resume_unavailable",
+                "too many streams are read from the shared store on this instance; try again",
+            );
+        }
         Err(OpenError::Store(e)) => {
             tracing::warn!(error = %error_chain(&e), "resume: the shared store failed");
             return gateway_error(
@@ -162,8 +172,21 @@ async fn cancel(r: &Resumer, token: &Token, headers: &HeaderMap, shared: &Shared
             grant = stream.cors.clone();
             (stream.binding == binding).then(|| stream.cancel()).is_some()
         }
-        // Its owner sees the request within a second.
-        (None, Some(store)) => store.cancel(&token.hex(), binding).await.is_ok(),
+        // Its owner sees the request within a second. A failed store is not "no such stream": the client must
+        // learn that its cancel did not happen, as a reconnect in the same outage does.
+        (None, Some(store)) => match store.cancel(&token.hex(), binding).await {
+            Ok(()) => true,
+            Err(OpenError::Store(e)) => {
+                tracing::warn!(error = %error_chain(&e), "resume: the shared store failed");
+                return gateway_error(
+                    &shared.metrics,
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "resume_unavailable",
+                    "the shared stream store is unavailable; try again",
+                );
+            }
+            Err(_) => false,
+        },
         (None, None) => false,
     };
     if !cancelled {

@@ -222,7 +222,7 @@ impl Hub {
         let now = Instant::now();
         let hex = token.hex();
         if let Some(m) = &self.shared.mirror {
-            m.create(&hex, binding);
+            m.create(&hex, binding, agent);
         }
         let stream = Arc::new_cyclic(|me| Stream {
             token,

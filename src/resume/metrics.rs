@@ -74,6 +74,12 @@ pub struct ResumeMetrics {
     pub store_ops: IntCounterVec,
     pub store_seconds: HistogramVec,
     pub unresumable: IntCounter,
+    /// Event bytes the owner removed from Redis to keep a bound, by bound (`stream`, `total`).
+    pub store_evicted_bytes: IntCounterVec,
+    /// Streams whose keys vanished from Redis without a failed write (a flush, a failover).
+    pub store_lost: IntCounter,
+    /// Remote readers refused because `resume.max_remote_readers` were open.
+    pub remote_readers_refused: IntCounter,
     /// Reconnect to first replayed byte.
     pub first_replayed_byte: Histogram,
 }
@@ -150,6 +156,27 @@ impl ResumeMetrics {
                 r,
                 "resume_unresumable_total",
                 "Streams that stopped being resumable through the shared store (slow or down).",
+            )?,
+            store_evicted_bytes: register(
+                r,
+                IntCounterVec::new(
+                    Opts::new(
+                        name("resume_store_evicted_bytes_total"),
+                        "Event bytes removed from the shared store to keep a bound, by bound (stream: \
+                         resume.buffer_bytes; total: resume.max_total_bytes).",
+                    ),
+                    &["bound"],
+                )?,
+            )?,
+            store_lost: counter(
+                r,
+                "resume_store_lost_total",
+                "Streams whose keys vanished from the shared store without a failed write (a flush, a failover).",
+            )?,
+            remote_readers_refused: counter(
+                r,
+                "resume_remote_readers_refused_total",
+                "Reads of streams owned elsewhere refused with 503 because resume.max_remote_readers were open.",
             )?,
             first_replayed_byte: register(
                 r,

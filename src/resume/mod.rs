@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use http::{HeaderMap, HeaderName, Method};
 
-use self::redis::{RedisOptions, RedisStore, StoreObserver};
+use self::redis::{Bound, RedisOptions, RedisStore, StoreObserver};
 use crate::config::{self, duration, StoreKind};
 use crate::cors::Grant;
 use hub::{Hub, Limits, Stream};
@@ -55,26 +55,26 @@ pub struct Resumer {
     /// `resume.path_prefix`.
     pub prefix: String,
     key: [u8; 32],
-    bind: Vec<Bound>,
+    bind: Vec<BoundValue>,
 }
 
 /// One value a stream is bound to (`resume.bind_headers`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Bound {
+enum BoundValue {
     /// A whole request header.
     Header(HeaderName),
     /// One cookie of the `Cookie` header: `cookie:<name>`, as configured.
     Cookie(String),
 }
 
-impl Bound {
-    fn parse(s: &str) -> Option<Bound> {
+impl BoundValue {
+    fn parse(s: &str) -> Option<BoundValue> {
         match s.split_once(':') {
             Some((c, name)) if c.eq_ignore_ascii_case("cookie") => {
-                config::is_cookie_name(name).then(|| Bound::Cookie(format!("cookie:{name}")))
+                config::is_cookie_name(name).then(|| BoundValue::Cookie(format!("cookie:{name}")))
             }
             Some(_) => None,
-            None => HeaderName::from_bytes(s.as_bytes()).ok().map(Bound::Header),
+            None => HeaderName::from_bytes(s.as_bytes()).ok().map(BoundValue::Header),
         }
     }
 }
@@ -102,7 +102,12 @@ impl Resumer {
                 let opts = RedisOptions {
                     key_prefix: cfg.redis_key_prefix.clone(),
                     max_events: cfg.redis_max_events,
+                    buffer_bytes: cfg.buffer_bytes,
+                    max_total_bytes: cfg.max_total_bytes,
                     ttl: duration(cfg.grace_secs + cfg.retention_secs).max(Duration::from_secs(1)),
+                    stall: duration(cfg.redis_stall_secs),
+                    max_readers: cfg.max_remote_readers,
+                    follow_connections: cfg.redis_follow_connections,
                     ..RedisOptions::default()
                 };
                 let observer: Arc<dyn StoreObserver> = Arc::clone(&metrics) as _;
@@ -130,7 +135,7 @@ impl Resumer {
             .bind_headers
             .iter()
             .map(|h| {
-                Bound::parse(h).ok_or_else(|| format!("resume.bind_headers: {h:?} is not a header or cookie:<name>"))
+                BoundValue::parse(h).ok_or_else(|| format!("resume.bind_headers: {h:?} is not a header or cookie:<name>"))
             })
             .collect::<Result<_, _>>()?;
         let limits = Limits {
@@ -162,17 +167,17 @@ impl Resumer {
         for bound in &self.bind {
             // A cookie's label (`cookie:<name>`) is no header name, so the two kinds never hash alike.
             let (label, values): (&str, Vec<&[u8]>) = match bound {
-                Bound::Header(name) => (
+                BoundValue::Header(name) => (
                     name.as_str(),
                     headers.get_all(name).iter().map(|v| v.as_bytes()).collect(),
                 ),
-                Bound::Cookie(label) => (
+                BoundValue::Cookie(label) => (
                     label.as_str(),
                     cookie_values(headers, &label["cookie:".len()..]).collect(),
                 ),
             };
             let sep: &[u8] = match bound {
-                Bound::Header(name) if name != http::header::COOKIE => b", ",
+                BoundValue::Header(name) if name != http::header::COOKIE => b", ",
                 _ => b"; ",
             };
             h.update(&(label.len() as u64).to_le_bytes());
@@ -283,6 +288,16 @@ impl StoreObserver for ResumeMetrics {
 
     fn unresumable(&self) {
         self.unresumable.inc();
+    }
+
+    fn evicted(&self, bound: Bound, bytes: u64) {
+        self.store_evicted_bytes
+            .with_label_values(&[bound.as_str()])
+            .inc_by(bytes);
+    }
+
+    fn store_lost(&self) {
+        self.store_lost.inc();
     }
 }
 

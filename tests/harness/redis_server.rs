@@ -86,6 +86,26 @@ impl RedisServer {
         }
     }
 
+    /// Stops it (SIGSTOP): it keeps its connections and data but answers nothing until [`RedisServer::resume`].
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets a paused server go on (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, sig: &str) {
+        let Some(child) = self.child.as_ref() else { return };
+        let ok = Command::new("kill")
+            .arg(sig)
+            .arg(child.id().to_string())
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill {sig} redis-server");
+    }
+
     fn wait_ready(&mut self) -> bool {
         let deadline = Instant::now() + STARTUP;
         while Instant::now() < deadline {

@@ -227,21 +227,21 @@ pub struct RemoteFollow {
     replay: Replay,
     /// The seq of the last event sent (the reader's cursor).
     seq: u64,
-    /// The last events sent, for the agent of an envelope the gateway writes.
-    last: Bytes,
+    /// The stream's agent as the store holds it, for the envelopes the gateway writes.
+    agent: String,
 }
 
 impl RemoteFollow {
     /// A reader opened after event `after`.
     pub fn new(reader: RemoteReader, after: u64, metrics: Arc<ResumeMetrics>, asked: Instant) -> Self {
         Self {
+            agent: reader.agent().to_owned(),
             next: Some(Self::read(reader)),
             replay: Replay {
                 metrics,
                 asked: Some(asked),
             },
             seq: after,
-            last: Bytes::new(),
         }
     }
 
@@ -250,19 +250,6 @@ impl RemoteFollow {
             let r = reader.next().await;
             (reader, r)
         })
-    }
-
-    /// The last envelope's agent (the stream's agent is not stored with its events).
-    fn agent(&self) -> String {
-        let last_data = self
-            .last
-            .split(|&b| b == b'\n')
-            .rev()
-            .find_map(|l| l.strip_prefix(b"data: "));
-        last_data
-            .and_then(|d| serde_json::from_slice::<serde_json::Value>(d).ok())
-            .and_then(|v| v.get("agent").and_then(|a| a.as_str()).map(str::to_owned))
-            .unwrap_or_default()
     }
 }
 
@@ -277,13 +264,16 @@ impl Body for RemoteFollow {
         };
         let (reader, read) = std::task::ready!(next.as_mut().poll(cx));
         this.next = None;
+        // The owner may have learnt the run's agent since (its meta_init): each read brings the stored one.
+        if reader.agent() != this.agent {
+            this.agent = reader.agent().to_owned();
+        }
         let bytes = match read {
             Ok(Some((bytes, last_seq))) => {
                 this.next = Some(Self::read(reader));
                 // Read from the store on another instance: all of it counts as replayed.
                 this.replay.sent(bytes.len(), last_seq.saturating_sub(this.seq), true);
                 this.seq = last_seq;
-                this.last = bytes.clone();
                 bytes
             }
             Ok(None) => return Poll::Ready(None),
@@ -300,7 +290,7 @@ impl Body for RemoteFollow {
                     ReadError::Store(_) => ("resume_store_failed", STORE_FAILED),
                 };
                 tracing::warn!(kind, "remote stream read ended");
-                gateway_error(&this.agent(), kind, message)
+                gateway_error(&this.agent, kind, message)
             }
         };
         Poll::Ready(Some(Ok(Frame::data(bytes))))
@@ -316,7 +306,7 @@ impl Drain for RemoteFollow {
         if self.next.take().is_none() {
             return DrainCut::Nothing;
         }
-        draining(&self.agent())
+        draining(&self.agent)
     }
 }
 
