@@ -8,6 +8,7 @@ mod harness;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use harness::cors::Cors;
 use harness::legacy::text_block;
 use harness::prelude::*;
 use harness::redis_server::RedisServer;
@@ -20,6 +21,9 @@ const KEY: &str = "resume-instances-test-binding-key-0123456789";
 /// The client's credentials: a bound header.
 const AUTH: &str = "Bearer user-1";
 const AGENT: &str = "agent-7";
+/// The page's origin, which the backend allows with credentials; and one it does not.
+const APP: &str = "http://127.0.0.1:5173";
+const EVIL: &str = "http://evil.test";
 /// Pause between two text pieces of the paced upstream.
 const PACE: Duration = Duration::from_millis(80);
 /// Bound on any single wait of these tests; reaching it is a failure.
@@ -47,9 +51,14 @@ fn expected(words: usize) -> Vec<u8> {
 }
 
 /// An upstream answering `/run/<words>` (and `/run/<words>/<anything>`) with a paced run of that many pieces;
-/// `/hold` with a run that never ends, reporting when the gateway closes it.
+/// `/hold` with a run that never ends, reporting when the gateway closes it. Its CORS is the legacy app's
+/// (Starlette's middleware allowing [`APP`] with credentials); requests without `Origin` are not affected.
 async fn upstream() -> Emulator {
-    Emulator::start(|r| {
+    Emulator::start(|r| Cors::legacy_app(APP).apply(r, || run_answer(r))).await
+}
+
+fn run_answer(r: &Recorded) -> Vec<Step> {
+    {
         if r.target == "/hold" {
             return vec![
                 sse_head(),
@@ -65,8 +74,7 @@ async fn upstream() -> Emulator {
             .and_then(|w| w.parse().ok())
             .unwrap_or(5);
         paced(legacy_items(words), PACE)
-    })
-    .await
+    }
 }
 
 // ---- the instances ----
@@ -780,4 +788,67 @@ async fn a_reader_on_b_keeps_the_run_on_a_past_its_grace_period() {
     let m = s.a.metrics().await;
     assert_eq!(resume_ended(&m, "abandoned"), 0.0);
     assert_eq!(resume_ended(&m, "completed"), 1.0);
+}
+
+/// A page on another origin reaches B for a stream A holds: B answers with the CORS answer A kept with the stream
+/// in the store (DESIGN 5.1), to that origin only: the resumed stream, a preflight of the stream's URL, and a
+/// `DELETE`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_instance_answers_a_cross_origin_page_with_the_streams_kept_cors() {
+    let Some(s) = setup(&[]).await else { return };
+    let from_app = [("Authorization", AUTH), ("Origin", APP)];
+    // As a browser does before a JSON POST: what the backend allows this origin is learned from the answer.
+    let ask = [
+        ("Origin", APP),
+        ("Access-Control-Request-Method", "POST"),
+        ("Access-Control-Request-Headers", "authorization,content-type"),
+    ];
+    let allowed = open(s.a.addr, &bare_request("OPTIONS", "/run/40", &ask)).await;
+    assert_eq!(allowed.status, 200, "{}", allowed.head);
+    let mut on_a = open(s.a.addr, &run_request("/run/40", &from_app)).await;
+    assert_eq!(
+        header_value(&on_a.head, "access-control-allow-origin"),
+        Some(APP),
+        "{}",
+        on_a.head
+    );
+    let (url, token) = stream_of(&on_a);
+    read_events(&mut on_a, 2).await;
+    s.wait_visible(&token).await;
+    let id = last_id(&token, 1);
+    for (origin, want) in [(APP, Some(APP)), (EVIL, None)] {
+        let h = [
+            ("Authorization", AUTH),
+            ("Origin", origin),
+            ("Last-Event-ID", id.as_str()),
+        ];
+        let resumed = open(s.b.addr, &run_request("/run/40", &h)).await;
+        assert_eq!(resumed.status, 200, "{}\n{}", resumed.head, s.logs());
+        assert_eq!(
+            header_value(&resumed.head, "access-control-allow-origin"),
+            want,
+            "{origin}: {}",
+            resumed.head
+        );
+        if want.is_some() {
+            assert_eq!(
+                header_value(&resumed.head, "access-control-allow-credentials"),
+                Some("true")
+            );
+        }
+    }
+    let preflight = [("Origin", APP), ("Access-Control-Request-Method", "DELETE")];
+    let pre = open(s.b.addr, &bare_request("OPTIONS", &url, &preflight)).await;
+    assert_eq!(pre.status, 204, "{}\n{}", pre.head, s.logs());
+    assert_eq!(header_value(&pre.head, "access-control-allow-origin"), Some(APP));
+    assert_eq!(header_value(&pre.head, "access-control-allow-methods"), Some("DELETE"));
+    let deleted = open(s.b.addr, &bare_request("DELETE", &url, &from_app)).await;
+    assert_eq!(deleted.status, 204, "{}", deleted.head);
+    assert_eq!(
+        header_value(&deleted.head, "access-control-allow-origin"),
+        Some(APP),
+        "{}",
+        deleted.head
+    );
+    assert_eq!(s.up.recorded().iter().filter(|r| r.method == "POST").count(), 1);
 }

@@ -103,8 +103,7 @@ async fn remote(
     if primary {
         reader.set_primary();
     }
-    // TODO(cors): the grant kept in the store's meta hash.
-    let grant = None;
+    let grant = reader.cors().cloned().map(Arc::new);
     let follow = RemoteFollow::new(reader, after, Arc::clone(&r.metrics), asked);
     let body = ResponseBody::remote(follow, shared.keepalive, Arc::clone(&shared.metrics));
     replaying(r, token, shared, primary, body, grant)
@@ -175,7 +174,10 @@ async fn cancel(r: &Resumer, token: &Token, headers: &HeaderMap, shared: &Shared
         // Its owner sees the request within a second. A failed store is not "no such stream": the client must
         // learn that its cancel did not happen, as a reconnect in the same outage does.
         (None, Some(store)) => match store.cancel(&token.hex(), binding).await {
-            Ok(()) => true,
+            Ok(kept) => {
+                grant = kept.map(Arc::new);
+                true
+            }
             Err(OpenError::Store(e)) => {
                 tracing::warn!(error = %error_chain(&e), "resume: the shared store failed");
                 return gateway_error(
@@ -203,8 +205,13 @@ async fn cancel(r: &Resumer, token: &Token, headers: &HeaderMap, shared: &Shared
 /// A CORS preflight for a stream's URL (a watcher's `GET`, a `DELETE`), answered from what the backend allowed
 /// the stream's origin (or the operator's policy): 204 with the CORS headers, or 403 without them.
 pub async fn preflight(r: &Resumer, token: &Token, p: &Preflight, shared: &Shared) -> Response<ResponseBody> {
-    // TODO(cors): a stream held on another instance: the grant kept in the store's meta hash.
-    let grant = r.hub.get(token).and_then(|s| s.cors.clone());
+    let grant = match (r.hub.get(token), r.hub.mirror()) {
+        (Some(stream), _) => stream.cors.clone(),
+        // A stream held on another instance: the answer kept with it in the store (none if the store fails:
+        // the preflight then goes by what the backend last answered that origin).
+        (None, Some(store)) => store.cors(&token.hex()).await.ok().flatten().map(Arc::new),
+        (None, None) => None,
+    };
     let mut resp = match shared.cors.own_preflight(p, grant.as_deref()) {
         Ok(cors) => {
             shared.metrics.request(Mode::Passthrough, StatusCode::NO_CONTENT);

@@ -222,7 +222,7 @@ impl Hub {
         let now = Instant::now();
         let hex = token.hex();
         if let Some(m) = &self.shared.mirror {
-            m.create(&hex, binding, agent);
+            m.create_with_cors(&hex, binding, agent, cors.as_deref());
         }
         let stream = Arc::new_cyclic(|me| Stream {
             token,
@@ -459,9 +459,10 @@ impl Stream {
         let mut st = self.state();
         if st.agent != agent {
             st.agent = agent.to_owned();
-            // TODO(issue 26, Redis side): store it in the stream's meta hash for readers on other instances:
-            // `if let (true, Some(m)) = (st.mirrored, &self.shared.mirror) { m.set_agent(&self.hex, agent) }`
-            // (`RedisStore::set_agent`, being added by the Redis work).
+            // Readers on other instances name it too.
+            if let (true, Some(m)) = (st.mirrored, &self.shared.mirror) {
+                m.set_agent(&self.hex, agent);
+            }
         }
     }
 

@@ -135,7 +135,8 @@ impl Resumer {
             .bind_headers
             .iter()
             .map(|h| {
-                BoundValue::parse(h).ok_or_else(|| format!("resume.bind_headers: {h:?} is not a header or cookie:<name>"))
+                BoundValue::parse(h)
+                    .ok_or_else(|| format!("resume.bind_headers: {h:?} is not a header or cookie:<name>"))
             })
             .collect::<Result<_, _>>()?;
         let limits = Limits {

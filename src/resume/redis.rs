@@ -46,6 +46,8 @@ use bytes::{Bytes, BytesMut};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::{AsyncConnectionConfig, Client, Pipeline, RedisError, Value};
 use thiserror::Error;
+
+use crate::cors::Grant;
 use tokio::sync::{mpsc, oneshot, Notify};
 
 /// Frames taken into one writer round trip at most.
@@ -63,6 +65,14 @@ pub const LIVENESS_HEARTBEATS: u32 = 3;
 pub const LIVE_FLOOR_BYTES: usize = 64 << 10;
 /// Pause between two tries of a round trip that failed as a whole.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
+/// The field of a stream's meta hash that holds its CORS answer (`cors::Grant` as JSON).
+const CORS_FIELD: &str = "cors";
+
+/// A stored CORS answer; one that does not parse (another version's) grants nothing.
+fn parse_grant(stored: Option<String>) -> Option<Grant> {
+    stored.and_then(|s| serde_json::from_str(&s).ok())
+}
+
 /// The field of a Stream entry that holds the event's bytes.
 const EVENT_FIELD: &str = "e";
 
@@ -438,6 +448,8 @@ enum Op {
         slot: Arc<Slot>,
         binding: [u8; 32],
         agent: String,
+        /// The CORS answer kept with the stream (`cors::Grant` as JSON), if its request had an allowed origin.
+        cors: Option<String>,
     },
     Append {
         slot: Arc<Slot>,
@@ -574,6 +586,12 @@ impl RedisStore {
     /// Registers a stream owned by this instance, run by `agent`. Never blocks: the writer task writes its meta
     /// and owner key in its next round trip (other instances see the stream from then on).
     pub fn create(&self, token: &str, binding: [u8; 32], agent: &str) {
+        self.create_with_cors(token, binding, agent, None)
+    }
+
+    /// As `create`, keeping what the backend allowed the original request's origin (CORS), so every instance
+    /// answers that origin alike.
+    pub fn create_with_cors(&self, token: &str, binding: [u8; 32], agent: &str, cors: Option<&Grant>) {
         let slot = Arc::new(Slot {
             keys: Keys::new(&self.shared.opts.key_prefix, token),
             pending: AtomicUsize::new(0),
@@ -585,6 +603,7 @@ impl RedisStore {
             slot,
             binding,
             agent: agent.to_owned(),
+            cors: cors.and_then(|g| serde_json::to_string(g).ok()),
         });
     }
 
@@ -680,7 +699,8 @@ impl RedisStore {
             .arg("binding")
             .arg("state")
             .arg("last_seq")
-            .arg("agent");
+            .arg("agent")
+            .arg(CORS_FIELD);
         pipe.cmd("XRANGE")
             .arg(&keys.events)
             .arg("-")
@@ -721,31 +741,45 @@ impl RedisStore {
             done: false,
             primary: Primary::No,
             agent: meta.get(3).cloned().flatten().unwrap_or_default(),
+            cors: parse_grant(meta.get(4).cloned().flatten()),
             owner_absent: None,
             _count: count,
         })
     }
 
     /// Any instance: asks the owner to cancel (binding checked as in open); the owner sees it in
-    /// [`RedisStore::remote_state`].
-    pub async fn cancel(&self, token: &str, binding: [u8; 32]) -> Result<(), OpenError> {
+    /// [`RedisStore::remote_state`]. Returns the stream's CORS answer.
+    pub async fn cancel(&self, token: &str, binding: [u8; 32]) -> Result<Option<Grant>, OpenError> {
         let keys = Keys::new(&self.shared.opts.key_prefix, token);
         let mut conn = self.shared.conn.clone();
         let observer = self.shared.observer.as_ref();
         let limit = self.shared.opts.op_timeout;
-        let stored: Option<String> = round_trip(
-            observer,
-            "cancel",
-            limit,
-            redis::cmd("HGET").arg(&keys.meta).arg("binding").query_async(&mut conn),
-        )
-        .await?;
-        self.check_binding(stored, &binding)?;
+        let mut hmget = redis::cmd("HMGET");
+        hmget.arg(&keys.meta).arg("binding").arg(CORS_FIELD);
+        let stored: Vec<Option<String>> = round_trip(observer, "cancel", limit, hmget.query_async(&mut conn)).await?;
+        self.check_binding(stored.first().cloned().flatten(), &binding)?;
         let ttl = millis(self.shared.opts.ttl);
         let mut set = redis::cmd("SET");
         set.arg(&keys.cancel).arg(1).arg("PX").arg(ttl);
         round_trip(observer, "cancel", limit, set.query_async::<()>(&mut conn)).await?;
-        Ok(())
+        Ok(parse_grant(stored.get(1).cloned().flatten()))
+    }
+
+    /// Any instance: the CORS answer kept with a stream (`None` for no such stream, or none kept), for a
+    /// preflight of its URL.
+    pub async fn cors(&self, token: &str) -> Result<Option<Grant>, StoreError> {
+        let keys = Keys::new(&self.shared.opts.key_prefix, token);
+        let mut conn = self.shared.conn.clone();
+        let mut hget = redis::cmd("HGET");
+        hget.arg(&keys.meta).arg(CORS_FIELD);
+        let stored: Option<String> = round_trip(
+            self.shared.observer.as_ref(),
+            "cors",
+            self.shared.opts.op_timeout,
+            hget.query_async(&mut conn),
+        )
+        .await?;
+        Ok(parse_grant(stored))
     }
 
     fn check_binding(&self, stored: Option<String>, binding: &[u8; 32]) -> Result<(), OpenError> {
@@ -963,7 +997,12 @@ impl Writer {
         for op in &ops {
             match op {
                 // Written even for a stream already given up: readers elsewhere then see it, lost.
-                Op::Create { slot, binding, agent } => {
+                Op::Create {
+                    slot,
+                    binding,
+                    agent,
+                    cors,
+                } => {
                     let k = &slot.keys;
                     // The owner key first: a reader that finds the meta hash finds a live owner.
                     let mut set = redis::cmd("SET");
@@ -979,6 +1018,9 @@ impl Writer {
                         .arg("live")
                         .arg("last_seq")
                         .arg(0);
+                    if let Some(cors) = cors {
+                        hset.arg(CORS_FIELD).arg(cors);
+                    }
                     r.add(hset, Tag::Create(slot.clone()));
                     if !self.held.iter().any(|h| Arc::ptr_eq(h, slot)) {
                         self.held.push(slot.clone());
@@ -1523,6 +1565,8 @@ pub struct RemoteReader {
     primary: Primary,
     /// The stream's agent, from its meta hash.
     agent: String,
+    /// The stream's CORS answer, from its meta hash.
+    cors: Option<Grant>,
     /// Since when (on this reader's clock) the owner key of a live stream has been missing.
     owner_absent: Option<Instant>,
     _count: ReaderCount,
@@ -1616,6 +1660,11 @@ impl RemoteReader {
     /// The stream's agent (stored with it when created, or learnt later by its owner).
     pub fn agent(&self) -> &str {
         &self.agent
+    }
+
+    /// The stream's CORS answer (DESIGN 5.1), as its owner kept it.
+    pub fn cors(&self) -> Option<&Grant> {
+        self.cors.as_ref()
     }
 
     /// One read round trip, tried again while Redis does not answer, for up to `stall`.
