@@ -397,6 +397,8 @@ pub const MIN_RESUME_BUFFER: usize = 64 << 10;
 pub const MAX_RESUME_BYTES: usize = 64 << 30;
 /// Ceiling of `resume.max_grace_streams` and `resume.max_watchers_per_stream`.
 pub const MAX_RESUME_COUNT: usize = 1 << 20;
+/// Ceiling of `resume.redis_follow_connections`: Redis connections blocking in `XREAD` per instance.
+pub const MAX_FOLLOW_CONNECTIONS: usize = 16;
 /// Shortest `resume.binding_key`.
 pub const MIN_BINDING_KEY: usize = 32;
 
@@ -514,13 +516,13 @@ impl Resume {
                     format!("{} is not between 1 and 1000000", self.max_remote_readers),
                 ));
             }
-            if !(1..=crate::resume::redis::MAX_FOLLOW_CONNECTIONS).contains(&self.redis_follow_connections) {
+            if !(1..=MAX_FOLLOW_CONNECTIONS).contains(&self.redis_follow_connections) {
                 return Err(invalid(
                     "resume.redis_follow_connections",
                     format!(
                         "{} is not between 1 and {}",
                         self.redis_follow_connections,
-                        crate::resume::redis::MAX_FOLLOW_CONNECTIONS
+                        MAX_FOLLOW_CONNECTIONS
                     ),
                 ));
             }

@@ -125,8 +125,8 @@ impl Default for RedisOptions {
     }
 }
 
-/// Most follower connections per instance.
-pub const MAX_FOLLOW_CONNECTIONS: usize = 16;
+/// Most follower connections per instance (the ceiling of `resume.redis_follow_connections`).
+pub use crate::config::MAX_FOLLOW_CONNECTIONS;
 
 impl RedisOptions {
     /// Checks the settings, before anything connects.
