@@ -860,14 +860,47 @@ async fn throughput(opts: &Opts, rig: &mut Rig, rep: &mut Report, ok: &mut bool)
         pm.1,
         pr.1 / pm.1.max(f64::MIN_POSITIVE)
     ));
+    // Per row: XADD/s (median), streams given up by the store and streams run, over all rounds.
+    let store = |k: usize| {
+        let given_up: f64 = runs[k].iter().flat_map(|r| &r.legs).map(|l| l.unresumable).sum();
+        let streams = runs[k].iter().map(|r| r.legs.len()).sum::<usize>() * rows[k].3.streams;
+        (
+            median(runs[k].iter().map(|r| r.xadd_per_sec).collect()),
+            given_up,
+            streams,
+        )
+    };
     let (sr, sm) = (summary[2][0].2, summary[3][0].2);
     let ratio = sr / sm.max(1.0);
+    let (sat_xadd, sat_given_up, sat_streams) = store(2);
     rep.line(format!(
         "- saturation, Redis store / memory store, one instance: {} / {} events/s = {ratio:.2} (target ≥ 0.8, \
-         issue 15: {})",
+         issue 15: {}{})",
         n(sr),
         n(sm),
-        verdict(ratio >= 0.8)
+        verdict(ratio >= 0.8),
+        if sat_given_up > 0.0 {
+            format!(
+                "; but the store gave up {} of {sat_streams} streams: those events were not all written",
+                n(sat_given_up)
+            )
+        } else {
+            String::new()
+        }
+    ));
+    let (paced_xadd, _, _) = store(0);
+    let (ab_xadd, ab_given_up, ab_streams) = store(4);
+    rep.line(format!(
+        "- through the store (Redis `XADD`s per second in the window): paced, A: {} for {} events/s delivered; \
+         saturation, A alone: {} for {} events/s delivered, {} of {sat_streams} streams given up; A and B at \
+         once: {} in all, {} of {ab_streams} streams given up",
+        n(paced_xadd),
+        n(summary[0][0].2),
+        n(sat_xadd),
+        n(sr),
+        n(sat_given_up),
+        n(ab_xadd),
+        n(ab_given_up)
     ));
     let ab: f64 = summary[4].iter().map(|l| l.2).sum();
     rep.line(format!(
