@@ -1,6 +1,6 @@
 //! Load harness (issue 5): the gateway side by side with the upstream direct and nginx, on 127.0.0.1 only.
 //!
-//! `cargo bench --bench load -- <latency|throughput|idle|large|scaling|resume|cost|all|instructions> [--quick] [options]`; see `usage()`.
+//! `cargo bench --bench load -- <latency|throughput|idle|large|scaling|resume|cost|all|instructions|redis> [--quick] [options]`; see `usage()`.
 //! Processes: this driver (the load client, one current-thread tokio runtime), the synthetic upstream (this
 //! binary re-run as `__upstream`, its own current-thread runtime), nginx (one worker) and the gateway's release
 //! binary (its default multi-thread runtime: 2 workers here). All share the machine's cores. Every phase is
@@ -16,6 +16,8 @@ mod instructions;
 mod metrics;
 #[path = "load/procs.rs"]
 mod procs;
+#[path = "load/redis_scale.rs"]
+mod redis_scale;
 // The tests' Redis server (`procs::start_redis`); its `url` serves the tests only.
 #[allow(dead_code)]
 #[path = "../tests/harness/redis_server.rs"]
@@ -77,7 +79,7 @@ fn pin_split() -> Result<(String, String), String> {
 }
 
 fn usage() -> &'static str {
-    "usage: cargo bench --bench load -- <latency|throughput|idle|large|scaling|resume|cost|all|instructions> [options]
+    "usage: cargo bench --bench load -- <latency|throughput|idle|large|scaling|resume|cost|all|instructions|redis> [options]
   --quick            short phases and small counts (CI smoke, < 3 minutes for `all`)
   --rounds N         interleaved rounds per target (A B A B ...)
   --secs S           measured window per phase, seconds
@@ -109,6 +111,11 @@ default 5), memory per idle stream over HTTP/1.1 and h2c (a fresh process per ro
 verdicts (default 3 rounds).
 `instructions` (not in `all`) counts the user-space instructions per event of nginx and the gateway under
 valgrind's callgrind (apt-get install -y valgrind): a figure that holds still on a busy machine
+`redis` (issue 26, not in `all`) runs two gateway instances on one redis-server (resume.store = \"redis\") beside a
+memory-store gateway, all with resume.buffer_bytes = 64 KiB: Redis memory per held stream against buffer_bytes,
+each instance's Redis connections with 0, 10, 50 (full: also 100) watchers on the second instance, events/s
+through the store per instance (paced and at saturation, one instance and two at once) and CPU per event of the
+gateway and of redis-server against the memory store (--rounds, --secs as in `cost`; --quick: < 2 minutes)
 exit status: 1 when a stream was dropped or a process failed; never because of a latency or throughput figure"
 }
 

@@ -7,6 +7,7 @@
 #   benches/run-load.sh full instructions   # instructions per event under callgrind (installs valgrind)
 #   benches/run-load.sh full resume         # reconnect with Last-Event-ID: first replayed byte, per store
 #   benches/run-load.sh full resume --stores memory,redis,redis-other   # + the Redis store (installs redis-server)
+#   benches/run-load.sh full redis          # the Redis store at scale: memory per stream, connections, CPU (issue 26)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-quick}
@@ -29,7 +30,7 @@ need() { # command, Debian package
 need nginx nginx
 need gnuplot gnuplot-nox
 if [[ $scenario == instructions ]]; then need valgrind valgrind; fi
-if [[ " $* " == *redis* ]]; then need redis-server redis-server; fi
+if [[ $scenario == redis || " $* " == *redis* ]]; then need redis-server redis-server; fi
 nginx_bin=$(command -v nginx || echo /usr/sbin/nginx)
 
 # The harness raises its soft limit itself (rlimit crate); this helps when the soft limit is lower than the hard.

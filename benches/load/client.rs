@@ -113,6 +113,8 @@ pub struct PhaseResult {
     pub events: u64,
     pub events_in_window: u64,
     pub keepalives: u64,
+    /// Body bytes received over the whole phase (every stream, every event and comment).
+    pub bytes: u64,
     pub window: Duration,
     /// Large: payload bytes (decoded) delivered, and first request → last byte.
     pub large_decoded: u64,
@@ -485,6 +487,7 @@ pub async fn run_phase(target: &Target, plan: &Plan, opened: Arc<AtomicUsize>) -
         events: rec.events.into_inner(),
         events_in_window: rec.events_in_window.into_inner(),
         keepalives: rec.keepalives.into_inner(),
+        bytes: rec.bytes.into_inner(),
         window: plan.window,
         large_decoded: decoded,
         large_elapsed: last - t0,

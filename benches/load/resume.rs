@@ -88,7 +88,7 @@ const GAP: Duration = Duration::from_millis(100);
 const TAIL: Duration = Duration::from_secs(1);
 
 /// The environment of a case's gateway(s).
-fn case_env(case: &Case, redis_port: Option<u16>) -> Vec<(String, String)> {
+pub(crate) fn case_env(case: &Case, redis_port: Option<u16>) -> Vec<(String, String)> {
     let mut env = Vec::new();
     if case.store == Store::Redis {
         let port = redis_port.unwrap_or(0);
@@ -301,7 +301,7 @@ impl Check {
     }
 }
 
-async fn open(addr: SocketAddr) -> Result<(http1::SendRequest<Empty<Bytes>>, JoinHandle<()>), String> {
+pub(crate) async fn open(addr: SocketAddr) -> Result<(http1::SendRequest<Empty<Bytes>>, JoinHandle<()>), String> {
     let s = TcpStream::connect(addr)
         .await
         .map_err(|e| format!("connect {addr}: {e}"))?;
@@ -331,7 +331,7 @@ fn request(ctx: &Ctx, addr: SocketAddr, id: usize, last: Option<&str>) -> Result
     r.body(Empty::new()).map_err(|e| e.to_string())
 }
 
-async fn send(
+pub(crate) async fn send(
     s: &mut http1::SendRequest<Empty<Bytes>>,
     req: Request<Empty<Bytes>>,
     id: usize,
