@@ -521,8 +521,7 @@ impl Resume {
                     "resume.redis_follow_connections",
                     format!(
                         "{} is not between 1 and {}",
-                        self.redis_follow_connections,
-                        MAX_FOLLOW_CONNECTIONS
+                        self.redis_follow_connections, MAX_FOLLOW_CONNECTIONS
                     ),
                 ));
             }
