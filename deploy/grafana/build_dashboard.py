@@ -624,6 +624,34 @@ def build() -> dict:
             unit="s",
         ),
     )
+    L.add(
+        12,
+        7,
+        timeseries(
+            "Resume limits reached",
+            "Bounds of docs/SECURITY.md hit, per second: a writer nobody reads paused at resume.max_total_bytes "
+            "(total_bytes), a stream in grace given up past resume.max_grace_streams or its per-binding cap, a "
+            "watcher closed for reading nothing (watcher_stalled), and reconnects or watchers refused past "
+            "resume.max_remote_readers. Steady non-zero lines mean a bound is too small or a client misbehaves.",
+            targets(
+                (sum_rate("sse_gateway_resume_limited_total", by="limit"), "{{limit}}"),
+                (sum_rate("sse_gateway_resume_remote_readers_refused_total"), "remote readers refused"),
+            ),
+            unit="ops",
+        ),
+        timeseries(
+            "Store bounds and lost data",
+            "Bytes of events removed from Redis per second to keep a stream within resume.buffer_bytes (stream) "
+            "or an instance within resume.max_total_bytes (total); and streams whose keys Redis lost without a "
+            "failed write (a flush, a failover to an empty replica): any of these means readers elsewhere get "
+            "resume_unknown for them.",
+            targets(
+                (sum_rate("sse_gateway_resume_store_evicted_bytes_total", by="bound"), "evicted {{bound}}"),
+                (sum_rate("sse_gateway_resume_store_lost_total"), "streams lost by Redis"),
+            ),
+            unit="short",
+        ),
+    )
 
     variables = [
         {
