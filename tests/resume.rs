@@ -111,6 +111,30 @@ async fn whole(addr: SocketAddr, method: &str, path: &str, extra: &[(&str, &str)
     (c.status, c.head.clone(), c.body)
 }
 
+/// A watcher of `url` whose socket has a 4 KiB receive buffer: connected, its request sent, and its first read
+/// (at most `first` bytes, the head: asserted to be a 200) done; returns the socket and what that read got.
+async fn slow_watcher(addr: SocketAddr, url: &str, first: usize) -> (tokio::net::TcpStream, Vec<u8>) {
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.set_recv_buffer_size(4096).expect("SO_RCVBUF");
+    let mut w = tokio::time::timeout(WAIT, socket.connect(addr))
+        .await
+        .expect("in time")
+        .expect("connect");
+    w.write_all(&request_bytes("GET", url, &[], "")).await.expect("write");
+    let mut seen = vec![0u8; first];
+    let n = tokio::time::timeout(WAIT, w.read(&mut seen))
+        .await
+        .expect("in time")
+        .expect("read");
+    seen.truncate(n);
+    assert!(
+        seen.starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&seen)
+    );
+    (w, seen)
+}
+
 /// One SSE event of the gateway's output, as written.
 #[derive(Debug, Clone, PartialEq)]
 struct Ev {
@@ -1012,24 +1036,7 @@ async fn a_watcher_that_stops_reading_is_closed_watcher_behind_and_the_original_
     let gw = TestGateway::start(&up.url(), |s| s.resume.buffer_bytes = 65536).await;
     let (mut c, token, url) = run_started(gw.addr, &[], 1).await;
     // The watcher: a small receive buffer, and it reads nothing past the head until the run is over.
-    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
-    socket.set_recv_buffer_size(4096).expect("SO_RCVBUF");
-    let mut w = tokio::time::timeout(WAIT, socket.connect(gw.addr))
-        .await
-        .expect("in time")
-        .expect("connect");
-    w.write_all(&request_bytes("GET", &url, &[], "")).await.expect("write");
-    let mut seen = vec![0u8; 512];
-    let n = tokio::time::timeout(WAIT, w.read(&mut seen))
-        .await
-        .expect("in time")
-        .expect("read");
-    assert!(
-        seen[..n].starts_with(b"HTTP/1.1 200"),
-        "{:?}",
-        String::from_utf8_lossy(&seen[..n])
-    );
-    seen.truncate(n);
+    let (mut w, mut seen) = slow_watcher(gw.addr, &url, 512).await;
     c.read_to_end(WAIT)
         .await
         .expect("the original reads to the end at full speed");
@@ -1541,23 +1548,7 @@ async fn a_watcher_whose_client_reads_nothing_is_closed_after_the_write_timeout_
         let _ = c.read_to_end(Duration::from_secs(60)).await;
     });
     // The watcher: a small receive buffer, and nothing read past the head.
-    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
-    socket.set_recv_buffer_size(4096).expect("SO_RCVBUF");
-    let mut w = tokio::time::timeout(WAIT, socket.connect(gw.addr))
-        .await
-        .expect("in time")
-        .expect("connect");
-    w.write_all(&request_bytes("GET", &url, &[], "")).await.expect("write");
-    let mut head = vec![0u8; 256];
-    let n = tokio::time::timeout(WAIT, w.read(&mut head))
-        .await
-        .expect("in time")
-        .expect("read");
-    assert!(
-        head[..n].starts_with(b"HTTP/1.1 200"),
-        "{:?}",
-        String::from_utf8_lossy(&head[..n])
-    );
+    let (mut w, _head) = slow_watcher(gw.addr, &url, 256).await;
     assert_eq!(
         metric_until(&gw, "sse_gateway_resume_subscribers", &[], |v| v == 1.0).await,
         1.0

@@ -16,7 +16,7 @@ use crate::cors::{Grant, OwnAnswer, Preflight};
 use crate::resume::hub::AttachError;
 use crate::resume::id::Token;
 use crate::resume::metrics::Resumption;
-use crate::resume::redis::OpenError;
+use crate::resume::redis::{OpenError, StoreError};
 use crate::resume::{Resumer, Route, STREAM_HEADER};
 
 /// Answers a request `Resumer::route` did not send upstream.
@@ -91,13 +91,7 @@ async fn remote(
             );
         }
         Err(OpenError::Store(e)) => {
-            tracing::warn!(error = %error_chain(&e), "resume: the shared store failed");
-            return gateway_error(
-                &shared.metrics,
-                StatusCode::SERVICE_UNAVAILABLE,
-                "resume_unavailable",
-                "the shared stream store is unavailable; try again",
-            );
+            return store_failed(shared, &e);
         }
     };
     if primary {
@@ -178,15 +172,7 @@ async fn cancel(r: &Resumer, token: &Token, headers: &HeaderMap, shared: &Shared
                 grant = kept.map(Arc::new);
                 true
             }
-            Err(OpenError::Store(e)) => {
-                tracing::warn!(error = %error_chain(&e), "resume: the shared store failed");
-                return gateway_error(
-                    &shared.metrics,
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "resume_unavailable",
-                    "the shared stream store is unavailable; try again",
-                );
-            }
+            Err(OpenError::Store(e)) => return store_failed(shared, &e),
             Err(_) => false,
         },
         (None, None) => false,
@@ -234,6 +220,17 @@ pub async fn preflight(r: &Resumer, token: &Token, p: &Preflight, shared: &Share
         .insert(header::ALLOW, HeaderValue::from_static("GET, DELETE, OPTIONS"));
     resp.extensions_mut().insert(OwnAnswer::Preflight);
     resp
+}
+
+/// The shared store failed: `503`, never "no such stream" (the client retries; the stream may well exist).
+fn store_failed(shared: &Shared, e: &StoreError) -> Response<ResponseBody> {
+    tracing::warn!(error = %error_chain(e), "resume: the shared store failed");
+    gateway_error(
+        &shared.metrics,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "resume_unavailable",
+        "the shared stream store is unavailable; try again",
+    )
 }
 
 fn not_found(shared: &Shared) -> Response<ResponseBody> {
