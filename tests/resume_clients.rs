@@ -32,10 +32,10 @@
 
 mod harness;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
-use harness::browser::{available_or_skip, chromium_path, npm_package_installed};
+use harness::browser::{chromium_or_skip, npm_package_or_skip};
 use harness::pages::{
     await_report, expected_text, id_problems, parse_id, run_items, static_answer, text_of, FES, PACE, RUN,
 };
@@ -214,26 +214,6 @@ impl Setup {
     }
 }
 
-/// Chromium, or `None` when the test is to be skipped (never under CI).
-fn chromium() -> Option<PathBuf> {
-    let path = chromium_path();
-    available_or_skip(
-        "chromium",
-        path.is_some(),
-        "the Debian package `chromium`: run .ci/external-clients.sh",
-    )
-    .then_some(())?;
-    path
-}
-
-fn fetch_event_source_installed() -> bool {
-    available_or_skip(
-        FES,
-        npm_package_installed(FES),
-        "npm package: run .ci/external-clients.sh",
-    )
-}
-
 /// Response bytes after which the relay cuts each connection's stream, in order: mid-event and mid-run (the first
 /// after about 10 events; each reconnection first replays what was missed). Different lengths, so the cuts land
 /// at different places of the events.
@@ -244,8 +224,8 @@ const CUTS: [usize; 3] = [1450, 4100, 3333];
 /// a page of fetch-event-source); returns the report, or `None` when skipped (no Chromium, or no fetch-event-source
 /// for a `fes` page).
 async fn run_checked(page: &str, cuts: &[usize], what: &str, fes: bool) -> Option<Value> {
-    let chromium = chromium()?;
-    if fes && !fetch_event_source_installed() {
+    let chromium = chromium_or_skip()?;
+    if fes && !npm_package_or_skip(FES) {
         return None;
     }
     let _one = ONE_BROWSER.lock().await;

@@ -21,7 +21,7 @@ mod harness;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use harness::browser::{available_or_skip, chromium_path, npm_package_installed};
+use harness::browser::{chromium_or_skip, npm_package_or_skip};
 use harness::cors::Cors;
 use harness::pages::{
     await_report, expected_text, id_problems, parse_id, run_items, static_answer, text_of, FES, PACE, RUN,
@@ -210,20 +210,8 @@ fn assert_none(what: &str, problems: &[String], setup: &Setup, report: &Value) {
 
 /// Chromium and the npm package, or `None` when the test is to be skipped (never under CI).
 fn browser() -> Option<PathBuf> {
-    let path = chromium_path();
-    available_or_skip(
-        "chromium",
-        path.is_some(),
-        "the Debian package `chromium`: run .ci/external-clients.sh",
-    )
-    .then_some(())?;
-    available_or_skip(
-        FES,
-        npm_package_installed(FES),
-        "npm package: run .ci/external-clients.sh",
-    )
-    .then_some(())?;
-    path
+    let path = chromium_or_skip()?;
+    npm_package_or_skip(FES).then_some(path)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

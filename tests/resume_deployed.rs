@@ -265,7 +265,7 @@ async fn every_answer_the_gateway_writes_carries_the_backends_cors_to_the_origin
 }
 
 #[tokio::test]
-async fn an_operators_policy_applies_to_every_answer_the_gateway_writes_itself() {
+async fn an_operators_policy_lets_a_page_read_the_gateways_answers_when_the_backend_sends_no_cors() {
     // A backend without any CORS: only the operator's policy can let the page read the gateway's answers.
     let up = Emulator::sse(vec![
         Step::write_all(b"data: <content-block-text>\n\n"),

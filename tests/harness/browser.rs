@@ -33,6 +33,26 @@ pub fn chromium_path() -> Option<PathBuf> {
         .find(|p| p.exists())
 }
 
+/// Chromium, or `None` when the test is to be skipped (never under CI).
+pub fn chromium_or_skip() -> Option<PathBuf> {
+    let path = chromium_path();
+    available_or_skip(
+        "chromium",
+        path.is_some(),
+        "the Debian package `chromium`: run .ci/external-clients.sh",
+    )
+    .then_some(path?)
+}
+
+/// Whether npm package `name` is installed; otherwise fails under CI, or says why the test is skipped.
+pub fn npm_package_or_skip(name: &str) -> bool {
+    available_or_skip(
+        name,
+        npm_package_installed(name),
+        "npm package: run .ci/external-clients.sh",
+    )
+}
+
 /// Where the npm packages of the external-client tests are installed (by `.ci/external-clients.sh`).
 pub const NODE_MODULES: &str = "tests/external/node/node_modules";
 

@@ -44,3 +44,25 @@ export function collector() {
   setTimeout(() => c.finish(false, `the page gave up after ${timeout} ms without [DONE]`), timeout);
   return c;
 }
+
+// A tab the page hides and shows itself, through the DOM fetch-event-source reads (document.hidden,
+// visibilityState, a `visibilitychange` event on document): `hideThenShow()` hides it for 700 ms, noting both on `c`.
+export function tab(c) {
+  let hidden = false;
+  Object.defineProperty(document, 'hidden', { configurable: true, get: () => hidden });
+  Object.defineProperty(document, 'visibilityState', {
+    configurable: true,
+    get: () => (hidden ? 'hidden' : 'visible'),
+  });
+  const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+  async function hideThenShow() {
+    hidden = true;
+    c.note('tab hidden');
+    document.dispatchEvent(new Event('visibilitychange'));
+    await sleep(700);
+    hidden = false;
+    c.note('tab shown');
+    document.dispatchEvent(new Event('visibilitychange'));
+  }
+  return { hideThenShow };
+}
