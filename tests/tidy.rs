@@ -152,3 +152,309 @@ fn crate_references_are_read_in_every_form() {
     let refs = crate_refs("use crate::a::B;\nuse crate::{b, c::D};\nlet x = crate::d::f();\n// crate::commented");
     assert_eq!(refs, ["a", "b", "c", "d"]);
 }
+
+/// A source file's module path: `src/lib.rs` is `[]`, `src/a/mod.rs` and `src/a.rs` are `[a]`, `src/a/b.rs` is
+/// `[a, b]`.
+fn module_path(file: &Path) -> Vec<String> {
+    let rel = file.strip_prefix(src()).expect("under src/");
+    let mut parts: Vec<String> = rel
+        .iter()
+        .map(|p| p.to_string_lossy().trim_end_matches(".rs").to_owned())
+        .collect();
+    if parts.last().is_some_and(|l| l == "mod" || l == "lib" || l == "main") {
+        parts.pop();
+    }
+    parts
+}
+
+/// The code of `text` without comments and string literals, so neither is read as a path.
+fn code_only(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '/' if chars.peek() == Some(&'/') => {
+                for n in chars.by_ref() {
+                    if n == '\n' {
+                        out.push('\n');
+                        break;
+                    }
+                }
+            }
+            '"' => {
+                let mut escaped = false;
+                for n in chars.by_ref() {
+                    match n {
+                        '\\' if !escaped => escaped = true,
+                        '"' if !escaped => break,
+                        _ => escaped = false,
+                    }
+                }
+                out.push_str("\"\"");
+            }
+            // A char literal `'"'` would open a string above; lifetimes (`'a`) pass through.
+            '\'' if chars.clone().nth(1) == Some('\'') => {
+                chars.nth(1);
+                out.push_str("' '");
+            }
+            '\'' if chars.peek() == Some(&'\\') => {
+                for n in chars.by_ref() {
+                    if n == '\'' {
+                        break;
+                    }
+                }
+                out.push_str("' '");
+            }
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+fn is_ident(c: char) -> bool {
+    c.is_alphanumeric() || c == '_'
+}
+
+/// Expands the paths a `use` tree or an expression names, from `at` (just after `word::`): `a::b`, `{a, b::c}`.
+fn path_tails(code: &str) -> Vec<Vec<String>> {
+    let code = code.trim_start();
+    if let Some(group) = code.strip_prefix('{') {
+        let mut depth = 0;
+        let mut end = group.len();
+        for (i, c) in group.char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' if depth == 0 => {
+                    end = i;
+                    break;
+                }
+                '}' => depth -= 1,
+                _ => {}
+            }
+        }
+        let inner = &group[..end];
+        let mut parts = Vec::new();
+        let (mut depth, mut start) = (0, 0);
+        for (i, c) in inner.char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' => depth -= 1,
+                ',' if depth == 0 => {
+                    parts.push(&inner[start..i]);
+                    start = i + 1;
+                }
+                _ => {}
+            }
+        }
+        parts.push(&inner[start..]);
+        return parts.into_iter().flat_map(path_tails).collect();
+    }
+    let name: String = code.chars().take_while(|c| is_ident(*c)).collect();
+    if name.is_empty() {
+        return vec![Vec::new()];
+    }
+    let rest = &code[name.len()..];
+    match rest.trim_start().strip_prefix("::") {
+        Some(more) => path_tails(more)
+            .into_iter()
+            .map(|mut t| {
+                t.insert(0, name.clone());
+                t
+            })
+            .collect(),
+        None => vec![vec![name]],
+    }
+}
+
+/// The file that module path `path` (relative to the crate) lives in: the deepest module on it that has a file.
+fn file_of(files: &std::collections::BTreeMap<Vec<String>, PathBuf>, path: &[String]) -> Option<PathBuf> {
+    (0..=path.len()).rev().find_map(|n| files.get(&path[..n]).cloned())
+}
+
+/// The files each file of the crate refers to: through `crate::`, `super::`, `self::` and its own child modules.
+/// An inline module (`mod tests { … }`) is part of its file.
+fn file_imports() -> std::collections::BTreeMap<PathBuf, std::collections::BTreeSet<PathBuf>> {
+    let all: Vec<PathBuf> = rust_files(&src())
+        .into_iter()
+        .filter(|f| !f.ends_with("main.rs"))
+        .collect();
+    let files: std::collections::BTreeMap<Vec<String>, PathBuf> =
+        all.iter().map(|f| (module_path(f), f.clone())).collect();
+    let mut graph = std::collections::BTreeMap::new();
+    for file in &all {
+        let here = module_path(file);
+        let code = code_only(&std::fs::read_to_string(file).expect("read"));
+        let children: Vec<String> = files
+            .keys()
+            .filter(|p| p.len() == here.len() + 1 && p.starts_with(&here))
+            .map(|p| p[here.len()].clone())
+            .collect();
+        let mut targets = std::collections::BTreeSet::new();
+        // Inline modules open at a brace depth; `super::` inside one first leaves them.
+        let mut inline: Vec<(String, usize)> = Vec::new();
+        let mut depth = 0usize;
+        let bytes = code.as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
+            let c = bytes[i] as char;
+            match c {
+                '{' => depth += 1,
+                '}' => {
+                    depth = depth.saturating_sub(1);
+                    if inline.last().is_some_and(|(_, d)| *d == depth) {
+                        inline.pop();
+                    }
+                }
+                _ => {}
+            }
+            let starts_word = is_ident(c) && (i == 0 || !is_ident(bytes[i - 1] as char) && bytes[i - 1] != b':');
+            if !starts_word {
+                i += 1;
+                continue;
+            }
+            let word: String = code[i..].chars().take_while(|c| is_ident(*c)).collect();
+            let after = &code[i + word.len()..];
+            if word == "mod" {
+                let name: String = after.trim_start().chars().take_while(|c| is_ident(*c)).collect();
+                let rest = after.trim_start()[name.len()..].trim_start();
+                if rest.starts_with('{') {
+                    inline.push((name, depth));
+                }
+            }
+            if let Some(tail) = after.strip_prefix("::") {
+                let scope: Vec<String> = here
+                    .iter()
+                    .cloned()
+                    .chain(inline.iter().map(|(n, _)| n.clone()))
+                    .collect();
+                for t in path_tails(tail) {
+                    let mut base: Vec<String> = match word.as_str() {
+                        "crate" => Vec::new(),
+                        "self" => scope.clone(),
+                        "super" => scope[..scope.len().saturating_sub(1)].to_vec(),
+                        w if inline.is_empty() && children.iter().any(|c| c == w) => {
+                            let mut p = here.clone();
+                            p.push(w.to_owned());
+                            p
+                        }
+                        _ => continue,
+                    };
+                    let mut t = t.as_slice();
+                    while word == "super" && t.first().is_some_and(|s| s == "super") {
+                        base.pop();
+                        t = &t[1..];
+                    }
+                    let full: Vec<String> = base.into_iter().chain(t.iter().cloned()).collect();
+                    if let Some(target) = file_of(&files, &full) {
+                        if &target != file {
+                            targets.insert(target);
+                        }
+                    }
+                }
+            }
+            i += word.len().max(1);
+        }
+        graph.insert(file.clone(), targets);
+    }
+    graph
+}
+
+/// The circles of `graph` (Tarjan's strongly connected components of more than one file).
+fn circles(graph: &std::collections::BTreeMap<PathBuf, std::collections::BTreeSet<PathBuf>>) -> Vec<Vec<PathBuf>> {
+    struct Walk<'g> {
+        graph: &'g std::collections::BTreeMap<PathBuf, std::collections::BTreeSet<PathBuf>>,
+        index: std::collections::HashMap<&'g PathBuf, (usize, usize)>,
+        stack: Vec<&'g PathBuf>,
+        on_stack: std::collections::HashSet<&'g PathBuf>,
+        found: Vec<Vec<PathBuf>>,
+    }
+    impl<'g> Walk<'g> {
+        fn visit(&mut self, v: &'g PathBuf) {
+            let n = self.index.len();
+            self.index.insert(v, (n, n));
+            self.stack.push(v);
+            self.on_stack.insert(v);
+            for w in self.graph.get(v).into_iter().flatten() {
+                if !self.index.contains_key(w) {
+                    self.visit(w);
+                    let low = self.index[w].1.min(self.index[v].1);
+                    self.index.get_mut(v).expect("visited").1 = low;
+                } else if self.on_stack.contains(w) {
+                    let low = self.index[w].0.min(self.index[v].1);
+                    self.index.get_mut(v).expect("visited").1 = low;
+                }
+            }
+            if self.index[v].0 == self.index[v].1 {
+                let mut part = Vec::new();
+                while let Some(w) = self.stack.pop() {
+                    self.on_stack.remove(w);
+                    part.push(w.clone());
+                    if w == v {
+                        break;
+                    }
+                }
+                if part.len() > 1 {
+                    part.sort();
+                    self.found.push(part);
+                }
+            }
+        }
+    }
+    let mut walk = Walk {
+        graph,
+        index: Default::default(),
+        stack: Vec::new(),
+        on_stack: Default::default(),
+        found: Vec::new(),
+    };
+    for v in graph.keys() {
+        if !walk.index.contains_key(v) {
+            walk.visit(v);
+        }
+    }
+    walk.found
+}
+
+#[test]
+fn no_import_circle_between_files() {
+    let graph = file_imports();
+    let shown = |f: &PathBuf| f.strip_prefix(src()).unwrap_or(f).display().to_string();
+    let found: Vec<String> = circles(&graph)
+        .iter()
+        .map(|c| {
+            let edges: Vec<String> = c
+                .iter()
+                .flat_map(|f| {
+                    graph[f]
+                        .iter()
+                        .filter(|t| c.contains(t))
+                        .map(move |t| format!("  {} -> {}", shown(f), shown(t)))
+                })
+                .collect();
+            format!("{} files:\n{}", c.len(), edges.join("\n"))
+        })
+        .collect();
+    assert!(
+        found.is_empty(),
+        "files import each other in a circle (the type both need belongs in a file below both):\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn file_imports_are_read_in_every_form() {
+    let tails = path_tails("{a, b::{c, d::E}, f}");
+    assert_eq!(
+        tails,
+        [vec!["a"], vec!["b", "c"], vec!["b", "d", "E"], vec!["f"]]
+            .map(|v| v.into_iter().map(String::from).collect::<Vec<_>>())
+    );
+    assert_eq!(
+        code_only("let s = \"crate::x\"; // super::y\nlet c = '\"';"),
+        "let s = \"\"; \nlet c = ' ';"
+    );
+    // The graph of this crate's own files sees `legacy/escape.rs` under `legacy/`.
+    let graph = file_imports();
+    let lib_sees = &graph[&src().join("translate").join("mod.rs")];
+    assert!(lib_sees.iter().any(|f| f.ends_with("legacy/mod.rs")), "{lib_sees:?}");
+}

@@ -2,12 +2,12 @@
 //! chunks as it arrives, with the `]]>` rules of DESIGN 3.3 and 3.6, plus the
 //! two containers with children (client tool results, citations).
 
+use super::bytes::{find, partial_suffix, CDATA_OPEN};
 use super::escape::{Escape, Unescaper};
-use super::tag::{attr, ReadTag, TagKind};
-use super::{find, partial_suffix, Flow, Parser, State, TagFault, CDATA_OPEN};
+use super::tag::attr;
 use crate::envelope::chunker::{Chunked, Sink};
 use crate::envelope::{BlockHeader, EnvelopeKind, Extras};
-use crate::pipeline::{Observer, Options, ParseErrorKind};
+use crate::pipeline::{Observer, Options};
 
 const CDATA_CLOSE: &[u8] = b"]]>";
 
@@ -35,7 +35,7 @@ pub enum EndRule {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
+pub(super) enum Phase {
     /// Before the content: whitespace, then `<![CDATA[`, the close tag, or text.
     Start,
     Cdata,
@@ -86,20 +86,20 @@ pub enum Parent {
 
 #[derive(Debug)]
 pub struct Body {
-    close: Vec<u8>,
-    phase: Phase,
-    end_rule: EndRule,
+    pub(super) close: Vec<u8>,
+    pub(super) phase: Phase,
+    pub(super) end_rule: EndRule,
     /// `]]><![CDATA[` joins sections (client results split `]]>` so).
-    join: bool,
-    unescape: Unescaper,
-    sink: Dest,
-    parent: Parent,
+    pub(super) join: bool,
+    pub(super) unescape: Unescaper,
+    pub(super) sink: Dest,
+    pub(super) parent: Parent,
     /// Reused buffer of unescaped content.
-    scratch: Vec<u8>,
+    pub(super) scratch: Vec<u8>,
     /// Content was not UTF-8 (replaced).
-    invalid_utf8: bool,
+    pub(super) invalid_utf8: bool,
     /// Collected content went over `max_item_bytes` (the rest was dropped).
-    overflow: bool,
+    pub(super) overflow: bool,
     /// Close with an empty `final:true` envelope (an unknown tag's content
     /// sent as a text block of its own).
     pub final_marker: bool,
@@ -203,7 +203,7 @@ impl Body {
     }
 
     /// Content complete: flushes the sink. Returns collected text, if any.
-    fn finish(&mut self, sink: &mut Sink<impl Observer>) -> Option<Vec<u8>> {
+    pub(super) fn finish(&mut self, sink: &mut Sink<impl Observer>) -> Option<Vec<u8>> {
         if let Dest::Sniff { raw, .. } = &mut self.sink {
             let raw = std::mem::take(raw);
             let json = serde_json::from_slice::<serde::de::IgnoredAny>(&raw).is_ok();
@@ -344,7 +344,7 @@ impl ToolResultCtx {
     }
 
     /// Closes the block: the multimodal final marker, or an empty result.
-    fn close(&self, sink: &mut Sink<impl Observer>) {
+    pub(super) fn close(&self, sink: &mut Sink<impl Observer>) {
         sink.whole(self.header(), "");
     }
 
@@ -375,7 +375,7 @@ impl CitationsCtx {
         self.held.as_ref().map_or(0, |(_, t)| t.capacity())
     }
 
-    fn add(&mut self, text: String, sink: &mut Sink<impl Observer>) {
+    pub(super) fn add(&mut self, text: String, sink: &mut Sink<impl Observer>) {
         let extras = self.current.take().unwrap_or_default();
         let header = BlockHeader::new(EnvelopeKind::Citation, &self.agent, extras);
         if let Some((h, t)) = self.held.replace((header, text)) {
@@ -384,7 +384,7 @@ impl CitationsCtx {
         }
     }
 
-    fn flush_final(&mut self, sink: &mut Sink<impl Observer>) {
+    pub(super) fn flush_final(&mut self, sink: &mut Sink<impl Observer>) {
         if let Some((h, t)) = self.held.take() {
             sink.single(&h, true, &t);
         }
@@ -417,260 +417,6 @@ pub fn citation_extras(attrs: &[(String, String)]) -> Extras {
         };
     }
     extras
-}
-
-impl Parser {
-    /// Moves past what the open body's step consumed; closes the body when it is done.
-    pub(super) fn body_stepped(&mut self, b: Box<Body>, step: BodyStep, sink: &mut Sink<impl Observer>) -> Flow {
-        let (n, flow) = match step {
-            BodyStep::Continue(n) => (n, Flow::Continue),
-            BodyStep::Wait(n) => (n, Flow::Wait),
-            BodyStep::Done(n) => {
-                self.pos += n;
-                return self.body_done(b, sink);
-            }
-        };
-        self.pos += n;
-        self.state = State::Body(b);
-        flow
-    }
-
-    fn body_done(&mut self, mut b: Box<Body>, sink: &mut Sink<impl Observer>) -> Flow {
-        let collected = b.finish(sink);
-        if b.invalid_utf8 {
-            self.parse_error(
-                ParseErrorKind::InvalidUtf8,
-                "content is not UTF-8 (replaced with U+FFFD)",
-                sink,
-            );
-        }
-        if b.overflow {
-            self.parse_error(
-                ParseErrorKind::ItemTooLarge,
-                "citation larger than max_item_bytes (cut)",
-                sink,
-            );
-        }
-        match b.parent {
-            Parent::Top => {
-                self.item_done(sink);
-                self.state = State::Idle;
-            }
-            Parent::ToolResult(ctx) => self.state = State::ToolResult(ctx),
-            Parent::Citations(mut ctx) => {
-                let text = match String::from_utf8(collected.unwrap_or_default()) {
-                    Ok(t) => t,
-                    Err(e) => {
-                        self.parse_error(ParseErrorKind::InvalidUtf8, "citation is not UTF-8", sink);
-                        String::from_utf8_lossy(e.as_bytes()).into_owned()
-                    }
-                };
-                ctx.add(text, sink);
-                self.state = State::Citations(ctx);
-            }
-        }
-        Flow::Continue
-    }
-
-    /// Between the children of a client tool result.
-    pub(super) fn tool_result_children(
-        &mut self,
-        ctx: Box<ToolResultCtx>,
-        eof: bool,
-        sink: &mut Sink<impl Observer>,
-    ) -> Flow {
-        self.skip_ws();
-        let rest = &self.buf[self.pos..];
-        if rest.is_empty() {
-            self.state = State::ToolResult(ctx);
-            return Flow::Wait;
-        }
-        if !ctx.multimodal && (rest.starts_with(CDATA_OPEN) || rest[0] != b'<') {
-            // A plain result: one CDATA body (or plain text) to the close tag.
-            let body = self.client_body(&ctx, "content-block-tool_result", false, Parent::Top);
-            self.state = State::Body(Box::new(body));
-            return Flow::Continue;
-        }
-        if CDATA_OPEN.starts_with(rest) && !eof {
-            self.state = State::ToolResult(ctx);
-            return Flow::Wait;
-        }
-        // An image's attributes are the client's, with no backslash escape.
-        let (ReadTag { kind, name, len, attrs }, mut ctx) =
-            match self.child_tag(ctx, State::ToolResult, |_| Escape::None, sink) {
-                Ok(read) => read,
-                Err(flow) => return flow,
-            };
-        match (kind, name.as_str()) {
-            (TagKind::Close, "content-block-tool_result") => {
-                self.pos += len;
-                ctx.close(sink);
-                self.item_done(sink);
-                self.state = State::Idle;
-            }
-            (TagKind::Open, "text") => {
-                self.pos += len;
-                ctx.multimodal = true;
-                let body = self.client_body(&ctx, "text", true, Parent::Top);
-                self.state = State::Body(Box::new(Body {
-                    parent: Parent::ToolResult(ctx),
-                    ..body
-                }));
-            }
-            (TagKind::Open | TagKind::Empty, "image") => {
-                let attrs = match attrs {
-                    Ok(a) => a,
-                    Err(e) => {
-                        self.state = State::ToolResult(ctx);
-                        return self.bad_input(ParseErrorKind::Syntax, &e.to_string(), sink);
-                    }
-                };
-                self.pos += len;
-                ctx.multimodal = true;
-                // The enclosing result's id and name, then the image's own fields.
-                let mut extras = Extras::new().str("id", &ctx.id).str("name", &ctx.name);
-                for key in ["src", "media_type"] {
-                    if let Some(v) = attr(&attrs, key) {
-                        extras = extras.str(key, v);
-                    }
-                }
-                let header = BlockHeader::new(EnvelopeKind::ToolResultImage, &ctx.agent, extras);
-                sink.envelope(&header, false, "");
-                sink.obs.block_closed(EnvelopeKind::ToolResultImage, 1);
-                self.state = State::ToolResult(ctx);
-            }
-            (TagKind::Close, "image") | (TagKind::Close, "text") => {
-                self.pos += len;
-                self.state = State::ToolResult(ctx);
-            }
-            (TagKind::Open, _) => {
-                // An unknown child: its content is text of the result, or dropped.
-                sink.obs.unknown_tag();
-                self.pos += len;
-                ctx.multimodal = true;
-                let keep = self.opts.unknown_tags == crate::pipeline::UnknownTags::Text;
-                let mut body = self.client_body(&ctx, &name, true, Parent::Top);
-                if !keep {
-                    body.sink = Dest::Drop;
-                }
-                self.state = State::Body(Box::new(Body {
-                    parent: Parent::ToolResult(ctx),
-                    ..body
-                }));
-            }
-            (TagKind::Empty, _) => {
-                sink.obs.unknown_tag();
-                self.pos += len;
-                self.state = State::ToolResult(ctx);
-            }
-            (TagKind::Close, other) => {
-                let msg = format!("unexpected </{other}> in a tool result");
-                self.state = State::ToolResult(ctx);
-                return self.bad_input(ParseErrorKind::Syntax, &msg, sink);
-            }
-        }
-        Flow::Continue
-    }
-
-    /// A container's next child tag, with the container's context back: while the tag is incomplete, or when it
-    /// is bad input, the container's state (`wrap(ctx)`) is put back first, so that waiting keeps it and an error
-    /// flushes what it holds.
-    fn child_tag<C>(
-        &mut self,
-        ctx: Box<C>,
-        wrap: fn(Box<C>) -> State,
-        escape: impl Fn(&str) -> Escape,
-        sink: &mut Sink<impl Observer>,
-    ) -> Result<(ReadTag, Box<C>), Flow> {
-        match self.next_tag(escape) {
-            Ok(Some(tag)) => Ok((tag, ctx)),
-            Ok(None) => {
-                self.state = wrap(ctx);
-                Err(Flow::Wait)
-            }
-            Err(TagFault(kind, message)) => {
-                self.state = wrap(ctx);
-                Err(self.bad_input(kind, &message, sink))
-            }
-        }
-    }
-
-    /// A body holding client tool result text (DESIGN 3.3, second rule).
-    fn client_body(&self, ctx: &ToolResultCtx, close: &str, part: bool, parent: Parent) -> Body {
-        let chunked = Chunked::new(ctx.header());
-        let chunked = if part { chunked.never_final() } else { chunked };
-        Body::new(
-            close,
-            EndRule::First,
-            Escape::Client,
-            Dest::Sniff {
-                chunked,
-                raw: Vec::new(),
-            },
-            parent,
-        )
-    }
-
-    /// Between the `<citation>` children of `<citations>`.
-    pub(super) fn citations(&mut self, ctx: Box<CitationsCtx>, sink: &mut Sink<impl Observer>) -> Flow {
-        // The state stays in place for what follows: waiting, or an error that flushes the held citation.
-        self.skip_ws();
-        let rest = &self.buf[self.pos..];
-        if rest.is_empty() {
-            self.state = State::Citations(ctx);
-            return Flow::Wait;
-        }
-        if rest[0] != b'<' {
-            self.state = State::Citations(ctx);
-            return self.bad_input(ParseErrorKind::Syntax, "text between citations", sink);
-        }
-        let (ReadTag { kind, name, len, attrs }, mut ctx) =
-            match self.child_tag(ctx, State::Citations, |_| Escape::Formatter, sink) {
-                Ok(read) => read,
-                Err(flow) => return flow,
-            };
-        let is_citation = name == "citation";
-        let closes = kind == TagKind::Close && name == "citations";
-        let attrs = if is_citation && kind != TagKind::Close {
-            match attrs {
-                Ok(a) => Some(a),
-                Err(e) => {
-                    self.state = State::Citations(ctx);
-                    return self.bad_input(ParseErrorKind::Syntax, &e.to_string(), sink);
-                }
-            }
-        } else {
-            None
-        };
-        self.pos += len;
-        match (kind, attrs) {
-            _ if closes => {
-                ctx.flush_final(sink);
-                self.item_done(sink);
-                self.state = State::Idle;
-            }
-            (TagKind::Open, Some(attrs)) => {
-                ctx.current = Some(citation_extras(&attrs));
-                self.state = State::Body(Box::new(Body::new(
-                    "citation",
-                    EndRule::First,
-                    Escape::Formatter,
-                    Dest::Collect(Vec::new()),
-                    Parent::Citations(ctx),
-                )));
-            }
-            (TagKind::Empty, Some(attrs)) => {
-                ctx.current = Some(citation_extras(&attrs));
-                ctx.add(String::new(), sink);
-                self.state = State::Citations(ctx);
-            }
-            _ => {
-                self.state = State::Citations(ctx);
-                return self.bad_input(ParseErrorKind::Syntax, "unexpected tag in citations", sink);
-            }
-        }
-        Flow::Continue
-    }
 }
 
 #[cfg(test)]

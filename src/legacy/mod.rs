@@ -16,18 +16,21 @@
 //!   │  └──────────────────────────────────────────────────────────────────────────────────┘
 //!   └── SkipEvent (after bad input, to the end of the event)
 //! ```
+//!
+//! Files run one way: the item types and their own methods (`body`, `text`, `raw`, `failure`, `tag`, `escape`,
+//! `kinds`, `scope`, `bytes`) know nothing of the parser; this file holds the `Parser` and its loop; `states/`
+//! holds the parser's methods for each family of states, which name both and are named by neither.
 
 mod body;
+mod bytes;
 mod escape;
 mod failure;
-mod items;
 mod kinds;
 mod raw;
 mod scope;
+mod states;
 mod tag;
 mod text;
-
-use memchr::memmem;
 
 use crate::envelope::chunker::Sink;
 use crate::envelope::{ids, BlockHeader, EnvelopeKind, Extras};
@@ -122,9 +125,6 @@ pub struct Parser {
 
 /// Bad input found while reading a tag, reported by the caller.
 struct TagFault(ParseErrorKind, String);
-
-/// Prefix of a CDATA section.
-const CDATA_OPEN: &[u8] = b"<![CDATA[";
 
 impl Parser {
     pub fn new(opts: Options, fallback_agent: &str) -> Self {
@@ -607,19 +607,4 @@ impl Parser {
         self.buf.clear();
         self.pos = 0;
     }
-}
-
-/// Whether `hay` ends with a proper prefix of `needle` of at least one
-/// byte; returns that prefix's length.
-fn partial_suffix(hay: &[u8], needle: &[u8]) -> usize {
-    let max = needle.len().saturating_sub(1).min(hay.len());
-    (1..=max)
-        .rev()
-        .find(|&n| hay[hay.len() - n..] == needle[..n])
-        .unwrap_or(0)
-}
-
-/// Finds `needle` in `hay`.
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    memmem::find(hay, needle)
 }

@@ -7,10 +7,9 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::scope::Scopes;
-use super::Parser;
 use crate::envelope::chunker::Sink;
 use crate::envelope::{pyjson, BlockHeader, EnvelopeKind, Extras, PyStyle};
-use crate::pipeline::{Dialect, Observer, ParseErrorKind};
+use crate::pipeline::Observer;
 
 /// The outcome of reading one JSON event.
 #[derive(Debug)]
@@ -22,35 +21,35 @@ pub enum JsonEvent {
 }
 
 #[derive(Deserialize)]
-struct RawEvent<'a> {
+pub(super) struct RawEvent<'a> {
     #[serde(rename = "type", borrow, default)]
-    ty: Option<Cow<'a, str>>,
+    pub(super) ty: Option<Cow<'a, str>>,
     #[serde(default)]
-    index: Option<u64>,
+    pub(super) index: Option<u64>,
     #[serde(borrow, default)]
-    delta: Option<RawDelta<'a>>,
+    pub(super) delta: Option<RawDelta<'a>>,
     #[serde(default)]
-    content_block: Option<Map<String, Value>>,
+    pub(super) content_block: Option<Map<String, Value>>,
     #[serde(default)]
-    error: Option<Value>,
+    pub(super) error: Option<Value>,
 }
 
 #[derive(Deserialize)]
-struct RawDelta<'a> {
+pub(super) struct RawDelta<'a> {
     #[serde(rename = "type", borrow, default)]
-    ty: Option<Cow<'a, str>>,
+    pub(super) ty: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
-    text: Option<Cow<'a, str>>,
+    pub(super) text: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
-    thinking: Option<Cow<'a, str>>,
+    pub(super) thinking: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
-    partial_json: Option<Cow<'a, str>>,
+    pub(super) partial_json: Option<Cow<'a, str>>,
     #[serde(default)]
-    citation: Option<Map<String, Value>>,
+    pub(super) citation: Option<Map<String, Value>>,
 }
 
 #[derive(Debug)]
-enum RawBlock {
+pub(super) enum RawBlock {
     Streamed {
         header: BlockHeader,
         chunks: u32,
@@ -69,7 +68,7 @@ enum RawBlock {
 /// Open raw-dialect content blocks by index.
 #[derive(Debug, Default)]
 pub struct RawBlocks {
-    open: Vec<(u64, RawBlock)>,
+    pub(super) open: Vec<(u64, RawBlock)>,
 }
 
 impl RawBlocks {
@@ -84,12 +83,12 @@ impl RawBlocks {
             .sum()
     }
 
-    fn take(&mut self, index: u64) -> Option<RawBlock> {
+    pub(super) fn take(&mut self, index: u64) -> Option<RawBlock> {
         let at = self.open.iter().position(|(i, _)| *i == index)?;
         Some(self.open.remove(at).1)
     }
 
-    fn get_mut(&mut self, index: u64) -> Option<&mut RawBlock> {
+    pub(super) fn get_mut(&mut self, index: u64) -> Option<&mut RawBlock> {
         self.open.iter_mut().find(|(i, _)| *i == index).map(|(_, b)| b)
     }
 
@@ -103,7 +102,7 @@ impl RawBlocks {
 }
 
 /// `content_block_stop`: close a block (DESIGN 3.4).
-fn stop(block: RawBlock, scopes: &mut Scopes, sink: &mut Sink<impl Observer>) {
+pub(super) fn stop(block: RawBlock, scopes: &mut Scopes, sink: &mut Sink<impl Observer>) {
     match block {
         RawBlock::Streamed {
             header,
@@ -135,14 +134,14 @@ fn stop(block: RawBlock, scopes: &mut Scopes, sink: &mut Sink<impl Observer>) {
     }
 }
 
-fn str_field<'m>(m: &'m Map<String, Value>, k: &str) -> &'m str {
+pub(super) fn str_field<'m>(m: &'m Map<String, Value>, k: &str) -> &'m str {
     m.get(k).and_then(Value::as_str).unwrap_or("")
 }
 
 /// Envelope extras of a raw `citations_delta` citation; returns them with the cited text. The header keeps the
 /// protocol's fields only (`encrypted_index`, `file_id`, … are dropped) and omits nulls; an empty string is a value,
 /// as natively.
-fn citation(mut c: Map<String, Value>) -> (Extras, String) {
+pub(super) fn citation(mut c: Map<String, Value>) -> (Extras, String) {
     let text = match c.shift_remove("cited_text") {
         Some(Value::String(s)) => s,
         _ => String::new(),
@@ -155,169 +154,4 @@ fn citation(mut c: Map<String, Value>) -> (Extras, String) {
         extras = extras.value(k, v);
     }
     (extras, text)
-}
-
-impl Parser {
-    /// One complete event of JSON: the failure object or a raw model event.
-    pub(super) fn json_event(&mut self, ev: &[u8], sink: &mut Sink<impl Observer>) -> JsonEvent {
-        if self.failure_event(ev, sink) {
-            return JsonEvent::Done;
-        }
-        let event: RawEvent<'_> = match serde_json::from_slice(ev) {
-            Ok(e) => e,
-            Err(e) if e.is_eof() => return JsonEvent::Incomplete,
-            Err(e) => return JsonEvent::Invalid(e.to_string()),
-        };
-        if self.opts.dialect == Dialect::Xml {
-            self.parse_error(ParseErrorKind::Unexpected, "raw-dialect event in an xml stream", sink);
-            return JsonEvent::Done;
-        }
-        let index = event.index.unwrap_or(0);
-        match event.ty.as_deref().unwrap_or("") {
-            "content_block_start" => {
-                let cb = event.content_block.unwrap_or_default();
-                self.raw_start(index, cb, sink);
-            }
-            "content_block_delta" => {
-                let Some(delta) = event.delta else {
-                    return JsonEvent::Done;
-                };
-                let max = self.opts.max_item_bytes;
-                let Some(block) = self.raw.get_mut(index) else {
-                    self.parse_error(ParseErrorKind::Unexpected, "delta for a block that is not open", sink);
-                    return JsonEvent::Done;
-                };
-                match (delta.ty.as_deref().unwrap_or(""), block) {
-                    ("text_delta" | "thinking_delta", RawBlock::Streamed { header, chunks, .. }) => {
-                        let text = delta.text.or(delta.thinking).unwrap_or_default();
-                        *chunks += sink.streamed_delta(header, &text);
-                    }
-                    ("input_json_delta", RawBlock::Tool { input, .. }) => {
-                        let part = delta.partial_json.unwrap_or_default();
-                        if input.len() + part.len() > max {
-                            self.parse_error(
-                                ParseErrorKind::ItemTooLarge,
-                                "tool input larger than max_item_bytes",
-                                sink,
-                            );
-                        } else {
-                            input.push_str(&part);
-                        }
-                    }
-                    (
-                        "citations_delta",
-                        RawBlock::Streamed {
-                            citations, cited_bytes, ..
-                        },
-                    ) => {
-                        if *cited_bytes > max {
-                            self.parse_error(
-                                ParseErrorKind::ItemTooLarge,
-                                "citations larger than max_item_bytes",
-                                sink,
-                            );
-                        } else if let Some(c) = delta.citation {
-                            let (extras, text) = citation(c);
-                            *cited_bytes += extras.held_bytes() + text.len();
-                            citations.push((extras, text));
-                        }
-                    }
-                    // Signatures emit nothing; other pairs are ignored.
-                    _ => {}
-                }
-            }
-            "content_block_stop" => {
-                if let Some(block) = self.raw.take(index) {
-                    stop(block, &mut self.scopes, sink);
-                }
-            }
-            "message_start" | "message_delta" | "message_stop" | "ping" => {}
-            "error" => {
-                let error = event.error.unwrap_or(Value::Null);
-                let style = EnvelopeKind::Error.json_text().unwrap_or(PyStyle::Ascii);
-                self.error_envelope(&pyjson::to_string(&error, style), sink);
-            }
-            other => {
-                let msg = format!("unknown raw event type {other:?}");
-                self.parse_error(ParseErrorKind::Unexpected, &msg, sink);
-            }
-        }
-        JsonEvent::Done
-    }
-
-    fn raw_start(&mut self, index: u64, mut cb: Map<String, Value>, sink: &mut Sink<impl Observer>) {
-        let agent = self.scopes.agent().to_owned();
-        let ty = str_field(&cb, "type").to_owned();
-        let block = match ty.as_str() {
-            "text" | "thinking" => {
-                let kind = if ty == "text" {
-                    EnvelopeKind::Text
-                } else {
-                    EnvelopeKind::Thinking
-                };
-                let header = BlockHeader::new(kind, &agent, Extras::new());
-                let initial = str_field(&cb, &ty);
-                let chunks = sink.streamed_delta(&header, initial);
-                RawBlock::Streamed {
-                    header,
-                    chunks,
-                    citations: Vec::new(),
-                    cited_bytes: 0,
-                }
-            }
-            "tool_use" | "server_tool_use" | "mcp_tool_use" => {
-                let kind = if ty == "tool_use" {
-                    EnvelopeKind::ToolCall
-                } else {
-                    EnvelopeKind::ServerToolCall
-                };
-                let id = self.safe_id(str_field(&cb, "id"), "tool call id", sink).to_owned();
-                let tool = self.safe_id(str_field(&cb, "name"), "tool name", sink);
-                let extras = Extras::new().str("id", &id).str("name", tool);
-                // Input usually streams as input_json_delta; a non-empty
-                // initial input is the whole of it.
-                let input = match cb.get("input") {
-                    Some(Value::Object(m)) if !m.is_empty() => Value::Object(m.clone()).to_string(),
-                    _ => String::new(),
-                };
-                RawBlock::Tool {
-                    header: BlockHeader::new(kind, &agent, extras),
-                    id,
-                    input,
-                }
-            }
-            t if t.ends_with("_tool_result") => {
-                let id = cb
-                    .get("tool_use_id")
-                    .or_else(|| cb.get("id"))
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_owned();
-                let id = self.safe_id(&id, "tool result id", sink).to_owned();
-                let name = cb.get("name").and_then(Value::as_str).unwrap_or(t).to_owned();
-                let name = self.safe_id(&name, "tool result name", sink).to_owned();
-                // Structured content stays structured JSON (DESIGN 3.6), in the native text.
-                let style = EnvelopeKind::ServerToolResult.json_text().unwrap_or(PyStyle::Ascii);
-                let content = match cb.remove("content") {
-                    Some(Value::String(s)) => s,
-                    Some(Value::Null) | None => String::new(),
-                    Some(v) => pyjson::to_string(&v, style),
-                };
-                let extras = Extras::new().str("id", &id).str("name", &name);
-                let header = BlockHeader::new(EnvelopeKind::ServerToolResult, &agent, extras);
-                sink.whole(header, &content);
-                RawBlock::Ignored
-            }
-            "redacted_thinking" => RawBlock::Ignored,
-            _ => {
-                sink.obs.unknown_tag();
-                RawBlock::Ignored
-            }
-        };
-        if let Some(old) = self.raw.take(index) {
-            sink.obs.scope_conflict();
-            stop(old, &mut self.scopes, sink);
-        }
-        self.raw.open.push((index, block));
-    }
 }

@@ -4,24 +4,24 @@
 
 use serde_json::Value;
 
-use super::body::{Body, CitationsCtx, Dest, EndRule, Parent, ToolResultCtx};
-use super::kinds::ItemKind;
-use super::tag::{Element, ReadTag, TagKind};
-use super::{Parser, State};
 use crate::envelope::chunker::{Chunked, Sink};
 use crate::envelope::{pyjson, BlockHeader, EnvelopeKind, Extras, PyStyle, Split};
+use crate::legacy::body::{Body, CitationsCtx, Dest, EndRule, Parent, ToolResultCtx};
+use crate::legacy::kinds::ItemKind;
+use crate::legacy::tag::{Element, ReadTag, TagKind};
+use crate::legacy::{Parser, State};
 use crate::pipeline::{Observer, ParseErrorKind, UnknownTags};
 
 impl Parser {
     /// A complete tag at `pos`, seen between items.
-    pub(super) fn open_item(&mut self, tag: ReadTag, sink: &mut Sink<impl Observer>) {
+    pub(in crate::legacy) fn open_item(&mut self, tag: ReadTag, sink: &mut Sink<impl Observer>) {
         let ReadTag { kind, name, len, attrs } = tag;
         let attrs = match attrs {
             Ok(a) => a,
             Err(e) => {
                 let kind = match e {
-                    super::tag::TagError::Attribute {
-                        source: super::escape::AttrError::Entity(_),
+                    crate::legacy::tag::TagError::Attribute {
+                        source: crate::legacy::escape::AttrError::Entity(_),
                         ..
                     } => ParseErrorKind::Entity,
                     _ => ParseErrorKind::Syntax,
@@ -193,7 +193,8 @@ impl Parser {
                 let (agent, parent, format) = (get("agent_uuid"), get("parent_agent_uuid"), get("format"));
                 // An agent id every envelope would repeat must be one (issue 13); a bad one names no scope.
                 let agent = agent.filter(|a| self.safe_id(a, "meta_init agent_uuid", sink) == a);
-                if self.scopes.meta_init(agent.as_deref(), parent.as_deref()) == super::scope::Opened::Conflict {
+                if self.scopes.meta_init(agent.as_deref(), parent.as_deref()) == crate::legacy::scope::Opened::Conflict
+                {
                     sink.obs.scope_conflict();
                 }
                 if self.opts.rewrite_format && matches!(format.as_deref(), Some("xml" | "raw")) {
