@@ -18,7 +18,8 @@ use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::uri::PathAndQuery;
 use sse_gateway::config::UpstreamTarget;
 use sse_gateway::envelope::ids;
-use sse_gateway::proxy::{agent, forward, headers};
+use sse_gateway::proxy::request::{agent, headers};
+use sse_gateway::proxy::upstream::pool;
 
 const HEADER: usize = 2;
 const AGENT_HEADER: HeaderName = HeaderName::from_static("x-agent-id");
@@ -88,7 +89,7 @@ fn check_path(prefix: &[u8], path: &[u8]) {
     let Ok(pq) = pq.parse::<PathAndQuery>() else {
         return;
     };
-    let out = forward::upstream_path(&target.prefix, pq.as_str());
+    let out = pool::upstream_path(&target.prefix, pq.as_str());
     let rest = out
         .strip_prefix(target.prefix.as_str())
         .unwrap_or_else(|| panic!("{out:?} is not under the prefix {:?}", target.prefix));

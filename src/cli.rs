@@ -11,7 +11,7 @@ use serde::de::{DeserializeOwned, Error as _, Visitor};
 use serde::Deserializer;
 
 use crate::config::{redact_userinfo, ConfigError, Overrides, Settings};
-use crate::proxy::server::{banner, Gateway};
+use crate::proxy::accept::server::{banner, Gateway};
 use crate::translate::{self, Dialect, Translator};
 use crate::{demo, telemetry};
 

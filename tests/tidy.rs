@@ -10,8 +10,13 @@ fn src() -> PathBuf {
 
 /// The top-level modules in the order `lib.rs` declares them: the lowest layer first.
 fn layers() -> Vec<String> {
-    let lib = std::fs::read_to_string(src().join("lib.rs")).expect("src/lib.rs");
-    lib.lines()
+    declared(&src().join("lib.rs"))
+}
+
+/// The modules `file` declares with `pub mod`, in order.
+fn declared(file: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(file).expect("a module file");
+    text.lines()
         .filter_map(|l| l.trim().strip_prefix("pub mod "))
         .map(|m| m.trim_end_matches(';').trim().to_owned())
         .collect()
@@ -103,6 +108,29 @@ fn no_module_imports_a_layer_above_it() {
         upward.is_empty(),
         "imports must run down the layers of src/lib.rs ({}):\n{}",
         layers.join(" < "),
+        upward.join("\n")
+    );
+}
+
+#[test]
+fn no_room_of_the_edge_imports_a_room_above_it() {
+    let rooms = declared(&src().join("proxy").join("mod.rs"));
+    assert!(rooms.len() > 4, "proxy/mod.rs declares its rooms with `pub mod`: {rooms:?}");
+    let mut upward = Vec::new();
+    for (i, room) in rooms.iter().enumerate() {
+        for file in rust_files(&src().join("proxy").join(room)) {
+            let code = code_only(&std::fs::read_to_string(&file).expect("read"));
+            for (j, above) in rooms.iter().enumerate().skip(i + 1) {
+                if code.contains(&format!("crate::proxy::{above}::")) {
+                    upward.push(format!("{} ({room}) imports {above}", file.display()));
+                }
+            }
+        }
+    }
+    assert!(
+        upward.is_empty(),
+        "the edge's rooms run one way ({}):\n{}",
+        rooms.join(" < "),
         upward.join("\n")
     );
 }

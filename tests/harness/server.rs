@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 
 use sse_gateway::config::Settings;
-use sse_gateway::proxy::server::Gateway;
+use sse_gateway::proxy::accept::server::Gateway;
 use tokio::sync::oneshot;
 
 use super::client::get;

@@ -12,9 +12,11 @@ use bytes::Bytes;
 use http_body::{Body, SizeHint};
 use tokio::time::Sleep;
 
-use super::{Drain, Polled, StreamError};
-use crate::proxy::conn::Flushes;
-use crate::proxy::drain::DrainCut;
+use crate::proxy::body::layer::{Drain, Polled};
+
+use crate::proxy::base::drain::DrainCut;
+use crate::proxy::base::flushes::Flushes;
+use crate::proxy::upstream::error::StreamError;
 
 /// How long an aborting pass-through body waits for what it already yielded to be flushed to the client. hyper
 /// drops its unwritten buffer when a body fails, so the abort waits for the connection's next flush (HTTP/1
@@ -106,9 +108,9 @@ impl<B: Drain> Drain for Abort<B> {
 mod tests {
     use http_body_util::BodyExt;
 
-    use super::super::coalesce::Coalesce;
-    use super::super::script::{data, poll, Script, Seen, Step};
     use super::*;
+    use crate::proxy::body::coalesce::Coalesce;
+    use crate::proxy::body::script::{data, poll, Script, Seen, Step};
 
     impl Drain for Coalesce<Script> {
         fn cut_for_drain(&mut self) -> DrainCut {

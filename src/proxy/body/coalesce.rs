@@ -7,19 +7,12 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
-use super::{Polled, StreamError};
+use crate::proxy::body::layer::{Gather, Polled};
+
+use crate::proxy::upstream::error::StreamError;
 
 /// Upstream bytes gathered into one client frame at most (only what is already there; nothing waits).
 pub const COALESCE_BYTES: usize = 64 << 10;
-
-/// The upstream as a frame-making layer reads it: `poll_frame` waits for a batch's first frame, `poll_more`
-/// takes the next chunk of the batch only if the upstream already has it. The caller handles each chunk before
-/// it takes the next, so the upstream connection can read into the buffer it already has.
-pub trait Gather: Body<Data = Bytes, Error = StreamError> + Unpin {
-    /// The batch's next data chunk, if the upstream has one ready and the batch is under `COALESCE_BYTES`.
-    /// Whatever else ends the batch (the end, an error, trailers) is kept for the next `poll_frame`.
-    fn poll_more(&mut self, cx: &mut Context<'_>) -> Option<Bytes>;
-}
 
 /// An upstream poll's result kept for the next poll: the end, an error or trailers met while gathering data.
 type Deferred<E> = Option<Option<Result<Frame<Bytes>, E>>>;
@@ -38,6 +31,31 @@ impl<B: Body> Coalesce<B> {
             inner,
             deferred: None,
             batch: 0,
+        }
+    }
+}
+
+impl<B> Gather for Coalesce<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Unpin,
+    B::Error: Into<StreamError>,
+{
+    fn poll_more(&mut self, cx: &mut Context<'_>) -> Option<Bytes> {
+        if self.batch >= COALESCE_BYTES || self.deferred.is_some() {
+            return None;
+        }
+        match Pin::new(&mut self.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(f))) if f.is_data() => {
+                let data = f.into_data().ok()?;
+                self.batch += data.len();
+                Some(data)
+            }
+            Poll::Pending => None,
+            Poll::Ready(other) => {
+                self.deferred = Some(other);
+                None
+            }
         }
     }
 }
@@ -85,35 +103,10 @@ where
     }
 }
 
-impl<B> Gather for Coalesce<B>
-where
-    B: Body<Data = Bytes> + Unpin,
-    B::Error: Unpin,
-    B::Error: Into<StreamError>,
-{
-    fn poll_more(&mut self, cx: &mut Context<'_>) -> Option<Bytes> {
-        if self.batch >= COALESCE_BYTES || self.deferred.is_some() {
-            return None;
-        }
-        match Pin::new(&mut self.inner).poll_frame(cx) {
-            Poll::Ready(Some(Ok(f))) if f.is_data() => {
-                let data = f.into_data().ok()?;
-                self.batch += data.len();
-                Some(data)
-            }
-            Poll::Pending => None,
-            Poll::Ready(other) => {
-                self.deferred = Some(other);
-                None
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::super::script::{data, more, poll, Script, Seen, Step};
     use super::*;
+    use crate::proxy::body::script::{data, more, poll, Script, Seen, Step};
 
     #[test]
     fn a_batch_takes_what_is_ready_and_stops_at_pending() {

@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
-use super::{Drain, Ending, Layer, Polled, Totals};
-use crate::proxy::conn::Flushes;
-use crate::proxy::drain::{write_draining_envelope, DrainCut, DRAINING_MESSAGE};
+use crate::proxy::base::drain::{write_draining_envelope, DrainCut, DRAINING_MESSAGE};
+use crate::proxy::base::flushes::Flushes;
+use crate::proxy::body::layer::{Drain, Ending, Layer, Polled, Totals};
 use crate::resume::hub::{gateway_error, Cursor, Read, Stream, BEHIND};
 use crate::resume::metrics::{End, Limit, ResumeMetrics};
 use crate::resume::redis::{ReadError, RemoteReader};
@@ -145,7 +145,7 @@ impl Follow {
 
 impl Body for Follow {
     type Data = Bytes;
-    type Error = super::StreamError;
+    type Error = crate::proxy::upstream::error::StreamError;
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Polled {
         let this = self.get_mut();
@@ -255,7 +255,7 @@ impl RemoteFollow {
 
 impl Body for RemoteFollow {
     type Data = Bytes;
-    type Error = super::StreamError;
+    type Error = crate::proxy::upstream::error::StreamError;
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Polled {
         let this = self.get_mut();

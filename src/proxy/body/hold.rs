@@ -15,8 +15,8 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use tokio::time::Sleep;
 
-use super::{Drain, Ending, Layer, Polled, Totals};
-use crate::proxy::drain::DrainCut;
+use crate::proxy::base::drain::DrainCut;
+use crate::proxy::body::layer::{Drain, Ending, Layer, Polled, Totals};
 use crate::resume::hub::{Go, Stream};
 use crate::resume::metrics::End;
 
@@ -51,7 +51,7 @@ impl<L: Layer + Send + 'static> Hold<L> {
 
 impl<L: Layer + Send + 'static> Body for Hold<L> {
     type Data = Bytes;
-    type Error = super::StreamError;
+    type Error = crate::proxy::upstream::error::StreamError;
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Polled {
         let this = self.get_mut();

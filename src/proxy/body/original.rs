@@ -9,11 +9,15 @@ use std::time::Instant;
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 
-use super::{Drain, Ending, Gather, Layer, Polled, StreamError, Totals};
-use crate::proxy::drain::DrainCut;
-use crate::proxy::metrics::Metrics;
-use crate::proxy::negotiate::Mode;
-use crate::proxy::observe::StreamObserver;
+use crate::proxy::body::layer::{Drain, Ending, Layer, Polled, Totals};
+
+use crate::proxy::body::layer::Gather;
+
+use crate::proxy::base::drain::DrainCut;
+use crate::proxy::metrics::edge::Metrics;
+use crate::proxy::metrics::translator::StreamObserver;
+use crate::proxy::request::negotiate::Mode;
+use crate::proxy::upstream::error::StreamError;
 use crate::translate::Translator;
 
 /// First chunks up to this size are copied out of the upstream connection's read buffer (see `frame`).
@@ -186,9 +190,9 @@ impl<B: Gather> Layer for Original<B> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::coalesce::Coalesce;
-    use super::super::script::{data, poll, Script, Seen, Step};
     use super::*;
+    use crate::proxy::body::coalesce::Coalesce;
+    use crate::proxy::body::script::{data, poll, Script, Seen, Step};
     use crate::translate::Options;
 
     fn original(shadow: bool, steps: impl IntoIterator<Item = Step>) -> (Original<Coalesce<Script>>, Arc<Metrics>) {

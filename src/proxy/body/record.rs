@@ -1,6 +1,7 @@
 //! Recording: the bytes and first byte sent to the client, how the stream ended (exactly once: a body dropped
 //! before its end is a client gone), the stream metrics and the end-of-stream log line.
 
+use crate::proxy::metrics::edge::Outcome;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -9,21 +10,12 @@ use std::time::Instant;
 use bytes::Bytes;
 use http_body::{Body, SizeHint};
 
-use super::{Drain, Ending, Layer, Polled, StreamError, StreamInfo};
-use crate::proxy::drain::DrainCut;
-use crate::proxy::forward::UpstreamErrorKind;
-use crate::proxy::metrics::Metrics;
+use crate::proxy::body::layer::{Drain, Ending, Layer, Polled, StreamInfo};
 
-label_enum! {
-    /// How a stream ended; the `outcome` label. Recorded exactly once per stream.
-    pub enum Outcome {
-        Completed = "completed",
-        UpstreamError = "upstream_error",
-        ClientGone = "client_gone",
-        /// Still open at the drain deadline (`server.drain_timeout_secs` after SIGTERM) and ended by the gateway.
-        Drained = "drained",
-    }
-}
+use crate::proxy::base::drain::DrainCut;
+use crate::proxy::metrics::edge::Metrics;
+use crate::proxy::upstream::error::StreamError;
+use crate::proxy::upstream::kind::UpstreamErrorKind;
 
 /// Records the stream carried by `L`; drops `L` (and so releases the upstream) as soon as the stream ends.
 pub struct Record<L: Layer> {
@@ -199,13 +191,14 @@ impl<L: Layer> Drop for Record<L> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::coalesce::Coalesce;
-    use super::super::script::{data, poll, Script, Seen, Step};
-    use super::super::{Original, Translate};
     use super::*;
-    use crate::proxy::negotiate::Mode;
-    use crate::proxy::observe::StreamObserver;
-    use crate::proxy::request_body::ClientErrorKind;
+    use crate::proxy::body::coalesce::Coalesce;
+    use crate::proxy::body::original::Original;
+    use crate::proxy::body::script::{data, poll, Script, Seen, Step};
+    use crate::proxy::body::translate::Translate;
+    use crate::proxy::metrics::translator::StreamObserver;
+    use crate::proxy::request::body::ClientErrorKind;
+    use crate::proxy::request::negotiate::Mode;
     use crate::translate::{Options, Translator};
 
     type Translated = Record<Translate<Coalesce<Script>>>;

@@ -8,7 +8,9 @@ use std::task::{Context, Poll, Wake, Waker};
 use bytes::Bytes;
 use http_body::{Body, Frame};
 
-use super::{Gather, StreamError};
+use crate::proxy::body::layer::Gather;
+
+use crate::proxy::upstream::error::StreamError;
 
 /// What the scripted upstream does at one poll.
 pub enum Step {

@@ -14,10 +14,14 @@ use bytes::Bytes;
 use http_body::{Body, Frame};
 use tokio::time::{Instant, Sleep};
 
-use super::{Drain, Ending, Gather, Layer, Polled, StreamError, Totals};
-use crate::proxy::drain::DrainCut;
-use crate::proxy::metrics::Metrics;
-use crate::proxy::quiet::Quiet;
+use crate::proxy::body::layer::{Drain, Ending, Layer, Polled, Totals};
+
+use crate::proxy::body::layer::Gather;
+
+use crate::proxy::base::drain::DrainCut;
+use crate::proxy::base::quiet::Quiet;
+use crate::proxy::metrics::edge::Metrics;
+use crate::proxy::upstream::error::StreamError;
 use crate::sse::encoder::KEEPALIVE;
 
 /// A timer whose deadline is `interval` after the last `touch`.
@@ -175,9 +179,9 @@ impl<L: Layer> Layer for Keepalive<L> {
 mod tests {
     use http_body_util::BodyExt;
 
-    use super::super::coalesce::Coalesce;
-    use super::super::script::{data, more, poll, Script, Seen, Step};
     use super::*;
+    use crate::proxy::body::coalesce::Coalesce;
+    use crate::proxy::body::script::{data, more, poll, Script, Seen, Step};
 
     #[tokio::test(start_paused = true)]
     async fn a_silent_upstream_times_out_after_the_limit() {

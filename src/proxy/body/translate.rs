@@ -9,12 +9,14 @@ use std::time::Instant;
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame};
 
-use super::{Drain, Ending, Gather, Layer, Polled, Totals};
+use crate::proxy::body::layer::{Drain, Ending, Layer, Polled, Totals};
+
 use crate::envelope::EnvelopeKind;
-use crate::proxy::drain::{write_draining_envelope, DrainCut, DRAINING_MESSAGE};
-use crate::proxy::metrics::Metrics;
-use crate::proxy::negotiate::Mode;
-use crate::proxy::observe::StreamObserver;
+use crate::proxy::base::drain::{write_draining_envelope, DrainCut, DRAINING_MESSAGE};
+use crate::proxy::body::layer::Gather;
+use crate::proxy::metrics::edge::Metrics;
+use crate::proxy::metrics::translator::StreamObserver;
+use crate::proxy::request::negotiate::Mode;
 use crate::translate::{Observer, Translator};
 
 /// Output of one translated client frame, past which the rest of the input waits for the next poll. With
@@ -110,7 +112,7 @@ fn feed(t: &mut Translator<StreamObserver>, input: Bytes, out: &mut Vec<u8>) -> 
 
 impl<B: Gather> Body for Translate<B> {
     type Data = Bytes;
-    type Error = super::StreamError;
+    type Error = crate::proxy::upstream::error::StreamError;
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Polled {
         let this = self.get_mut();
@@ -200,9 +202,9 @@ impl<B: Gather> Layer for Translate<B> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::coalesce::Coalesce;
-    use super::super::script::{data, poll, Script, Seen, Step};
     use super::*;
+    use crate::proxy::body::coalesce::Coalesce;
+    use crate::proxy::body::script::{data, poll, Script, Seen, Step};
     use crate::translate::{translate_all, Options};
 
     const AGENT: &str = "agent-1";

@@ -8,12 +8,10 @@ use bytes::{BufMut, Bytes};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Response, StatusCode, Version};
 
-use super::framing::{Chunked, Framing};
-use super::Error;
-use crate::proxy::headers;
+use crate::proxy::request::headers;
+use crate::proxy::upstream::dedicated::error::Error;
+use crate::proxy::upstream::dedicated::framing::{Chunked, Framing};
 
-/// Bytes a response head may take (hyper's client default), 1xx heads included.
-pub const MAX_HEAD: usize = 8192 + 4096 * 100;
 /// Header fields a response head may have (hyper's default).
 const MAX_HEADERS: usize = 100;
 

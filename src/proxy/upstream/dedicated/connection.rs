@@ -7,8 +7,8 @@
 //! the read brought (`framing`). A read lands in a buffer on the stack and only its data is kept (one allocation
 //! of its exact size), so a stream waiting for its next event holds no buffer at all.
 
-mod framing;
-mod head;
+use crate::proxy::upstream::dedicated::error::{Error, MAX_HEAD};
+use crate::proxy::upstream::dedicated::head;
 
 use std::future::poll_fn;
 use std::io;
@@ -19,56 +19,17 @@ use std::task::{ready, Context, Poll};
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body::{Body, Frame, SizeHint};
-use thiserror::Error;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
-use super::forward::UpstreamErrorKind;
-use super::request_body::{ClientBody, ClientBodyError};
-use framing::Framing;
-use head::BodyFraming;
+use crate::proxy::request::body::ClientBody;
+use crate::proxy::upstream::dedicated::framing::Framing;
+use crate::proxy::upstream::dedicated::head::BodyFraming;
 
 /// Bytes one socket read takes (on the stack).
 const READ_SIZE: usize = 16 << 10;
 /// Request body bytes gathered into one socket write.
 const WRITE_BATCH: usize = 64 << 10;
-
-/// How a dedicated exchange failed.
-#[derive(Debug, Error)]
-pub enum Error {
-    #[error("upstream connection: {0}")]
-    Io(#[from] io::Error),
-    /// The connection closed before the response (head or body) ended.
-    #[error("upstream closed the connection before the response ended")]
-    Incomplete,
-    #[error("invalid response head: {0}")]
-    Head(#[from] httparse::Error),
-    #[error("response head over {} bytes", head::MAX_HEAD)]
-    HeadTooLarge,
-    #[error("invalid Content-Length")]
-    ContentLength,
-    #[error("invalid chunked body: {0}")]
-    Chunk(&'static str),
-    /// The request body sent more or less than its `Content-Length`.
-    #[error("request body does not match its Content-Length")]
-    BodyLength,
-    /// The client's request body failed (the client's fault, marked by `ClientBody`).
-    #[error("request body failed")]
-    ClientBody(#[source] ClientBodyError),
-}
-
-impl Error {
-    /// For `upstream_errors_total{kind}`: bad framing is a protocol error, a cut connection a reset.
-    pub fn kind(&self) -> UpstreamErrorKind {
-        match self {
-            Error::Io(e) if e.kind() == io::ErrorKind::TimedOut => UpstreamErrorKind::Timeout,
-            Error::Io(_) | Error::Incomplete | Error::ClientBody(_) => UpstreamErrorKind::Reset,
-            Error::Head(_) | Error::HeadTooLarge | Error::ContentLength | Error::Chunk(_) | Error::BodyLength => {
-                UpstreamErrorKind::Protocol
-            }
-        }
-    }
-}
 
 /// Sends `req` (origin-form target) over `io`, a connection of its own, and reads until the response head.
 pub async fn send(mut io: TcpStream, req: Request<ClientBody>) -> Result<Response<Connection>, Error> {
@@ -94,7 +55,7 @@ pub async fn send(mut io: TcpStream, req: Request<ClientBody>) -> Result<Respons
             if let Some(parsed) = head::parse_response(&parts.method, &buf)? {
                 return Poll::Ready(Ok(parsed));
             }
-            if buf.len() >= head::MAX_HEAD {
+            if buf.len() >= MAX_HEAD {
                 return Poll::Ready(Err(Error::HeadTooLarge));
             }
             let got = ready!(read(&mut io, cx, |b| {

@@ -4,8 +4,8 @@ use http::header::{self, HeaderMap};
 use http::{Method, StatusCode, Uri};
 use thiserror::Error;
 
-use super::headers::X_STREAM_FORMAT;
 use crate::config::StreamFormat;
+use crate::proxy::request::headers::X_STREAM_FORMAT;
 
 label_enum! {
     /// What the gateway did with a response body; the `mode` label.

@@ -8,12 +8,11 @@ use prometheus::{
     Opts, Registry,
 };
 
-use super::agent::Source;
-use super::body::Outcome;
-use super::forward::UpstreamMetrics;
-use super::negotiate::Mode;
-use super::observe::TranslatorMetrics;
-use super::request_body::ClientErrorKind;
+use crate::proxy::metrics::translator::TranslatorMetrics;
+use crate::proxy::request::agent::Source;
+use crate::proxy::request::body::ClientErrorKind;
+use crate::proxy::request::negotiate::Mode;
+use crate::proxy::upstream::pool::UpstreamMetrics;
 use crate::telemetry::{counter, counters, histogram, latency_buckets, name, register};
 
 /// Per-mode handles resolved once, so the hot path never looks labels up.
@@ -146,14 +145,12 @@ impl Metrics {
 mod tests {
     use super::*;
     use crate::admin::Health;
-    use crate::proxy::server::AcceptErrors;
 
     #[test]
     fn every_contract_family_is_registered() {
         let r = Registry::new();
         let m = Metrics::register(&r).unwrap();
         Health::register(&r).unwrap();
-        AcceptErrors::register(&r).unwrap();
         m.request(Mode::Translate, http::StatusCode::OK);
         m.translator.items.inc();
         m.translator.event_translation.observe(0.001);
@@ -179,7 +176,6 @@ mod tests {
             "upstream_requests_total",
             "upstream_errors_total",
             "client_errors_total",
-            "accept_errors_total",
             "upstream_rejected_total",
             "client_disconnects_total",
             "keepalives_total",
@@ -191,5 +187,16 @@ mod tests {
         ] {
             assert!(names.contains(&format!("sse_gateway_{n}")), "missing {n}: {names:?}");
         }
+    }
+}
+
+label_enum! {
+    /// How a stream ended; the `outcome` label. Recorded exactly once per stream.
+    pub enum Outcome {
+        Completed = "completed",
+        UpstreamError = "upstream_error",
+        ClientGone = "client_gone",
+        /// Still open at the drain deadline (`server.drain_timeout_secs` after SIGTERM) and ended by the gateway.
+        Drained = "drained",
     }
 }

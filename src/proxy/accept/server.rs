@@ -22,15 +22,18 @@ use thiserror::Error;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::watch;
 
-use super::conn::{self, Activity, ClientIo, Flushes, Tracked};
-use super::forward::UpstreamBody;
-use super::http1::{self, Service as _};
-use super::metrics::Metrics;
-use super::quiet::Quiet;
-use super::workers::Workers;
-use super::{handle, Shared};
+use crate::proxy::accept::conn::{self, Activity, ClientIo, Tracked};
+
 use crate::admin::{self, Health};
 use crate::config::{duration, Settings};
+use crate::proxy::accept::http1::{self, Service as _};
+use crate::proxy::accept::workers::Workers;
+use crate::proxy::base::flushes::Flushes;
+use crate::proxy::base::quiet::Quiet;
+use crate::proxy::decide::answers::Shared;
+use crate::proxy::decide::handler::handle;
+use crate::proxy::metrics::edge::Metrics;
+use crate::proxy::request::body::UpstreamBody;
 use crate::resume::metrics::ResumeMetrics;
 use crate::resume::Resumer;
 use crate::telemetry::counters;
@@ -549,6 +552,14 @@ pub fn banner(public: SocketAddr, admin: SocketAddr) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_accept_errors_family_is_registered() {
+        let r = prometheus::Registry::new();
+        AcceptErrors::register(&r).unwrap();
+        let names: Vec<String> = r.gather().iter().map(|f| f.get_name().to_owned()).collect();
+        assert!(names.iter().any(|n| n.ends_with("accept_errors_total")), "{names:?}");
+    }
 
     /// The first bytes decide the builder only when they rule h2c out; a request line never looks like the
     /// preface, even cut short after one byte of `PUT` or `POST` (which the sniffing builder then serves).

@@ -1,6 +1,7 @@
 //! The client to the one configured upstream (a pool, and dedicated connections for event streams), and the
 //! rewrite of a client request into an upstream one.
 
+use crate::proxy::upstream::kind::UpstreamErrorKind;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -11,7 +12,6 @@ use http::header::{self, HeaderValue};
 use http::uri::PathAndQuery;
 use http::{Request, Response, Uri, Version};
 use http_body::{Body, Frame, SizeHint};
-use http_body_util::combinators::BoxBody;
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
@@ -21,15 +21,11 @@ use thiserror::Error;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower_service::Service;
 
-use super::body::StreamError;
-use super::dedicated;
-use super::request_body::ClientBody;
 use crate::config::{dot_segment, duration, Settings, UpstreamConnection, UpstreamTarget};
+use crate::proxy::request::body::ClientBody;
+use crate::proxy::upstream::dedicated;
+use crate::proxy::upstream::error::StreamError;
 use crate::telemetry::{counter, counters, histogram, latency_buckets};
-
-/// The client's body as the upstream request takes it: streamed as is, or a small body already read (sent
-/// wrapped in a `ClientBody`).
-pub type UpstreamBody = BoxBody<Bytes, hyper::Error>;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -51,24 +47,6 @@ pub enum ForwardError {
     /// `upstream.max_connections` requests are in flight already (answered 503).
     #[error("{0} upstream connections in use (upstream.max_connections)")]
     Busy(usize),
-}
-
-label_enum! {
-    /// The `kind` label of `upstream_errors_total`.
-    pub enum UpstreamErrorKind {
-        /// TCP connect failed or timed out.
-        Connect = "connect",
-        /// No response head within `upstream.response_timeout_secs`.
-        Timeout = "timeout",
-        /// The response body failed mid-stream.
-        Reset = "reset",
-        /// Any other HTTP-level failure before the response head.
-        Protocol = "protocol",
-        /// The upstream answered with a 5xx status.
-        Status = "status",
-        /// An event stream ended without `[DONE]` or the backend's failure JSON.
-        Truncated = "truncated",
-    }
 }
 
 /// The upstream's families, recorded by the request handler and the response body.
@@ -222,7 +200,7 @@ impl Upstream {
             .call(req.uri().clone())
             .await
             .map_err(|e| ForwardError::Connect(e.into()))?;
-        let resp = dedicated::send(io.into_inner(), req)
+        let resp = dedicated::connection::send(io.into_inner(), req)
             .await
             .map_err(|e| ForwardError::Protocol(e.into()))?;
         Ok(resp.map(|c| UpstreamIncoming::new(Source::Dedicated(c))))
@@ -237,7 +215,7 @@ pub struct UpstreamIncoming {
 
 enum Source {
     Pooled(Incoming),
-    Dedicated(dedicated::Connection),
+    Dedicated(dedicated::connection::Connection),
 }
 
 impl UpstreamIncoming {

@@ -3,7 +3,7 @@
 //! Sans-I/O: a read's bytes are decoded in place, the data moved over the framing, so one read makes one piece
 //! of data however many chunks it held; state survives any cut between reads, so no partial line is buffered.
 
-use super::Error;
+use crate::proxy::upstream::dedicated::error::Error;
 
 /// Bytes of chunk extensions one body may carry (they are skipped; hyper's limit).
 const MAX_EXTENSIONS: u64 = 16 << 10;

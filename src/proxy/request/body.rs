@@ -18,7 +18,7 @@ use http_body::{Body, Frame};
 use thiserror::Error;
 use tokio::time::{Instant, Sleep};
 
-use super::forward::UpstreamBody;
+use http_body_util::combinators::BoxBody;
 
 label_enum! {
     /// The `kind` label of `client_errors_total`: requests that failed through the client's fault, kept apart
@@ -252,3 +252,7 @@ mod tests {
         assert_eq!(client_fault(&e), None);
     }
 }
+
+/// The client's body as the upstream request takes it: streamed as is, or a small body already read (sent
+/// wrapped in a `ClientBody`).
+pub type UpstreamBody = BoxBody<Bytes, hyper::Error>;

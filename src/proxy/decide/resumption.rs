@@ -8,16 +8,19 @@ use std::time::Instant;
 use http::header::{self, HeaderValue};
 use http::{HeaderMap, Response, StatusCode};
 
-use super::body::{Follow, RemoteFollow, ResponseBody};
-use super::headers::{X_ACCEL_BUFFERING, X_STREAM_FORMAT};
-use super::negotiate::Mode;
-use super::{error_chain, gateway_error, Shared};
+use crate::proxy::body::follow::{Follow, RemoteFollow};
+
 use crate::cors::{Grant, OwnAnswer, Preflight};
+use crate::proxy::body::stack::ResponseBody;
+use crate::proxy::decide::answers::{gateway_error, Shared};
+use crate::proxy::request::headers::{X_ACCEL_BUFFERING, X_STREAM_FORMAT};
+use crate::proxy::request::negotiate::Mode;
 use crate::resume::hub::AttachError;
 use crate::resume::id::Token;
 use crate::resume::metrics::Resumption;
 use crate::resume::redis::{OpenError, StoreError};
 use crate::resume::{Resumer, Route, STREAM_HEADER};
+use crate::telemetry::error_chain;
 
 /// Answers a request `Resumer::route` did not send upstream.
 pub async fn answer(

@@ -6,9 +6,8 @@ use std::io::ErrorKind;
 
 use thiserror::Error;
 
-use super::BodyError;
-use crate::proxy::dedicated;
-use crate::proxy::forward::UpstreamErrorKind;
+use crate::proxy::upstream::dedicated;
+use crate::proxy::upstream::kind::UpstreamErrorKind;
 
 /// The description of an idle timeout, in the error envelope and as the abort's error.
 pub const IDLE_MESSAGE: &str = "upstream sent nothing within upstream.idle_timeout_secs";
@@ -24,7 +23,7 @@ pub enum StreamError {
     Upstream(#[from] hyper::Error),
     /// A dedicated connection failed.
     #[error(transparent)]
-    Connection(#[from] dedicated::Error),
+    Connection(#[from] dedicated::error::Error),
     /// The upstream sent nothing for `upstream.idle_timeout_secs`.
     #[error("{IDLE_MESSAGE}")]
     IdleTimeout,
@@ -44,7 +43,7 @@ impl StreamError {
     pub fn message(&self) -> Cow<'static, str> {
         match self {
             StreamError::Upstream(e) if e.is_incomplete_message() => CLOSED_EARLY.into(),
-            StreamError::Connection(dedicated::Error::Incomplete) => CLOSED_EARLY.into(),
+            StreamError::Connection(dedicated::error::Error::Incomplete) => CLOSED_EARLY.into(),
             StreamError::Upstream(e) if e.is_timeout() => "upstream timed out".into(),
             StreamError::Upstream(_) | StreamError::Connection(_) => {
                 format!("upstream connection failed: {self}").into()
@@ -65,7 +64,9 @@ impl StreamError {
     pub fn log(&self, span: &tracing::Span) {
         match self {
             StreamError::IdleTimeout => tracing::warn!(parent: span, "upstream idle timeout"),
-            e => tracing::warn!(parent: span, error = %crate::proxy::error_chain(e), "upstream body failed mid-stream"),
+            e => {
+                tracing::warn!(parent: span, error = %crate::telemetry::error_chain(e), "upstream body failed mid-stream")
+            }
         }
     }
 }
@@ -99,3 +100,6 @@ mod tests {
         assert_eq!(e.into_body_error().to_string(), IDLE_MESSAGE);
     }
 }
+
+/// Error type of response bodies: an upstream failure in a pass-through body aborts the client response.
+pub type BodyError = Box<dyn std::error::Error + Send + Sync>;

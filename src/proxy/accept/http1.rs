@@ -32,9 +32,11 @@ use http_body_util::{BodyExt, Full};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
-use super::conn::{self, Flushes, Tracked};
-use super::forward::UpstreamBody;
-use super::headers;
+use crate::proxy::accept::conn::{self, Tracked};
+
+use crate::proxy::base::flushes::Flushes;
+use crate::proxy::request::body::UpstreamBody;
+use crate::proxy::request::headers;
 
 /// The first read's buffer: a request head of a few hundred bytes fits; it doubles up to `max_head`.
 const FIRST_READ: usize = 1024;
@@ -630,8 +632,8 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;
-    use crate::proxy::body::ResponseBody;
-    use crate::proxy::conn::Activity;
+    use crate::proxy::accept::conn::Activity;
+    use crate::proxy::body::stack::ResponseBody;
 
     fn plain(req: &[u8]) -> Plain {
         match parse(req, 8192) {

@@ -1,0 +1,6 @@
+//! What the body stack and the client connection share, below both: the drain deadline (`drain`), the
+//! connection's flushes a failing body waits for (`flushes`), and futures polled only when woken (`quiet`).
+
+pub mod drain;
+pub mod flushes;
+pub mod quiet;

@@ -1,0 +1,182 @@
+//! The stacks of layers a response body is made of, and `ResponseBody`, the one type the connection serves: the
+//! only place that knows them all.
+
+use crate::proxy::body::abort::Abort;
+use crate::proxy::body::coalesce::Coalesce;
+use crate::proxy::body::follow::{Follow, RemoteFollow};
+use crate::proxy::body::hold::Hold;
+use crate::proxy::body::layer::{Drain, StreamInfo};
+use crate::proxy::body::original::Original;
+use crate::proxy::body::record::Record;
+use crate::proxy::body::timers::{Idle, Keepalive};
+use crate::proxy::body::translate::Translate;
+use crate::proxy::upstream::error::{BodyError, StreamError};
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::Full;
+
+use crate::proxy::base::drain::DrainCut;
+use crate::proxy::base::flushes::Flushes;
+use crate::proxy::metrics::edge::Metrics;
+use crate::proxy::metrics::translator::StreamObserver;
+use crate::proxy::request::negotiate::Mode;
+use crate::proxy::upstream::pool::UpstreamIncoming;
+use crate::resume::hub::Stream;
+use crate::translate::Translator;
+
+/// The upstream as the frame-making layers read it.
+pub type Input = Idle<Coalesce<UpstreamIncoming>>;
+
+/// A translated stream (translate mode).
+pub type Translated = Record<Keepalive<Hold<Translate<Input>>>>;
+
+/// A held stream read by a reconnection or a watcher.
+pub type Followed = Keepalive<Follow>;
+
+/// A stream held by another instance, read from the shared store.
+pub type RemoteFollowed = Keepalive<RemoteFollow>;
+
+/// A stream of the upstream's own bytes (pass-through and shadow modes).
+pub type Passed = Abort<Record<Original<Input>>>;
+
+/// A response body: a small body made by the gateway, or an upstream body translated or passed on.
+pub enum ResponseBody {
+    Full(Full<Bytes>),
+    Translated(Box<Translated>),
+    Passed(Box<Passed>),
+    Followed(Box<Followed>),
+    Remote(Box<RemoteFollowed>),
+}
+
+/// How an upstream stream is carried besides its mode.
+pub struct StreamSettings {
+    /// `translate.keepalive_interval_secs`: comments while a translated stream waits (translate mode only, so
+    /// shadow and pass-through streams stay byte-identical).
+    pub keepalive: Option<Duration>,
+    /// `upstream.idle_timeout_secs`: ends an event stream whose upstream is silent that long.
+    pub idle_timeout: Option<Duration>,
+    /// The client connection's flushes, which a pass-through abort waits for.
+    pub flushes: Option<Arc<Flushes>>,
+    /// The hub entry a resumable translated stream is held in.
+    pub held: Option<Arc<Stream>>,
+}
+
+impl ResponseBody {
+    pub fn full(b: impl Into<Bytes>) -> Self {
+        ResponseBody::Full(Full::new(b.into()))
+    }
+
+    /// Wraps an upstream body in the stack its mode needs. `translator` must be given in translate and shadow
+    /// modes (without one, a stream is passed through).
+    pub fn upstream(
+        inner: UpstreamIncoming,
+        translator: Option<Translator<StreamObserver>>,
+        info: StreamInfo,
+        metrics: Arc<Metrics>,
+        settings: StreamSettings,
+    ) -> Self {
+        let idle = settings.idle_timeout.filter(|_| info.event_stream);
+        let upstream = Idle::new(Coalesce::new(inner), idle);
+        match (info.mode, translator) {
+            (Mode::Translate, Some(t)) => {
+                let keepalive = Keepalive::new(
+                    Hold::new(Translate::new(upstream, t, Arc::clone(&metrics)), settings.held),
+                    settings.keepalive,
+                    Arc::clone(&metrics),
+                );
+                ResponseBody::Translated(Box::new(Record::new(keepalive, info, metrics)))
+            }
+            (mode, translator) => {
+                let shadow = translator.filter(|_| mode == Mode::Shadow);
+                let original = Original::new(upstream, shadow, Arc::clone(&metrics));
+                let recorded = Record::new(original, info, metrics);
+                ResponseBody::Passed(Box::new(Abort::new(recorded, settings.flushes)))
+            }
+        }
+    }
+
+    /// A held stream's subscriber, with keepalives.
+    pub fn follow(follow: Follow, keepalive: Option<Duration>, metrics: Arc<Metrics>) -> Self {
+        ResponseBody::Followed(Box::new(Keepalive::new(follow, keepalive, metrics)))
+    }
+
+    /// A subscriber of a stream another instance holds, with keepalives.
+    pub fn remote(follow: RemoteFollow, keepalive: Option<Duration>, metrics: Arc<Metrics>) -> Self {
+        ResponseBody::Remote(Box::new(Keepalive::new(follow, keepalive, metrics)))
+    }
+
+    /// Gives a watcher's body its connection, which it asks to drop when the client reads nothing for
+    /// `resume.watcher_write_timeout_secs` (see `Follow::watch_connection`).
+    pub fn watch_connection(&mut self, flushes: &Arc<Flushes>) {
+        if let ResponseBody::Followed(b) = self {
+            b.inner_mut().watch_connection(flushes);
+        }
+    }
+
+    /// A body read from the upstream (which the drain deadline cuts), rather than one made by the gateway.
+    pub fn is_upstream(&self) -> bool {
+        !matches!(self, ResponseBody::Full(_))
+    }
+
+    /// Ends the response at the drain deadline (see `drain`); the body must still be polled for what it returns.
+    pub fn cut_for_drain(&mut self) -> DrainCut {
+        match self {
+            ResponseBody::Full(_) => DrainCut::Nothing,
+            ResponseBody::Translated(b) => b.cut_for_drain(),
+            ResponseBody::Passed(b) => b.cut_for_drain(),
+            ResponseBody::Followed(b) => b.cut_for_drain(),
+            ResponseBody::Remote(b) => b.cut_for_drain(),
+        }
+    }
+}
+
+impl Body for ResponseBody {
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        match self.get_mut() {
+            ResponseBody::Full(b) => Pin::new(b)
+                .poll_frame(cx)
+                .map(|o| o.map(|r| r.map_err(|e: Infallible| match e {}))),
+            ResponseBody::Translated(b) => Pin::new(&mut **b)
+                .poll_frame(cx)
+                .map(|o| o.map(|r| r.map_err(StreamError::into_body_error))),
+            ResponseBody::Passed(b) => Pin::new(&mut **b)
+                .poll_frame(cx)
+                .map(|o| o.map(|r| r.map_err(StreamError::into_body_error))),
+            ResponseBody::Followed(b) => Pin::new(&mut **b)
+                .poll_frame(cx)
+                .map(|o| o.map(|r| r.map_err(StreamError::into_body_error))),
+            ResponseBody::Remote(b) => Pin::new(&mut **b)
+                .poll_frame(cx)
+                .map(|o| o.map(|r| r.map_err(StreamError::into_body_error))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            ResponseBody::Full(b) => b.is_end_stream(),
+            ResponseBody::Translated(b) => b.is_end_stream(),
+            ResponseBody::Passed(b) => b.is_end_stream(),
+            ResponseBody::Followed(b) => b.is_end_stream(),
+            ResponseBody::Remote(b) => b.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            ResponseBody::Full(b) => b.size_hint(),
+            ResponseBody::Translated(b) => b.size_hint(),
+            ResponseBody::Passed(b) => b.size_hint(),
+            ResponseBody::Followed(b) => b.size_hint(),
+            ResponseBody::Remote(b) => b.size_hint(),
+        }
+    }
+}

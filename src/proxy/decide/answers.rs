@@ -1,0 +1,123 @@
+//! The answers the edge writes itself when a request is not forwarded or its forwarding failed (a JSON error with
+//! its code, counted), and what every request handler shares.
+
+use crate::config::{duration, Settings, StreamFormat};
+use crate::cors::{Cors, OwnAnswer};
+use crate::proxy::body::stack::ResponseBody;
+use crate::proxy::metrics::edge::Metrics;
+use crate::proxy::request::body::ClientErrorKind;
+use crate::proxy::request::negotiate::Mode;
+use crate::proxy::upstream::kind::UpstreamErrorKind;
+use crate::proxy::upstream::pool::{ForwardError, Upstream};
+use crate::resume::Resumer;
+use crate::telemetry::error_chain;
+use crate::translate::{self};
+use bytes::Bytes;
+use http::header::{self, HeaderName, HeaderValue};
+use http::{Response, StatusCode};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What every request handler shares.
+pub struct Shared {
+    pub upstream: Upstream,
+    pub metrics: Arc<Metrics>,
+    pub options: translate::Options,
+    pub default_format: StreamFormat,
+    pub shadow: bool,
+    pub keepalive: Option<Duration>,
+    /// `upstream.idle_timeout_secs`, when set.
+    pub idle_timeout: Option<Duration>,
+    pub agent_header: HeaderName,
+    pub agent_body_max: usize,
+    pub trust_forwarded: bool,
+    /// `server.body_read_timeout_secs`.
+    pub body_read_timeout: Duration,
+    /// Resumable translated streams (`resume.enabled`).
+    pub resumer: Option<Arc<Resumer>>,
+    /// The CORS answer of the responses the gateway writes itself.
+    pub cors: Cors,
+}
+
+impl Shared {
+    pub fn new(settings: &Settings, metrics: Arc<Metrics>, resumer: Option<Arc<Resumer>>) -> Result<Self, String> {
+        let t = &settings.translate;
+        Ok(Self {
+            upstream: Upstream::new(settings)?,
+            metrics,
+            options: settings.translate_options(),
+            default_format: t.default_format,
+            shadow: t.shadow,
+            keepalive: (t.keepalive_interval_secs > 0.0).then(|| duration(t.keepalive_interval_secs)),
+            idle_timeout: (settings.upstream.idle_timeout_secs > 0.0)
+                .then(|| duration(settings.upstream.idle_timeout_secs)),
+            agent_header: HeaderName::from_bytes(t.agent_header.as_bytes()).map_err(|e| e.to_string())?,
+            agent_body_max: t.agent_body_max_bytes,
+            trust_forwarded: settings.server.trust_forwarded_headers,
+            body_read_timeout: duration(settings.server.body_read_timeout_secs),
+            resumer,
+            cors: Cors::new(&settings.cors),
+        })
+    }
+}
+
+/// Answers a request whose own body failed (400, or 408 when it stalled), counted as the client's error.
+pub fn client_failed(metrics: &Metrics, kind: ClientErrorKind) -> Response<ResponseBody> {
+    metrics.client_error(kind);
+    let (status, code) = crate::proxy::request::body::answer(kind);
+    tracing::info!(kind = kind.as_str(), status = status.as_u16(), "request body failed");
+    gateway_error(metrics, status, code, "the request body failed or stalled")
+}
+
+pub fn forward_failed(metrics: &Metrics, e: ForwardError) -> Response<ResponseBody> {
+    // The upstream request fails too when the client's body does; that is not the upstream's fault.
+    if let Some(kind) = crate::proxy::request::body::client_fault(&e) {
+        return client_failed(metrics, kind);
+    }
+    let (status, kind, code) = match &e {
+        ForwardError::Connect(_) => (
+            StatusCode::BAD_GATEWAY,
+            Some(UpstreamErrorKind::Connect),
+            "upstream_unreachable",
+        ),
+        ForwardError::Timeout(_) => (
+            StatusCode::GATEWAY_TIMEOUT,
+            Some(UpstreamErrorKind::Timeout),
+            "upstream_timeout",
+        ),
+        ForwardError::Protocol(_) => (
+            StatusCode::BAD_GATEWAY,
+            Some(UpstreamErrorKind::Protocol),
+            "upstream_failed",
+        ),
+        ForwardError::BadTarget => (StatusCode::BAD_REQUEST, None, "bad_request_target"),
+        ForwardError::Busy(_) => {
+            metrics.upstream.rejected.inc();
+            (StatusCode::SERVICE_UNAVAILABLE, None, "upstream_busy")
+        }
+    };
+    if let Some(k) = kind {
+        metrics.upstream.error(k);
+    }
+    tracing::warn!(error = %error_chain(&e), status = status.as_u16(), "no upstream response");
+    gateway_error(metrics, status, code, &e.to_string())
+}
+
+/// A response made by the gateway itself: a small JSON body `{"error": code, "message": ...}`.
+pub fn gateway_error(metrics: &Metrics, status: StatusCode, code: &str, message: &str) -> Response<ResponseBody> {
+    metrics.request(Mode::Passthrough, status);
+    let body = serde_json::json!({ "error": code, "message": message }).to_string();
+    let mut resp = Response::new(ResponseBody::full(Bytes::from(body)));
+    *resp.status_mut() = status;
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    if status == StatusCode::METHOD_NOT_ALLOWED {
+        h.insert(
+            header::ALLOW,
+            HeaderValue::from_static("GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"),
+        );
+    }
+    resp.extensions_mut().insert(OwnAnswer::About(None));
+    resp
+}
