@@ -120,7 +120,7 @@ fn no_room_of_the_edge_imports_a_room_above_it() {
     for (i, room) in rooms.iter().enumerate() {
         for file in rust_files(&src().join("proxy").join(room)) {
             let code = code_only(&std::fs::read_to_string(&file).expect("read"));
-            for (j, above) in rooms.iter().enumerate().skip(i + 1) {
+            for above in rooms.iter().skip(i + 1) {
                 if code.contains(&format!("crate::proxy::{above}::")) {
                     upward.push(format!("{} ({room}) imports {above}", file.display()));
                 }
