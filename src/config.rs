@@ -731,7 +731,7 @@ impl UpstreamTarget {
             return Err("must not have a query".into());
         }
         let prefix = uri.path().trim_end_matches('/').to_owned();
-        // Client paths are confined under the prefix (`proxy::forward::upstream_path`); a prefix that climbs
+        // Client paths are confined under the prefix (`proxy::upstream::pool::upstream_path`); a prefix that climbs
         // itself would make "under" meaningless.
         if prefix.split('/').any(|s| dot_segment(s).is_some()) {
             return Err("the path prefix must not contain . or .. segments".into());

@@ -7,7 +7,8 @@
 //! - `redis`: the same events mirrored to Redis/Valkey Streams, read by other instances.
 //! - `metrics`: the resume metric families.
 //!
-//! The body layer that writes into a stream is `proxy::body::hold`; the one that reads it, `proxy::body::follow`.
+//! The edge writes into a stream with its `body::hold` layer and reads one with `body::follow`; nothing here
+//! names the edge.
 
 pub mod hub;
 pub mod id;

@@ -1,5 +1,5 @@
 //! The proxy's metric families: requests, event streams by body mode, client faults; with the translator's
-//! (`observe`) and the upstream's (`forward`), the handles the handler and the response body record into.
+//! (`metrics::translator`) and the upstream's (`upstream::pool`), the handles the handler and the response body record into.
 
 use std::sync::Arc;
 
