@@ -56,6 +56,7 @@ pub struct Settings {
     pub translate: Translate,
     pub resume: Resume,
     pub cors: Cors,
+    pub websocket: WebSocket,
     pub log: Log,
 }
 
@@ -530,6 +531,93 @@ impl Resume {
     }
 }
 
+/// The WebSocket output (docs/WEBSOCKET.md): sockets on held streams' URLs and the session socket on
+/// `resume.path_prefix`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WebSocket {
+    /// Whether `<prefix>` and `<prefix>/<token>` accept WebSocket upgrades (default true; needs resume.enabled).
+    pub enabled: bool,
+    /// Origins (`scheme://host[:port]`, or `"*"`) that may open sockets besides those the backend allowed by name
+    /// (default none; `[cors] allow_origins` counts too).
+    pub allow_origins: Vec<String>,
+    /// Sockets open at once (default 10000, at most 1000000).
+    pub max_sockets: usize,
+    /// Streams one session socket carries at once (default 32, at most 1024).
+    pub max_streams_per_session: usize,
+    /// Largest client message in bytes (default 4096, 64 to 1 MiB).
+    pub max_message_bytes: usize,
+    /// Seconds a socket bound to `Authorization` waits for its credential message (default 5, 0.1 to 60).
+    pub auth_timeout_secs: f64,
+    /// Seconds of silence before a ping (default 15, 1 to 3600).
+    pub ping_interval_secs: f64,
+    /// Seconds a ping waits for any frame back before the socket is closed (default 30, 1 to 3600).
+    pub pong_timeout_secs: f64,
+    /// Seconds one write may stay pending before the socket is closed as behind (default 30, 0.1 to 3600).
+    pub write_timeout_secs: f64,
+    /// Bytes of messages queued while a write is pending before the socket is closed as behind (default 1 MiB,
+    /// 4 KiB to 64 MiB).
+    pub max_queued_bytes: usize,
+}
+
+impl Default for WebSocket {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            allow_origins: Vec::new(),
+            max_sockets: 10_000,
+            max_streams_per_session: 32,
+            max_message_bytes: 4096,
+            auth_timeout_secs: 5.0,
+            ping_interval_secs: 15.0,
+            pong_timeout_secs: 30.0,
+            write_timeout_secs: 30.0,
+            max_queued_bytes: 1 << 20,
+        }
+    }
+}
+
+impl WebSocket {
+    fn validate(&self) -> Result<(), ConfigError> {
+        for o in &self.allow_origins {
+            let ok = o == "*"
+                || ((o.starts_with("http://") || o.starts_with("https://"))
+                    && !o.ends_with('/')
+                    && o.split_once("://")
+                        .is_some_and(|(_, host)| !host.is_empty() && !host.contains('/')));
+            if !ok {
+                return Err(invalid(
+                    "websocket.allow_origins",
+                    format!("{o:?} is not an origin like \"https://app.example.com\" or \"*\""),
+                ));
+            }
+        }
+        let sizes: [(&'static str, usize, usize, usize); 4] = [
+            ("websocket.max_sockets", self.max_sockets, 1, 1_000_000),
+            ("websocket.max_streams_per_session", self.max_streams_per_session, 1, 1024),
+            ("websocket.max_message_bytes", self.max_message_bytes, 64, 1 << 20),
+            ("websocket.max_queued_bytes", self.max_queued_bytes, 4096, 64 << 20),
+        ];
+        for (key, v, lo, hi) in sizes {
+            if !(lo..=hi).contains(&v) {
+                return Err(invalid(key, format!("{v} is outside {lo}..={hi}")));
+            }
+        }
+        let secs: [(&'static str, f64, f64, f64); 4] = [
+            ("websocket.auth_timeout_secs", self.auth_timeout_secs, 0.1, 60.0),
+            ("websocket.ping_interval_secs", self.ping_interval_secs, 1.0, 3600.0),
+            ("websocket.pong_timeout_secs", self.pong_timeout_secs, 1.0, 3600.0),
+            ("websocket.write_timeout_secs", self.write_timeout_secs, 0.1, 3600.0),
+        ];
+        for (key, v, lo, hi) in secs {
+            if !(v.is_finite() && (lo..=hi).contains(&v)) {
+                return Err(invalid(key, format!("{v} is outside {lo}..={hi} seconds")));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// An explicit CORS policy for the responses the gateway writes itself (DESIGN 5.1, docs/RESUME.md). Unset (no
 /// origins), the backend's own answers are the policy; set, it applies to every response the gateway writes
 /// itself, whatever the backend said.
@@ -951,6 +1039,7 @@ impl Settings {
         }
         self.resume.validate()?;
         self.cors.validate()?;
+        self.websocket.validate()?;
         if tracing_subscriber::EnvFilter::try_new(&self.log.level).is_err() {
             return Err(invalid(
                 "log.level",

@@ -334,6 +334,19 @@ impl Cors {
         }
     }
 
+    /// Whether a WebSocket handshake from `origin` may read a stream (`stream`: its grant) or a session: the
+    /// operator's policy if set; else an origin the backend allowed by name (a `*` grant does not do: a browser
+    /// sends cookies with any site's socket, so only an origin named for it may use them).
+    pub fn socket_allows(&self, origin: &str, stream: Option<&Grant>) -> bool {
+        if let Some(e) = &self.explicit {
+            return e.grant(origin).is_some();
+        }
+        match stream {
+            Some(g) => g.origin == origin,
+            None => self.lookup(origin).is_some_and(|g| g.origin == origin),
+        }
+    }
+
     /// Adds the CORS answer to a response the gateway wrote itself, for a request from `origin`.
     pub fn own_answer(&self, origin: &HeaderValue, stream: Option<&Grant>, h: &mut HeaderMap) {
         if let Some(g) = self.grant_for(origin, stream) {

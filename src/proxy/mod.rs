@@ -5,7 +5,9 @@
 //! ```text
 //!  accept/    a connection accepted and served: listeners, worker runtimes, the plain HTTP/1.1 path, the client
 //!     │       connection's state
-//!  decide/    a request decided: answered from a held stream (resumption's routes), refused, or forwarded
+//!  decide/    a request decided: answered from a held stream (resumption's routes), upgraded to a socket,
+//!     │       refused, or forwarded
+//!  socket/    the WebSocket output: a held stream or a session read over a socket
 //!     │
 //!  body/      the response body stack: the layers over the upstream body (translate, hold, follow, timers, …)
 //!     │
@@ -20,5 +22,6 @@ pub mod request;
 pub mod upstream;
 pub mod metrics;
 pub mod body;
+pub mod socket;
 pub mod decide;
 pub mod accept;

@@ -14,18 +14,19 @@ pub mod hub;
 pub mod id;
 pub mod metrics;
 pub mod redis;
+pub mod sessions;
 
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use http::{HeaderMap, HeaderName, Method};
 
-use self::redis::{Bound, RedisOptions, RedisStore, StoreObserver};
+use self::redis::{Bound, OpenError, RedisOptions, RedisStore, StoreObserver};
 use crate::config::{self, duration, StoreKind};
 use crate::cors::Grant;
 use hub::{Hub, Limits, Stream};
 use id::{EventId, Token};
-use metrics::ResumeMetrics;
+use metrics::{ResumeMetrics, Resumption};
 
 /// The `Last-Event-ID` request header.
 pub const LAST_EVENT_ID: &str = "last-event-id";
@@ -201,6 +202,26 @@ impl Resumer {
         *h.finalize().as_bytes()
     }
 
+    /// A session's streams (STUB until the sessions branch lands).
+    pub async fn session(&self, _binding: [u8; 32]) -> Result<sessions::Session, sessions::SessionError> {
+        Ok(sessions::stub())
+    }
+
+    /// Whether `authorization` is among the bound values (a browser's socket cannot send it in the handshake).
+    pub fn binds_authorization(&self) -> bool {
+        self.bind
+            .iter()
+            .any(|b| matches!(b, BoundValue::Header(h) if h == http::header::AUTHORIZATION))
+    }
+
+    /// Whether the request carries any bound value at all (a session without one would be everybody's).
+    pub fn has_bound_values(&self, headers: &HeaderMap) -> bool {
+        self.bind.iter().any(|b| match b {
+            BoundValue::Header(name) => headers.contains_key(name),
+            BoundValue::Cookie(label) => cookie_values(headers, &label["cookie:".len()..]).next().is_some(),
+        })
+    }
+
     /// The token of a stream's URL (`<prefix>/<token>`, 32 hex digits). Nothing else under the prefix is the
     /// gateway's: a prefix such as `/agent` must not hide the backend's `/agent/run`.
     pub fn stream_token(&self, path: &str) -> Option<Token> {
@@ -300,6 +321,78 @@ impl StoreObserver for ResumeMetrics {
 
     fn store_lost(&self) {
         self.store_lost.inc();
+    }
+}
+
+/// A held stream opened for a reader: here, or in the shared store.
+pub enum Opened {
+    Local(Arc<Stream>, hub::Cursor),
+    Remote(redis::RemoteReader),
+}
+
+/// Why a stream could not be opened for a reader.
+#[derive(Debug)]
+pub enum Refusal {
+    /// Counted as `resume_resumptions_total{outcome}` (gap, unknown, denied, watchers full).
+    Counted(Resumption),
+    /// This instance reads `resume.max_remote_readers` streams from the store already.
+    Busy,
+    /// The shared store failed: the stream may well exist.
+    Store(redis::StoreError),
+}
+
+impl Resumer {
+    /// Opens `token` for a reader bound to `binding`, after `after`: from the hub when this instance holds it,
+    /// else from the shared store. `primary`: the original's reconnection, not a watcher.
+    pub async fn open(&self, token: &Token, binding: [u8; 32], after: u64, primary: bool) -> Result<Opened, Refusal> {
+        if let Some(stream) = self.hub.get(token) {
+            if stream.binding != binding {
+                return Err(Refusal::Counted(Resumption::Denied));
+            }
+            return match stream.attach(after, primary) {
+                Ok(cursor) => Ok(Opened::Local(stream, cursor)),
+                Err(hub::AttachError::Gap) => Err(Refusal::Counted(Resumption::Gap)),
+                Err(hub::AttachError::Unknown) => Err(Refusal::Counted(Resumption::Unknown)),
+                Err(hub::AttachError::Full) => Err(Refusal::Counted(Resumption::WatchersFull)),
+            };
+        }
+        let Some(store) = self.hub.mirror() else {
+            return Err(Refusal::Counted(Resumption::Unknown));
+        };
+        match store.open(&token.hex(), binding, Some(after)).await {
+            Ok(mut reader) => {
+                if primary {
+                    reader.set_primary();
+                }
+                Ok(Opened::Remote(reader))
+            }
+            Err(OpenError::Unknown) => Err(Refusal::Counted(Resumption::Unknown)),
+            Err(OpenError::Gap { .. }) => Err(Refusal::Counted(Resumption::Gap)),
+            Err(OpenError::Denied) => Err(Refusal::Counted(Resumption::Denied)),
+            Err(OpenError::Busy) => {
+                self.metrics.remote_readers_refused.inc();
+                Err(Refusal::Busy)
+            }
+            Err(OpenError::Store(e)) => Err(Refusal::Store(e)),
+        }
+    }
+
+    /// Cancels `token` for a caller bound to `binding`: `Ok(Some(grant))` when it was cancelled (with the CORS
+    /// answer kept with it), `Ok(None)` when there is no such stream for that binding. A stream held on another
+    /// instance is cancelled through the store; its owner sees it within a second.
+    pub async fn cancel(&self, token: &Token, binding: [u8; 32]) -> Result<Option<Option<Arc<Grant>>>, redis::StoreError> {
+        match (self.hub.get(token), self.hub.mirror()) {
+            (Some(stream), _) => Ok((stream.binding == binding).then(|| {
+                stream.cancel();
+                stream.cors.clone()
+            })),
+            (None, Some(store)) => match store.cancel(&token.hex(), binding).await {
+                Ok(kept) => Ok(Some(kept.map(Arc::new))),
+                Err(OpenError::Store(e)) => Err(e),
+                Err(_) => Ok(None),
+            },
+            (None, None) => Ok(None),
+        }
     }
 }
 

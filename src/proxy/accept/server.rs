@@ -28,6 +28,7 @@ use crate::admin::{self, Health};
 use crate::config::{duration, Settings};
 use crate::proxy::accept::http1::{self, Service as _};
 use crate::proxy::accept::workers::Workers;
+use crate::proxy::base::drain::DrainSignal;
 use crate::proxy::base::flushes::Flushes;
 use crate::proxy::base::quiet::Quiet;
 use crate::proxy::decide::answers::Shared;
@@ -170,7 +171,9 @@ impl Gateway {
         Ok(Self {
             health: Arc::new(Health::register(&registry)?),
             accept_errors: AcceptErrors::register(&registry)?,
-            shared: Arc::new(Shared::new(&settings, metrics, resumer).map_err(ServeError::Upstream)?),
+            shared: Arc::new(
+                Shared::new(&settings, metrics, resumer, &registry).map_err(ServeError::Upstream)?,
+            ),
             listener: bind(settings.listen_addr()).await?,
             admin_listener: bind(settings.admin_addr()).await?,
             workers: Workers::start(settings.server.worker_threads()).map_err(ServeError::Workers)?,
@@ -310,6 +313,7 @@ async fn serve_connection(
         shared,
         peer,
         cut,
+        drain: drain.clone(),
     };
     let mut guard = std::pin::pin!(first_request_guard(seen_request, limits.first_request));
     // Before anything reads a byte: whether the connection may be h2c (see `Builders`).
@@ -380,7 +384,7 @@ async fn serve_with_hyper(
         let resp = call.call(req.map(BodyExt::boxed));
         async move { Ok::<_, Infallible>(resp.await) }
     });
-    let conn = builder.serve_connection(TokioIo::new(io), service).into_owned();
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service).into_owned();
     let mut conn = std::pin::pin!(conn);
     // The watches wake rarely, the connection for every event: behind `Quiet`, the connection's wake-ups do
     // not poll them.
@@ -420,6 +424,8 @@ struct Call {
     shared: Arc<Shared>,
     peer: SocketAddr,
     cut: watch::Receiver<bool>,
+    /// Given to what outlives its response (an upgraded socket), so the drain waits for it and tells it.
+    drain: watch::Receiver<bool>,
 }
 
 impl http1::Service for Call {
@@ -427,6 +433,7 @@ impl http1::Service for Call {
         self.seen_request.store(true, Ordering::Relaxed);
         let in_flight = self.activity.begin();
         req.extensions_mut().insert(Arc::clone(&self.flushes));
+        req.extensions_mut().insert(DrainSignal(self.drain.clone()));
         let (shared, peer, cut) = (Arc::clone(&self.shared), self.peer, self.cut.clone());
         let flushes = Arc::clone(&self.flushes);
         // Boxed: an HTTP/2 stream's task holds its service future inline for as long as the stream lasts, so an

@@ -17,6 +17,11 @@ use crate::envelope::write_gateway_error;
 /// The `message` of the `gateway_draining` delta: payload-free, the same for every stream.
 pub const DRAINING_MESSAGE: &str = "the gateway is shutting down and closed this stream; reconnect to continue";
 
+/// The drain signal, carried in a request's extensions to what outlives its response (an upgraded socket): it
+/// turns true when the drain starts, and the gateway waits for every holder to drop it.
+#[derive(Clone)]
+pub struct DrainSignal(pub watch::Receiver<bool>);
+
 /// What a response body does at the drain deadline.
 pub enum DrainCut {
     /// A translated stream: its last frame (the `gateway_draining` envelope); the body ends after it.

@@ -9,7 +9,10 @@ use crate::proxy::request::body::ClientErrorKind;
 use crate::proxy::request::negotiate::Mode;
 use crate::proxy::upstream::kind::UpstreamErrorKind;
 use crate::proxy::upstream::pool::{ForwardError, Upstream};
+use crate::proxy::socket;
+use crate::proxy::socket::metrics::SocketMetrics;
 use crate::resume::Resumer;
+use prometheus::Registry;
 use crate::telemetry::error_chain;
 use crate::translate::{self};
 use bytes::Bytes;
@@ -37,11 +40,55 @@ pub struct Shared {
     pub resumer: Option<Arc<Resumer>>,
     /// The CORS answer of the responses the gateway writes itself.
     pub cors: Cors,
+    /// The WebSocket output (`websocket.enabled`, with resumption).
+    pub sockets: Option<Sockets>,
+}
+
+/// What the WebSocket handshakes share.
+pub struct Sockets {
+    pub shared: Arc<socket::serve::Shared>,
+    pub open: Arc<socket::upgrade::Sockets>,
+    /// `websocket.allow_origins` with `[cors] allow_origins`.
+    pub allow_origins: Vec<String>,
+}
+
+impl Sockets {
+    fn new(settings: &Settings, resumer: &Arc<Resumer>, registry: &Registry) -> Result<Self, String> {
+        let w = &settings.websocket;
+        let metrics = SocketMetrics::register(registry).map_err(|e| e.to_string())?;
+        let limits = socket::serve::Limits {
+            max_message_bytes: w.max_message_bytes,
+            auth_timeout: duration(w.auth_timeout_secs),
+            ping_interval: duration(w.ping_interval_secs),
+            pong_timeout: duration(w.pong_timeout_secs),
+            write_timeout: duration(w.write_timeout_secs),
+            max_queued_bytes: w.max_queued_bytes,
+            max_streams_per_session: w.max_streams_per_session,
+        };
+        Ok(Self {
+            shared: Arc::new(socket::serve::Shared {
+                resumer: Arc::clone(resumer),
+                metrics: Arc::new(metrics),
+                limits,
+            }),
+            open: socket::upgrade::Sockets::new(w.max_sockets),
+            allow_origins: w.allow_origins.iter().chain(&settings.cors.allow_origins).cloned().collect(),
+        })
+    }
 }
 
 impl Shared {
-    pub fn new(settings: &Settings, metrics: Arc<Metrics>, resumer: Option<Arc<Resumer>>) -> Result<Self, String> {
+    pub fn new(
+        settings: &Settings,
+        metrics: Arc<Metrics>,
+        resumer: Option<Arc<Resumer>>,
+        registry: &Registry,
+    ) -> Result<Self, String> {
         let t = &settings.translate;
+        let sockets = match &resumer {
+            Some(r) if settings.websocket.enabled => Some(Sockets::new(settings, r, registry)?),
+            _ => None,
+        };
         Ok(Self {
             upstream: Upstream::new(settings)?,
             metrics,
@@ -57,6 +104,7 @@ impl Shared {
             body_read_timeout: duration(settings.server.body_read_timeout_secs),
             resumer,
             cors: Cors::new(&settings.cors),
+            sockets,
         })
     }
 }

@@ -4,6 +4,7 @@
 use crate::proxy::base::flushes::Flushes;
 use crate::proxy::decide::answers::{client_failed, forward_failed, gateway_error, Shared};
 use crate::proxy::decide::resumption;
+use crate::proxy::socket;
 use crate::proxy::request::{agent, headers, negotiate};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -110,6 +111,32 @@ async fn proxy(
     if !host_count_ok(&req) {
         return client_failed(metrics, ClientErrorKind::BadHost);
     }
+    if let Some(s) = &shared.sockets {
+        if socket::upgrade::is_websocket(&req) {
+            let mut req = req;
+            let answered = socket::upgrade::accept(&mut req, &s.shared, &s.open, &shared.cors, &s.allow_origins).await;
+            match answered {
+                Some(Ok(resp)) => return resp,
+                Some(Err(why)) => return gateway_error(metrics, why.status, why.code, why.message),
+                // Not the gateway's path: on as any other request (its Upgrade header is not forwarded).
+                None => return forward(req, peer, shared, request_start, span, request_id, preflight).await,
+            }
+        }
+    }
+    forward(req, peer, shared, request_start, span, request_id, preflight).await
+}
+
+/// A request that is not a socket: refused, answered from held streams, or forwarded.
+async fn forward(
+    req: Request<UpstreamBody>,
+    peer: SocketAddr,
+    shared: &Shared,
+    request_start: Instant,
+    span: tracing::Span,
+    request_id: &str,
+    preflight: Option<&Preflight>,
+) -> Response<ResponseBody> {
+    let metrics = &shared.metrics;
     if let Some(r) = &shared.resumer {
         if let (Some(p), Some(token)) = (preflight, r.stream_token(req.uri().path())) {
             return resumption::preflight(r, &token, p, shared).await;

@@ -15,11 +15,10 @@ use crate::proxy::body::stack::ResponseBody;
 use crate::proxy::decide::answers::{gateway_error, Shared};
 use crate::proxy::request::headers::{X_ACCEL_BUFFERING, X_STREAM_FORMAT};
 use crate::proxy::request::negotiate::Mode;
-use crate::resume::hub::AttachError;
 use crate::resume::id::Token;
 use crate::resume::metrics::Resumption;
-use crate::resume::redis::{OpenError, StoreError};
-use crate::resume::{Resumer, Route, STREAM_HEADER};
+use crate::resume::redis::StoreError;
+use crate::resume::{Opened, Refusal, Resumer, Route, STREAM_HEADER};
 use crate::telemetry::error_chain;
 
 /// Answers a request `Resumer::route` did not send upstream.
@@ -47,45 +46,11 @@ pub async fn answer(
         }
         Route::Forward => return not_found(shared),
     };
-    let Some(stream) = r.hub.get(&token) else {
-        return remote(r, &token, after, primary, headers, shared, asked).await;
-    };
-    if stream.binding != r.binding(headers) {
-        return refused(r, shared, Resumption::Denied);
-    }
-    let cursor = match stream.attach(after, primary) {
-        Ok(c) => c,
-        Err(AttachError::Gap) => return refused(r, shared, Resumption::Gap),
-        Err(AttachError::Unknown) => return refused(r, shared, Resumption::Unknown),
-        Err(AttachError::Full) => return refused(r, shared, Resumption::WatchersFull),
-    };
-    let grant = stream.cors.clone();
-    let follow = Follow::new(stream, cursor, Arc::clone(&r.metrics), asked);
-    let body = ResponseBody::follow(follow, shared.keepalive, Arc::clone(&shared.metrics));
-    replaying(r, &token, shared, primary, body, grant)
-}
-
-/// A stream this instance does not hold, read from the shared store.
-async fn remote(
-    r: &Resumer,
-    token: &Token,
-    after: u64,
-    primary: bool,
-    headers: &HeaderMap,
-    shared: &Shared,
-    asked: Instant,
-) -> Response<ResponseBody> {
-    let Some(store) = r.hub.mirror() else {
-        return refused(r, shared, Resumption::Unknown);
-    };
-    let mut reader = match store.open(&token.hex(), r.binding(headers), Some(after)).await {
-        Ok(reader) => reader,
-        Err(OpenError::Unknown) => return refused(r, shared, Resumption::Unknown),
-        Err(OpenError::Gap { .. }) => return refused(r, shared, Resumption::Gap),
-        Err(OpenError::Denied) => return refused(r, shared, Resumption::Denied),
-        Err(OpenError::Busy) => {
+    let opened = match r.open(&token, r.binding(headers), after, primary).await {
+        Ok(o) => o,
+        Err(Refusal::Counted(why)) => return refused(r, shared, why),
+        Err(Refusal::Busy) => {
             // A bound of this instance, not of the stream: the client may retry here later or elsewhere.
-            r.metrics.remote_readers_refused.inc();
             return gateway_error(
                 &shared.metrics,
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -93,17 +58,21 @@ async fn remote(
                 "too many streams are read from the shared store on this instance; try again",
             );
         }
-        Err(OpenError::Store(e)) => {
-            return store_failed(shared, &e);
+        Err(Refusal::Store(e)) => return store_failed(shared, &e),
+    };
+    let (body, grant) = match opened {
+        Opened::Local(stream, cursor) => {
+            let grant = stream.cors.clone();
+            let follow = Follow::new(stream, cursor, Arc::clone(&r.metrics), asked);
+            (ResponseBody::follow(follow, shared.keepalive, Arc::clone(&shared.metrics)), grant)
+        }
+        Opened::Remote(reader) => {
+            let grant = reader.cors().cloned().map(Arc::new);
+            let follow = RemoteFollow::new(reader, after, Arc::clone(&r.metrics), asked);
+            (ResponseBody::remote(follow, shared.keepalive, Arc::clone(&shared.metrics)), grant)
         }
     };
-    if primary {
-        reader.set_primary();
-    }
-    let grant = reader.cors().cloned().map(Arc::new);
-    let follow = RemoteFollow::new(reader, after, Arc::clone(&r.metrics), asked);
-    let body = ResponseBody::remote(follow, shared.keepalive, Arc::clone(&shared.metrics));
-    replaying(r, token, shared, primary, body, grant)
+    replaying(r, &token, shared, primary, body, grant)
 }
 
 /// The answer to a request for a stream that cannot be read, counted by why.
@@ -161,28 +130,13 @@ fn replaying(
 }
 
 async fn cancel(r: &Resumer, token: &Token, headers: &HeaderMap, shared: &Shared) -> Response<ResponseBody> {
-    let binding = r.binding(headers);
-    let mut grant = None;
-    let cancelled = match (r.hub.get(token), r.hub.mirror()) {
-        (Some(stream), _) => {
-            grant = stream.cors.clone();
-            (stream.binding == binding).then(|| stream.cancel()).is_some()
-        }
-        // Its owner sees the request within a second. A failed store is not "no such stream": the client must
-        // learn that its cancel did not happen, as a reconnect in the same outage does.
-        (None, Some(store)) => match store.cancel(&token.hex(), binding).await {
-            Ok(kept) => {
-                grant = kept.map(Arc::new);
-                true
-            }
-            Err(OpenError::Store(e)) => return store_failed(shared, &e),
-            Err(_) => false,
-        },
-        (None, None) => false,
+    // A failed store is not "no such stream": the client must learn that its cancel did not happen, as a
+    // reconnect in the same outage does.
+    let grant = match r.cancel(token, r.binding(headers)).await {
+        Ok(Some(grant)) => grant,
+        Ok(None) => return not_found(shared),
+        Err(e) => return store_failed(shared, &e),
     };
-    if !cancelled {
-        return not_found(shared);
-    }
     tracing::info!("stream cancelled by DELETE");
     shared.metrics.request(Mode::Passthrough, StatusCode::NO_CONTENT);
     let mut resp = Response::new(ResponseBody::full(bytes::Bytes::new()));

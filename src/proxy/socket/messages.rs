@@ -1,0 +1,555 @@
+//! What a socket says and hears (docs/WEBSOCKET.md): the held events read back from their SSE framing, written as
+//! the chosen subprotocol's messages; batches of what queued while a write was pending; the client's messages.
+
+use std::collections::HashMap;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::Deserialize;
+use serde_json::Value;
+
+/// The messages a socket speaks, chosen by `Sec-WebSocket-Protocol`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Subprotocol {
+    /// `sse-gateway.v1`: the envelopes as they are, with their ids.
+    Gateway,
+    /// `agent-sdk.v1`: seed 004's broadcast format.
+    AgentSdk,
+}
+
+impl Subprotocol {
+    pub const GATEWAY: &'static str = "sse-gateway.v1";
+    pub const AGENT_SDK: &'static str = "agent-sdk.v1";
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Subprotocol::Gateway => Self::GATEWAY,
+            Subprotocol::AgentSdk => Self::AGENT_SDK,
+        }
+    }
+
+    /// The first of the client's offers (`Sec-WebSocket-Protocol` values, comma-separated) that the gateway
+    /// speaks: `Ok(None)` when the client offers none (the default, not named in the answer), `Err` when it
+    /// offers only others.
+    pub fn choose<'a>(offers: impl Iterator<Item = &'a str>) -> Result<Option<Subprotocol>, ()> {
+        let mut offered = false;
+        for offer in offers.flat_map(|v| v.split(',')).map(str::trim).filter(|o| !o.is_empty()) {
+            offered = true;
+            if offer.eq_ignore_ascii_case(Self::GATEWAY) {
+                return Ok(Some(Subprotocol::Gateway));
+            }
+            if offer.eq_ignore_ascii_case(Self::AGENT_SDK) {
+                return Ok(Some(Subprotocol::AgentSdk));
+            }
+        }
+        if offered {
+            Err(())
+        } else {
+            Ok(None)
+        }
+    }
+}
+
+/// One held event: its id (none for the gateway's own last words) and its envelope's JSON text.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Event<'a> {
+    pub id: Option<&'a str>,
+    pub data: &'a [u8],
+}
+
+/// The events of a frame of held events, as the gateway's own SSE encoder wrote them (`id:`, `data:`, `retry:`
+/// lines; comments): one `data:` line per event, so nothing is joined.
+pub fn events(frame: &[u8]) -> impl Iterator<Item = Event<'_>> {
+    frame
+        .split(|&b| b == b'\n')
+        .scan(None::<&[u8]>, |id, line| {
+            if let Some(rest) = line.strip_prefix(b"id:") {
+                *id = Some(rest.strip_prefix(b" ").unwrap_or(rest));
+                return Some(None);
+            }
+            if let Some(rest) = line.strip_prefix(b"data:") {
+                let data = rest.strip_prefix(b" ").unwrap_or(rest);
+                let event = Event {
+                    id: id.take().and_then(|i| std::str::from_utf8(i).ok()),
+                    data,
+                };
+                return Some(Some(event));
+            }
+            if line.is_empty() {
+                *id = None;
+            }
+            Some(None)
+        })
+        .flatten()
+        .filter(|e| !e.data.is_empty() && e.data != b"[DONE]")
+}
+
+/// How a stream ended, from its last envelope: an `error` envelope the gateway wrote names why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Completed,
+    Cancelled,
+    Abandoned,
+    Behind,
+    Failed,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Completed => "completed",
+            Outcome::Cancelled => "cancelled",
+            Outcome::Abandoned => "abandoned",
+            Outcome::Behind => "behind",
+            Outcome::Failed => "failed",
+        }
+    }
+
+    /// The outcome an envelope says, if it is an `error` envelope.
+    pub fn of_error(data: &[u8]) -> Option<Outcome> {
+        if !data.starts_with(b"{\"type\":\"error\"") {
+            return None;
+        }
+        #[derive(Deserialize)]
+        struct Env<'a> {
+            #[serde(borrow)]
+            delta: Option<std::borrow::Cow<'a, str>>,
+        }
+        let delta = serde_json::from_slice::<Env<'_>>(data).ok()?.delta?;
+        let kind = serde_json::from_str::<Value>(&delta)
+            .ok()
+            .and_then(|v| v.get("type").and_then(Value::as_str).map(str::to_owned));
+        Some(match kind.as_deref() {
+            Some("stream_cancelled") => Outcome::Cancelled,
+            Some("stream_abandoned") => Outcome::Abandoned,
+            Some("watcher_behind") => Outcome::Behind,
+            _ => Outcome::Failed,
+        })
+    }
+}
+
+/// Milliseconds since the Unix epoch (seed 004's `timestamp`).
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Writes `s` as a JSON string.
+fn push_str(out: &mut Vec<u8>, s: &str) {
+    // A `&str` always serializes.
+    let _ = serde_json::to_writer(&mut *out, s);
+}
+
+/// An envelope's fields the seed-004 format reads.
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(rename = "type", borrow)]
+    ty: std::borrow::Cow<'a, str>,
+    #[serde(rename = "final", default)]
+    last: bool,
+    #[serde(borrow, default)]
+    delta: std::borrow::Cow<'a, str>,
+    #[serde(borrow, default)]
+    id: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow, default)]
+    name: Option<std::borrow::Cow<'a, str>>,
+}
+
+/// A block split over several envelopes, joined until its final one (seed 004 sends it whole).
+#[derive(Default)]
+struct Joined {
+    name: String,
+    delta: String,
+}
+
+/// Turns one stream's events into one subprotocol's messages.
+pub struct Encoder {
+    proto: Subprotocol,
+    token: String,
+    /// agent-sdk: blocks split over envelopes, by kind and id; at most `max_joined` bytes in all.
+    joined: HashMap<(String, String), Joined>,
+    joined_bytes: usize,
+    max_joined: usize,
+    /// agent-sdk: the last `meta_final`'s payload, for `agent:complete`.
+    complete: Option<String>,
+    meta_final: String,
+}
+
+impl Encoder {
+    pub fn new(proto: Subprotocol, token: &str, max_joined: usize) -> Self {
+        Self {
+            proto,
+            token: token.to_owned(),
+            joined: HashMap::new(),
+            joined_bytes: 0,
+            max_joined,
+            complete: None,
+            meta_final: String::new(),
+        }
+    }
+
+    /// Appends the message (a JSON object) `ev` makes to `out`; false when it makes none.
+    pub fn event(&mut self, ev: &Event<'_>, out: &mut Vec<u8>) -> bool {
+        match self.proto {
+            Subprotocol::Gateway => {
+                // The envelope's bytes are embedded as they are: the gateway's own encoder wrote them, one JSON
+                // object per `data:` line.
+                out.extend_from_slice(b"{\"type\":\"event\",\"stream\":\"");
+                out.extend_from_slice(self.token.as_bytes());
+                out.extend_from_slice(b"\",\"id\":");
+                match ev.id {
+                    Some(id) => push_str(out, id),
+                    None => out.extend_from_slice(b"null"),
+                }
+                out.extend_from_slice(b",\"envelope\":");
+                out.extend_from_slice(ev.data);
+                out.push(b'}');
+                true
+            }
+            Subprotocol::AgentSdk => self.sdk_event(ev, out),
+        }
+    }
+
+    fn sdk_event(&mut self, ev: &Event<'_>, out: &mut Vec<u8>) -> bool {
+        let Ok(env) = serde_json::from_slice::<Envelope<'_>>(ev.data) else {
+            return false;
+        };
+        match env.ty.as_ref() {
+            "text" if !env.delta.is_empty() => {
+                let payload = serde_json::json!({"text": env.delta});
+                self.sdk_message("agent:stream", &payload.to_string(), ev.id, out);
+                true
+            }
+            "tool_call" | "server_tool_call" | "tool_result" | "server_tool_result" | "meta_final" => {
+                let key = (env.ty.to_string(), env.id.as_deref().unwrap_or("").to_owned());
+                let room = self.max_joined.saturating_sub(self.joined_bytes);
+                let part = self.joined.entry(key.clone()).or_default();
+                if env.delta.len() > room {
+                    // Past the bound: the block is not sent (the UI would get a cut input); counted nowhere but
+                    // the envelope stream, which SSE and the default subprotocol carry whole.
+                    self.joined_bytes -= part.delta.len();
+                    self.joined.remove(&key);
+                    return false;
+                }
+                part.delta.push_str(&env.delta);
+                if let Some(n) = &env.name {
+                    part.name = n.to_string();
+                }
+                self.joined_bytes += env.delta.len();
+                if !env.last {
+                    return false;
+                }
+                let Some(whole) = self.joined.remove(&key) else {
+                    return false;
+                };
+                self.joined_bytes -= whole.delta.len();
+                let value = |text: &str| serde_json::from_str::<Value>(text).unwrap_or_else(|_| Value::from(text));
+                let (ty, payload) = match env.ty.as_ref() {
+                    "tool_call" | "server_tool_call" => (
+                        "agent:tool_use",
+                        serde_json::json!({"tool": {"id": key.1, "name": whole.name, "input": value(&whole.delta)}}),
+                    ),
+                    "meta_final" => {
+                        self.meta_final = whole.delta;
+                        self.complete = Some(self.meta_final.clone());
+                        return false;
+                    }
+                    _ => (
+                        "agent:tool_result",
+                        serde_json::json!({"result": {"tool_use_id": key.1, "name": whole.name, "content": whole.delta}}),
+                    ),
+                };
+                self.sdk_message(ty, &payload.to_string(), ev.id, out);
+                true
+            }
+            "error" => {
+                let delta: Value = serde_json::from_str(&env.delta).unwrap_or_else(|_| Value::from(env.delta.as_ref()));
+                if delta.get("type").and_then(Value::as_str) == Some("stream_cancelled") {
+                    self.sdk_message("agent:cancelled", "{}", ev.id, out);
+                } else {
+                    let message = delta
+                        .get("message")
+                        .and_then(Value::as_str)
+                        .map_or_else(|| delta.to_string(), str::to_owned);
+                    let payload = serde_json::json!({"message": message});
+                    self.sdk_message("agent:error", &payload.to_string(), ev.id, out);
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The message that ends a stream that completed (agent-sdk: `agent:complete`); false when there is none.
+    pub fn completed(&mut self, out: &mut Vec<u8>) -> bool {
+        if self.proto != Subprotocol::AgentSdk {
+            return false;
+        }
+        let result = self
+            .complete
+            .take()
+            .filter(|r| serde_json::from_str::<Value>(r).is_ok_and(|v| v.is_object()))
+            .unwrap_or_else(|| "{}".to_owned());
+        let payload = format!("{{\"result\":{result}}}");
+        self.sdk_message("agent:complete", &payload, None, out);
+        true
+    }
+
+    fn sdk_message(&self, ty: &str, payload: &str, id: Option<&str>, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"type\":");
+        push_str(out, ty);
+        out.extend_from_slice(b",\"payload\":");
+        out.extend_from_slice(payload.as_bytes());
+        out.extend_from_slice(format!(",\"timestamp\":{},\"sessionId\":", now_ms()).as_bytes());
+        push_str(out, &self.token);
+        if let Some(id) = id {
+            out.extend_from_slice(b",\"id\":");
+            push_str(out, id);
+        }
+        out.push(b'}');
+    }
+}
+
+/// A session's word that a stream starts (default subprotocol only: seed 004 has none).
+pub fn stream_start(proto: Subprotocol, token: &str, url: &str, out: &mut Vec<u8>) -> bool {
+    if proto != Subprotocol::Gateway {
+        return false;
+    }
+    out.extend_from_slice(b"{\"type\":\"stream_start\",\"stream\":");
+    push_str(out, token);
+    out.extend_from_slice(b",\"url\":");
+    push_str(out, url);
+    out.push(b'}');
+    true
+}
+
+/// A session's word that a stream ended.
+pub fn stream_end(proto: Subprotocol, token: &str, outcome: Outcome, out: &mut Vec<u8>) -> bool {
+    if proto != Subprotocol::Gateway {
+        return false;
+    }
+    out.extend_from_slice(b"{\"type\":\"stream_end\",\"stream\":");
+    push_str(out, token);
+    out.extend_from_slice(b",\"outcome\":\"");
+    out.extend_from_slice(outcome.as_str().as_bytes());
+    out.extend_from_slice(b"\"}");
+    true
+}
+
+/// Messages queued while a write is pending: one message alone goes out as it is, more as one batch.
+pub struct Queue {
+    proto: Subprotocol,
+    /// The messages, each a JSON object, separated by commas.
+    bytes: Vec<u8>,
+    count: usize,
+}
+
+impl Queue {
+    pub fn new(proto: Subprotocol) -> Self {
+        Self {
+            proto,
+            bytes: Vec::new(),
+            count: 0,
+        }
+    }
+
+    pub fn len_bytes(&self) -> usize {
+        self.bytes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Appends one message with `write` (which returns false when it wrote none).
+    pub fn push(&mut self, write: impl FnOnce(&mut Vec<u8>) -> bool) {
+        let mark = self.bytes.len();
+        if self.count > 0 {
+            self.bytes.push(b',');
+        }
+        if write(&mut self.bytes) {
+            self.count += 1;
+        } else {
+            self.bytes.truncate(mark);
+        }
+    }
+
+    /// The queued messages as one text message (`None` when empty), and how many it holds; the queue is empty
+    /// after, with its buffer released when it grew large.
+    pub fn take(&mut self, session: &str) -> Option<(String, usize)> {
+        if self.count == 0 {
+            return None;
+        }
+        let count = std::mem::take(&mut self.count);
+        let body = std::mem::take(&mut self.bytes);
+        let text = if count == 1 {
+            body
+        } else {
+            let mut out = Vec::with_capacity(body.len() + 64);
+            out.extend_from_slice(b"{\"type\":\"batch\",\"messages\":[");
+            out.extend_from_slice(&body);
+            out.push(b']');
+            if self.proto == Subprotocol::AgentSdk {
+                out.extend_from_slice(format!(",\"timestamp\":{},\"sessionId\":", now_ms()).as_bytes());
+                push_str(&mut out, session);
+            }
+            out.push(b'}');
+            out
+        };
+        // Every part is JSON text written from `&str`s and UTF-8 checked envelopes.
+        String::from_utf8(text).ok().map(|t| (t, count))
+    }
+}
+
+/// A client's message.
+#[derive(Debug, PartialEq, Eq)]
+pub enum FromClient {
+    /// Cancel the socket's stream, or the session's stream named.
+    Cancel(Option<String>),
+    Ping,
+    /// The credential of a stream bound to `Authorization`.
+    Auth(String),
+}
+
+/// Reads a client's text message; `None` for anything else.
+pub fn from_client(text: &str) -> Option<FromClient> {
+    #[derive(Deserialize)]
+    struct Msg {
+        #[serde(rename = "type")]
+        ty: String,
+        #[serde(default)]
+        stream: Option<String>,
+        #[serde(default)]
+        authorization: Option<String>,
+    }
+    let m: Msg = serde_json::from_str(text).ok()?;
+    match m.ty.as_str() {
+        "cancel" => Some(FromClient::Cancel(m.stream)),
+        "ping" => Some(FromClient::Ping),
+        "auth" => m.authorization.map(FromClient::Auth),
+        _ => None,
+    }
+}
+
+/// Whether `hay` holds `needle` (for the tests).
+#[cfg(test)]
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    memchr::memmem::find(hay, needle).is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FRAME: &[u8] = b"retry: 1000\nid: sg1-ab-1\ndata: {\"type\":\"text\",\"agent\":\"a\",\"final\":false,\"delta\":\"Hel\"}\n\nid: sg1-ab-2\ndata: {\"type\":\"text\",\"agent\":\"a\",\"final\":true,\"delta\":\"\"}\n\n";
+
+    #[test]
+    fn the_held_events_are_read_back_with_their_ids() {
+        let evs: Vec<_> = events(FRAME).collect();
+        assert_eq!(evs.len(), 2);
+        assert_eq!(evs[0].id, Some("sg1-ab-1"));
+        assert!(evs[0].data.starts_with(b"{\"type\":\"text\""));
+        assert_eq!(evs[1].id, Some("sg1-ab-2"));
+        let no_id: Vec<_> = events(b"data: {\"x\":1}\n\n").collect();
+        assert_eq!(no_id, [Event { id: None, data: b"{\"x\":1}" }]);
+    }
+
+    #[test]
+    fn the_default_subprotocol_embeds_the_envelope_byte_for_byte() {
+        let mut enc = Encoder::new(Subprotocol::Gateway, "ab", 1 << 20);
+        let ev = events(FRAME).next().unwrap();
+        let mut out = Vec::new();
+        assert!(enc.event(&ev, &mut out));
+        assert!(contains(&out, ev.data));
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["id"], "sg1-ab-1");
+        assert_eq!(v["stream"], "ab");
+        assert_eq!(v["envelope"]["delta"], "Hel");
+    }
+
+    #[test]
+    fn seed_004_gets_text_tool_use_result_and_complete() {
+        let mut enc = Encoder::new(Subprotocol::AgentSdk, "ab", 1 << 20);
+        let mut msgs = Vec::new();
+        let frames: [&[u8]; 5] = [
+            b"id: i1\ndata: {\"type\":\"text\",\"agent\":\"a\",\"final\":false,\"delta\":\"Hi\"}\n\n",
+            b"id: i2\ndata: {\"type\":\"tool_call\",\"agent\":\"a\",\"final\":false,\"delta\":\"{\\\"q\\\":\",\"id\":\"t1\",\"name\":\"search\"}\n\n",
+            b"id: i3\ndata: {\"type\":\"tool_call\",\"agent\":\"a\",\"final\":true,\"delta\":\"1}\",\"id\":\"t1\",\"name\":\"search\"}\n\n",
+            b"id: i4\ndata: {\"type\":\"tool_result\",\"agent\":\"a\",\"final\":true,\"delta\":\"ok\",\"id\":\"t1\",\"name\":\"search\"}\n\n",
+            b"id: i5\ndata: {\"type\":\"meta_final\",\"agent\":\"a\",\"final\":true,\"delta\":\"{\\\"stop_reason\\\":\\\"end_turn\\\"}\"}\n\n",
+        ];
+        for f in frames {
+            for ev in events(f) {
+                let mut out = Vec::new();
+                if enc.event(&ev, &mut out) {
+                    msgs.push(serde_json::from_slice::<Value>(&out).unwrap());
+                }
+            }
+        }
+        let mut out = Vec::new();
+        assert!(enc.completed(&mut out));
+        msgs.push(serde_json::from_slice(&out).unwrap());
+        let types: Vec<&str> = msgs.iter().map(|m| m["type"].as_str().unwrap()).collect();
+        assert_eq!(types, ["agent:stream", "agent:tool_use", "agent:tool_result", "agent:complete"]);
+        assert_eq!(msgs[0]["payload"]["text"], "Hi");
+        assert_eq!(msgs[1]["payload"]["tool"]["input"]["q"], 1);
+        assert_eq!(msgs[1]["payload"]["tool"]["name"], "search");
+        assert_eq!(msgs[2]["payload"]["result"]["tool_use_id"], "t1");
+        assert_eq!(msgs[3]["payload"]["result"]["stop_reason"], "end_turn");
+        assert!(msgs.iter().all(|m| m["sessionId"] == "ab" && m["timestamp"].is_u64()));
+    }
+
+    #[test]
+    fn a_cancelled_run_is_agent_cancelled_and_its_outcome_says_so() {
+        let data = br#"{"type":"error","agent":"a","final":true,"delta":"{\"type\":\"stream_cancelled\",\"message\":\"the run was cancelled\"}"}"#;
+        assert_eq!(Outcome::of_error(data), Some(Outcome::Cancelled));
+        let mut enc = Encoder::new(Subprotocol::AgentSdk, "ab", 1 << 20);
+        let mut out = Vec::new();
+        assert!(enc.event(&Event { id: None, data }, &mut out));
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["type"], "agent:cancelled");
+        assert_eq!(Outcome::of_error(br#"{"type":"text"}"#), None);
+    }
+
+    #[test]
+    fn one_queued_message_goes_alone_and_more_go_as_one_batch() {
+        let mut q = Queue::new(Subprotocol::Gateway);
+        q.push(|o| {
+            o.extend_from_slice(b"{\"a\":1}");
+            true
+        });
+        assert_eq!(q.take("s").unwrap(), ("{\"a\":1}".to_owned(), 1));
+        q.push(|o| {
+            o.extend_from_slice(b"{\"a\":1}");
+            true
+        });
+        q.push(|_| false);
+        q.push(|o| {
+            o.extend_from_slice(b"{\"a\":2}");
+            true
+        });
+        let (text, n) = q.take("s").unwrap();
+        assert_eq!(n, 2);
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["type"], "batch");
+        assert_eq!(v["messages"][1]["a"], 2);
+        assert!(q.take("s").is_none());
+    }
+
+    #[test]
+    fn offers_pick_the_first_spoken_subprotocol() {
+        assert_eq!(Subprotocol::choose(["x, agent-sdk.v1", "sse-gateway.v1"].into_iter()), Ok(Some(Subprotocol::AgentSdk)));
+        assert_eq!(Subprotocol::choose(std::iter::empty()), Ok(None));
+        assert_eq!(Subprotocol::choose(["chat"].into_iter()), Err(()));
+    }
+
+    #[test]
+    fn client_messages_are_read_and_anything_else_is_not() {
+        assert_eq!(from_client(r#"{"type":"cancel"}"#), Some(FromClient::Cancel(None)));
+        assert_eq!(from_client(r#"{"type":"cancel","stream":"ab"}"#), Some(FromClient::Cancel(Some("ab".into()))));
+        assert_eq!(from_client(r#"{"type":"ping"}"#), Some(FromClient::Ping));
+        assert_eq!(from_client(r#"{"type":"auth","authorization":"Bearer x"}"#), Some(FromClient::Auth("Bearer x".into())));
+        assert_eq!(from_client("nonsense"), None);
+        assert_eq!(from_client(r#"{"type":"other"}"#), None);
+    }
+}

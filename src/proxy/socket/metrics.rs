@@ -1,0 +1,138 @@
+//! The WebSocket output's metric families: sockets open by kind, messages and batches out, messages in, closes
+//! by code, handshakes refused by why, and the bounds that closed a socket.
+
+use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+
+use crate::telemetry::{counter, counters, name, register};
+
+label_enum! {
+    /// What a socket reads; the `kind` label of `websocket_sockets`.
+    pub enum SocketKind {
+        Stream = "stream",
+        Session = "session",
+    }
+}
+
+label_enum! {
+    /// Why a handshake was refused (`websocket_refused_total{reason}`).
+    pub enum Refused {
+        /// An `Origin` neither the operator nor the backend allowed (403).
+        Origin = "origin",
+        /// `websocket.max_sockets` are open (503).
+        Sockets = "sockets",
+        /// Not a valid WebSocket handshake, or only subprotocols the gateway does not speak (400/426).
+        Handshake = "handshake",
+        /// A session asked without bound values (403).
+        NoBinding = "no_binding",
+    }
+}
+
+pub struct SocketMetrics {
+    pub sockets: [IntGauge; SocketKind::ALL.len()],
+    /// Messages written (a batch counts once).
+    pub messages: IntCounter,
+    /// Messages that carried more than one queued message.
+    pub batches: IntCounter,
+    /// Messages carried inside batches.
+    pub batched: IntCounter,
+    pub received: IntCounter,
+    closes: IntCounterVec,
+    pub refused: [IntCounter; Refused::ALL.len()],
+    pub write_timeouts: IntCounter,
+    pub queue_full: IntCounter,
+    pub pong_timeouts: IntCounter,
+    pub auth_timeouts: IntCounter,
+    pub too_big: IntCounter,
+    pub session_full: IntCounter,
+}
+
+/// Counts a socket open until dropped.
+pub struct OpenGuard(IntGauge);
+
+impl Drop for OpenGuard {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+impl SocketMetrics {
+    pub fn register(r: &Registry) -> prometheus::Result<Self> {
+        let sockets = register(
+            r,
+            IntGaugeVec::new(
+                Opts::new(name("websocket_sockets"), "WebSocket connections open, by what they read."),
+                &["kind"],
+            )?,
+        )?;
+        let limited = register(
+            r,
+            IntCounterVec::new(
+                Opts::new(
+                    name("websocket_limited_total"),
+                    "Sockets closed by a bound of docs/WEBSOCKET.md, by bound.",
+                ),
+                &["limit"],
+            )?,
+        )?;
+        let limit = |l: &str| limited.with_label_values(&[l]);
+        Ok(Self {
+            sockets: SocketKind::ALL.map(|k| sockets.with_label_values(&[k.as_str()])),
+            messages: counter(r, "websocket_messages_total", "WebSocket messages written to clients.")?,
+            batches: counter(
+                r,
+                "websocket_batches_total",
+                "WebSocket messages that carried several queued messages (written while a write was pending).",
+            )?,
+            batched: counter(r, "websocket_batched_messages_total", "Messages carried inside batches.")?,
+            received: counter(r, "websocket_received_total", "WebSocket messages received from clients.")?,
+            closes: register(
+                r,
+                IntCounterVec::new(
+                    Opts::new(name("websocket_closes_total"), "WebSocket connections closed, by close code."),
+                    &["code"],
+                )?,
+            )?,
+            refused: counters(
+                r,
+                "websocket_refused_total",
+                "WebSocket handshakes refused, by why.",
+                "reason",
+                Refused::ALL.map(Refused::as_str),
+            )?,
+            write_timeouts: limit("write_timeout"),
+            queue_full: limit("queue_full"),
+            pong_timeouts: limit("pong_timeout"),
+            auth_timeouts: limit("auth_timeout"),
+            too_big: limit("message_size"),
+            session_full: limit("session_streams"),
+        })
+    }
+
+    pub fn opened(&self, kind: SocketKind) -> OpenGuard {
+        let g = self.sockets[kind as usize].clone();
+        g.inc();
+        OpenGuard(g)
+    }
+
+    pub fn open_now(&self) -> i64 {
+        self.sockets.iter().map(IntGauge::get).sum()
+    }
+
+    pub fn closed(&self, code: u16) {
+        // Codes come from a small fixed set (`serve::Closing`), so the label's values stay few.
+        self.closes.with_label_values(&[&code.to_string()]).inc();
+    }
+
+    /// One message written, carrying `count` queued messages.
+    pub fn sent(&self, count: usize) {
+        self.messages.inc();
+        if count > 1 {
+            self.batches.inc();
+            self.batched.inc_by(count as u64);
+        }
+    }
+
+    pub fn refuse(&self, why: Refused) {
+        self.refused[why as usize].inc();
+    }
+}

@@ -1,0 +1,12 @@
+//! The WebSocket output (DESIGN §5.2, docs/WEBSOCKET.md): held streams read over a socket, one per stream's URL
+//! or one per session (every stream of the caller's binding). A socket is one more reader of the held streams:
+//! the events it sends are the very bytes SSE readers get.
+//!
+//! `upgrade` checks and answers the handshake and spawns the socket; `serve` runs it (readers, backpressure,
+//! the client's messages, close codes); `messages` writes and reads what goes over it (the two subprotocols);
+//! `metrics` counts it.
+
+pub mod messages;
+pub mod metrics;
+pub mod serve;
+pub mod upgrade;

@@ -1,0 +1,532 @@
+//! One socket, from its upgrade to its close: the streams it reads (one, or a session's), their events written at
+//! once while the socket keeps up and queued into one batch while a write is pending, the client's messages,
+//! pings, and the close code that says how it ended.
+
+use std::collections::HashMap;
+use std::future::poll_fn;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_util::stream::{SplitSink, SplitStream};
+use futures_util::{SinkExt, StreamExt};
+use http::HeaderMap;
+use http_body::Body;
+use hyper::upgrade::Upgraded;
+use hyper_util::rt::TokioIo;
+use tokio::sync::watch;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
+use tokio_tungstenite::tungstenite::{Error as WsError, Message};
+use tokio_tungstenite::WebSocketStream;
+
+use crate::proxy::body::follow::{Follow, RemoteFollow};
+use crate::proxy::socket::messages::{self, Encoder, Event, FromClient, Outcome, Queue, Subprotocol};
+use crate::proxy::socket::metrics::{SocketKind, SocketMetrics};
+use crate::resume::id::Token;
+use crate::resume::metrics::Resumption;
+use crate::resume::{Opened, Refusal, Resumer};
+
+/// A socket's bounds (`websocket.*`, docs/WEBSOCKET.md).
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub max_message_bytes: usize,
+    pub auth_timeout: Duration,
+    pub ping_interval: Duration,
+    pub pong_timeout: Duration,
+    pub write_timeout: Duration,
+    pub max_queued_bytes: usize,
+    pub max_streams_per_session: usize,
+}
+
+/// What every socket shares.
+pub struct Shared {
+    pub resumer: Arc<Resumer>,
+    pub metrics: Arc<SocketMetrics>,
+    pub limits: Limits,
+}
+
+/// What the socket reads.
+#[derive(Debug)]
+pub enum Target {
+    /// One stream, after a position (0: from the start).
+    Stream(Token, u64),
+    /// Every stream of the binding; the positions given for some of them.
+    Session(HashMap<Token, u64>),
+}
+
+/// The binding the socket reads as: known from the handshake, or waiting for the credential message.
+pub enum Binding {
+    Known([u8; 32]),
+    /// The handshake's headers, completed by the first message's `authorization`.
+    AwaitAuth(HeaderMap),
+}
+
+/// How a socket closes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Closing(pub u16);
+
+impl Closing {
+    pub const NORMAL: Closing = Closing(1000);
+    pub const GOING_AWAY: Closing = Closing(1001);
+    pub const UNSUPPORTED: Closing = Closing(1003);
+    pub const POLICY: Closing = Closing(1008);
+    pub const TOO_BIG: Closing = Closing(1009);
+    pub const ERROR: Closing = Closing(1011);
+    pub const GAP: Closing = Closing(4000);
+    pub const UNKNOWN: Closing = Closing(4001);
+    pub const CANCELLED: Closing = Closing(4002);
+    pub const BEHIND: Closing = Closing(4003);
+    pub const BUSY: Closing = Closing(4004);
+    pub const STORE: Closing = Closing(4005);
+
+    fn of_refusal(r: &Refusal) -> Closing {
+        match r {
+            Refusal::Counted(Resumption::Gap) => Closing::GAP,
+            Refusal::Counted(Resumption::WatchersFull) | Refusal::Busy => Closing::BUSY,
+            Refusal::Store(_) => Closing::STORE,
+            Refusal::Counted(_) => Closing::UNKNOWN,
+        }
+    }
+
+    fn of_outcome(o: Outcome) -> Closing {
+        match o {
+            Outcome::Cancelled => Closing::CANCELLED,
+            Outcome::Behind => Closing::BEHIND,
+            Outcome::Completed | Outcome::Abandoned | Outcome::Failed => Closing::NORMAL,
+        }
+    }
+
+    fn reason(self) -> &'static str {
+        match self.0 {
+            1000 => "the stream ended",
+            1001 => "the gateway is draining",
+            1003 => "unsupported message",
+            1008 => "policy",
+            1009 => "message too big",
+            4000 => "gap: the position is no longer held",
+            4001 => "unknown stream",
+            4002 => "cancelled",
+            4003 => "behind",
+            4004 => "busy",
+            4005 => "the shared store is unavailable",
+            _ => "error",
+        }
+    }
+}
+
+/// A held stream read for the socket.
+enum Reader {
+    Local(Follow),
+    Remote(RemoteFollow),
+}
+
+impl Reader {
+    fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Option<Bytes>> {
+        let polled = match self {
+            Reader::Local(f) => std::pin::Pin::new(f).poll_frame(cx),
+            Reader::Remote(f) => std::pin::Pin::new(f).poll_frame(cx),
+        };
+        polled.map(|o| match o {
+            Some(Ok(frame)) => Some(frame.into_data().unwrap_or_default()),
+            // The readers write their failure as their last envelope; an error here ends the stream.
+            Some(Err(_)) | None => None,
+        })
+    }
+}
+
+/// One stream the socket carries.
+struct Open {
+    token: Token,
+    reader: Reader,
+    encoder: Encoder,
+    outcome: Outcome,
+}
+
+/// What the socket's streams gave in one poll.
+enum Polled {
+    Frame(usize, Bytes),
+    Ended(usize),
+}
+
+fn poll_streams(open: &mut [Open], next: &mut usize, cx: &mut Context<'_>) -> Poll<Polled> {
+    let n = open.len();
+    for k in 0..n {
+        // Round robin: a busy stream does not starve the others of a session.
+        let i = (*next + k) % n;
+        if let Poll::Ready(r) = open[i].reader.poll_frame(cx) {
+            *next = (i + 1) % n;
+            return Poll::Ready(match r {
+                Some(frame) => Polled::Frame(i, frame),
+                None => Polled::Ended(i),
+            });
+        }
+    }
+    Poll::Pending
+}
+
+/// Serves one upgraded connection to its close.
+pub async fn serve(
+    io: Upgraded,
+    shared: Arc<Shared>,
+    proto: Subprotocol,
+    target: Target,
+    binding: Binding,
+    mut drain: watch::Receiver<bool>,
+) {
+    let kind = match target {
+        Target::Stream(..) => SocketKind::Stream,
+        Target::Session(_) => SocketKind::Session,
+    };
+    let limits = shared.limits.clone();
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(limits.max_message_bytes))
+        .max_frame_size(Some(limits.max_message_bytes))
+        .read_buffer_size(4096)
+        .write_buffer_size(0);
+    let ws = WebSocketStream::from_raw_socket(TokioIo::new(io), Role::Server, Some(config)).await;
+    let _open = shared.metrics.opened(kind);
+    let (tx, rx) = ws.split();
+    let mut socket = Socket {
+        tx,
+        rx,
+        shared: Arc::clone(&shared),
+        proto,
+        queue: Queue::new(proto),
+        pending_since: None,
+        awaiting_pong: None,
+        last_heard: Instant::now(),
+    };
+    let closing = socket.run(target, binding, &mut drain).await;
+    shared.metrics.closed(closing.0);
+    socket.close(closing).await;
+}
+
+type Ws = WebSocketStream<TokioIo<Upgraded>>;
+
+struct Socket {
+    tx: SplitSink<Ws, Message>,
+    rx: SplitStream<Ws>,
+    shared: Arc<Shared>,
+    proto: Subprotocol,
+    queue: Queue,
+    /// A write is pending since then (the socket has not flushed).
+    pending_since: Option<Instant>,
+    /// A ping went out then and no frame came back since.
+    awaiting_pong: Option<Instant>,
+    last_heard: Instant,
+}
+
+/// What a client's frame asks.
+enum Heard {
+    Nothing,
+    Cancel(Option<String>),
+    Close(Closing),
+}
+
+impl Socket {
+    async fn run(&mut self, target: Target, binding: Binding, drain: &mut watch::Receiver<bool>) -> Closing {
+        let limits = self.shared.limits.clone();
+        let binding = match binding {
+            Binding::Known(b) => b,
+            Binding::AwaitAuth(headers) => match self.auth(headers, limits.auth_timeout).await {
+                Ok(b) => b,
+                Err(c) => return c,
+            },
+        };
+        let r = Arc::clone(&self.shared.resumer);
+        let mut open: Vec<Open> = Vec::new();
+        let mut after = HashMap::new();
+        let mut session = None;
+        match target {
+            Target::Stream(token, at) => match self.open(&r, token, binding, at).await {
+                Ok(o) => open.push(o),
+                Err(c) => return c,
+            },
+            Target::Session(positions) => {
+                after = positions;
+                let s = match r.session(binding).await {
+                    Ok(s) => s,
+                    Err(_) => return Closing::BUSY,
+                };
+                let listed: Vec<_> = s.listed().iter().map(|l| (l.token, l.ended)).collect();
+                for (token, ended) in listed {
+                    // An ended stream is read again only where the client asks to go on after a position.
+                    if ended && !after.contains_key(&token) {
+                        continue;
+                    }
+                    if open.len() >= limits.max_streams_per_session {
+                        break;
+                    }
+                    let at = after.remove(&token).unwrap_or(0);
+                    if let Ok(o) = self.open(&r, token, binding, at).await {
+                        self.announce(&o.token);
+                        open.push(o);
+                    }
+                }
+                session = Some(s);
+            }
+        }
+        let mut next = 0;
+        let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + limits.ping_interval, limits.ping_interval);
+        ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            if let Some(c) = self.flush_queue() {
+                return c;
+            }
+            let pending = self.pending_since;
+            let write_deadline = pending.map(|p| tokio::time::Instant::from_std(p + limits.write_timeout));
+            let room = self.queue.len_bytes() < limits.max_queued_bytes;
+            tokio::select! {
+                biased;
+                () = draining(drain) => return Closing::GOING_AWAY,
+                flushed = poll_fn(|cx| self.tx.poll_flush_unpin(cx)), if pending.is_some() => {
+                    if flushed.is_err() {
+                        return Closing::ERROR;
+                    }
+                    self.pending_since = None;
+                }
+                () = sleep_until_opt(write_deadline), if write_deadline.is_some() => {
+                    self.shared.metrics.write_timeouts.inc();
+                    return Closing::BEHIND;
+                }
+                heard = self.rx.next() => match self.heard(heard) {
+                    Heard::Nothing => {}
+                    Heard::Close(c) => return c,
+                    Heard::Cancel(which) => {
+                        let token = match (&which, open.first()) {
+                            (Some(hex), _) => Token::parse(hex),
+                            (None, Some(o)) if session.is_none() => Some(o.token),
+                            _ => None,
+                        };
+                        if let Some(token) = token {
+                            // The stream's own end (`stream_cancelled`) tells the socket, as any reader.
+                            let _ = r.cancel(&token, binding).await;
+                        }
+                    }
+                },
+                polled = poll_fn(|cx| poll_streams(&mut open, &mut next, cx)), if room && !open.is_empty() => {
+                    match polled {
+                        Polled::Frame(i, frame) => self.frame(&mut open[i], &frame),
+                        Polled::Ended(i) => {
+                            let ended = open.swap_remove(i);
+                            let outcome = self.ended(ended, session.is_some());
+                            if session.is_none() {
+                                // The last messages go out before the close.
+                                if let Some(c) = self.flush_queue() {
+                                    return c;
+                                }
+                                if self.pending_since.is_some() && self.tx.flush().await.is_err() {
+                                    return Closing::ERROR;
+                                }
+                                return Closing::of_outcome(outcome);
+                            }
+                        }
+                    }
+                    if self.queue.len_bytes() >= limits.max_queued_bytes {
+                        self.shared.metrics.queue_full.inc();
+                        return Closing::BEHIND;
+                    }
+                }
+                started = next_start(&mut session), if session.is_some() => match started {
+                    Some(token) if open.len() < limits.max_streams_per_session && !open.iter().any(|o| o.token == token) => {
+                        let at = after.remove(&token).unwrap_or(0);
+                        if let Ok(o) = self.open(&r, token, binding, at).await {
+                            self.announce(&o.token);
+                            open.push(o);
+                        }
+                    }
+                    Some(_) => self.shared.metrics.session_full.inc(),
+                    None => return Closing::GOING_AWAY,
+                },
+                _ = ping.tick() => {
+                    if let Some(since) = self.awaiting_pong {
+                        if since.elapsed() >= limits.pong_timeout {
+                            self.shared.metrics.pong_timeouts.inc();
+                            return Closing::POLICY;
+                        }
+                    } else if self.last_heard.elapsed() >= limits.ping_interval && self.pending_since.is_none() {
+                        self.awaiting_pong = Some(Instant::now());
+                        if self.tx.feed(Message::Ping(Bytes::new())).await.is_err() {
+                            return Closing::ERROR;
+                        }
+                        self.pending_since = Some(Instant::now());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Waits for the credential message of a stream bound to `Authorization` and makes the binding with it.
+    async fn auth(&mut self, mut headers: HeaderMap, timeout: Duration) -> Result<[u8; 32], Closing> {
+        let first = tokio::time::timeout(timeout, self.rx.next()).await;
+        let text = match first {
+            Ok(Some(Ok(Message::Text(t)))) => t,
+            Ok(Some(Err(WsError::Capacity(_)))) => return Err(Closing::TOO_BIG),
+            Err(_) => {
+                self.shared.metrics.auth_timeouts.inc();
+                return Err(Closing::POLICY);
+            }
+            _ => return Err(Closing::POLICY),
+        };
+        let Some(FromClient::Auth(credential)) = messages::from_client(text.as_str()) else {
+            return Err(Closing::POLICY);
+        };
+        let Ok(value) = http::HeaderValue::from_str(&credential) else {
+            return Err(Closing::POLICY);
+        };
+        self.last_heard = Instant::now();
+        headers.insert(http::header::AUTHORIZATION, value);
+        Ok(self.shared.resumer.binding(&headers))
+    }
+
+    /// Opens `token` for this socket (a watcher's cursor, so the run is never held back by it).
+    async fn open(&mut self, r: &Resumer, token: Token, binding: [u8; 32], after: u64) -> Result<Open, Closing> {
+        let metrics = Arc::clone(&r.metrics);
+        let reader = match r.open(&token, binding, after, false).await {
+            Ok(Opened::Local(stream, cursor)) => Reader::Local(Follow::new(stream, cursor, metrics, Instant::now())),
+            Ok(Opened::Remote(reader)) => Reader::Remote(RemoteFollow::new(reader, after, metrics, Instant::now())),
+            Err(refusal) => {
+                if let Refusal::Counted(why) = &refusal {
+                    r.metrics.resumption(*why);
+                }
+                return Err(Closing::of_refusal(&refusal));
+            }
+        };
+        r.metrics.resumption(Resumption::Replayed);
+        let hex = token.hex();
+        Ok(Open {
+            token,
+            reader,
+            encoder: Encoder::new(self.proto, &hex, self.shared.limits.max_queued_bytes),
+            outcome: Outcome::Completed,
+        })
+    }
+
+    /// A session's word that it carries `token` from now on.
+    fn announce(&mut self, token: &Token) {
+        let (proto, hex) = (self.proto, token.hex());
+        let url = self.shared.resumer.url(token);
+        self.queue.push(|out| messages::stream_start(proto, &hex, &url, out));
+    }
+
+    /// Queues the messages of a frame of held events.
+    fn frame(&mut self, open: &mut Open, frame: &[u8]) {
+        for ev in messages::events(frame) {
+            if let Some(o) = Outcome::of_error(ev.data) {
+                open.outcome = o;
+            }
+            self.event(open, &ev);
+        }
+    }
+
+    fn event(&mut self, open: &mut Open, ev: &Event<'_>) {
+        let encoder = &mut open.encoder;
+        self.queue.push(|out| encoder.event(ev, out));
+    }
+
+    /// A stream ended: its last words (agent-sdk's `agent:complete`, a session's `stream_end`).
+    fn ended(&mut self, mut open: Open, session: bool) -> Outcome {
+        let outcome = open.outcome;
+        if outcome == Outcome::Completed {
+            let encoder = &mut open.encoder;
+            self.queue.push(|out| encoder.completed(out));
+        }
+        if session {
+            let (proto, hex) = (self.proto, open.token.hex());
+            self.queue.push(|out| messages::stream_end(proto, &hex, outcome, out));
+        }
+        outcome
+    }
+
+    /// Writes what queued as one message when no write is pending.
+    fn flush_queue(&mut self) -> Option<Closing> {
+        if self.pending_since.is_some() {
+            return None;
+        }
+        let session = String::new();
+        let (text, count) = self.queue.take(&session)?;
+        self.shared.metrics.sent(count);
+        // `start_send` only buffers; the flush is driven by the loop, so a slow client never blocks it.
+        let mut sent = Err(WsError::ConnectionClosed);
+        let ready = poll_fn(|cx| Poll::Ready(self.tx.poll_ready_unpin(cx)));
+        if let Some(Poll::Ready(Ok(()))) = futures_util::FutureExt::now_or_never(ready) {
+            sent = self.tx.start_send_unpin(Message::Text(text.into()));
+        }
+        if sent.is_err() {
+            return Some(Closing::ERROR);
+        }
+        self.pending_since = Some(Instant::now());
+        None
+    }
+
+    /// What a client's frame asks.
+    fn heard(&mut self, heard: Option<Result<Message, WsError>>) -> Heard {
+        self.last_heard = Instant::now();
+        self.awaiting_pong = None;
+        let msg = match heard {
+            None => return Heard::Close(Closing::NORMAL),
+            Some(Err(WsError::Capacity(_))) => {
+                self.shared.metrics.too_big.inc();
+                return Heard::Close(Closing::TOO_BIG);
+            }
+            Some(Err(_)) => return Heard::Close(Closing::POLICY),
+            Some(Ok(m)) => m,
+        };
+        self.shared.metrics.received.inc();
+        match msg {
+            Message::Text(t) => match messages::from_client(t.as_str()) {
+                Some(FromClient::Cancel(which)) => Heard::Cancel(which),
+                Some(FromClient::Ping) => {
+                    self.queue.push(|out| {
+                        out.extend_from_slice(b"{\"type\":\"pong\"}");
+                        true
+                    });
+                    Heard::Nothing
+                }
+                Some(FromClient::Auth(_)) | None => Heard::Close(Closing::UNSUPPORTED),
+            },
+            // tungstenite answers pings itself (its pong goes out with the next flush).
+            Message::Ping(_) | Message::Pong(_) => {
+                if self.pending_since.is_none() {
+                    self.pending_since = Some(Instant::now());
+                }
+                Heard::Nothing
+            }
+            Message::Close(_) => Heard::Close(Closing::NORMAL),
+            Message::Binary(_) | Message::Frame(_) => Heard::Close(Closing::UNSUPPORTED),
+        }
+    }
+
+    /// Sends the close frame, giving a client that reads nothing one second.
+    async fn close(&mut self, closing: Closing) {
+        let frame = CloseFrame {
+            code: CloseCode::from(closing.0),
+            reason: closing.reason().into(),
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(1), self.tx.send(Message::Close(Some(frame)))).await;
+    }
+}
+
+/// The next stream of a session's binding to start.
+async fn next_start(session: &mut Option<crate::resume::sessions::Session>) -> Option<Token> {
+    match session {
+        Some(s) => s.next_start().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Until the drain starts (never, if its sender is gone).
+async fn draining(drain: &mut watch::Receiver<bool>) {
+    if drain.wait_for(|d| *d).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
