@@ -37,7 +37,7 @@ use std::time::Duration;
 
 use harness::browser::{chromium_or_skip, npm_package_or_skip};
 use harness::pages::{
-    await_report, expected_text, id_problems, parse_id, run_items, static_answer, text_of, FES, PACE, RUN,
+    await_report, expected_text, id_problems, parse_id, run_items, runs_problem, static_answer, text_of, FES, PACE, RUN,
 };
 use harness::prelude::*;
 use harness::relay::CuttingRelay;
@@ -112,23 +112,7 @@ impl Setup {
             .into_iter()
             .filter(|r| r.target.split('?').next() == Some(RUN))
             .collect();
-        if runs.len() != 1 {
-            let each: Vec<String> = runs
-                .iter()
-                .map(|r| {
-                    format!(
-                        "{} {} (Last-Event-ID: {:?})",
-                        r.method,
-                        r.target,
-                        r.header("last-event-id")
-                    )
-                })
-                .collect();
-            problems.push(format!(
-                "the backend saw {} requests for the run, want 1 (the agent ran again): {each:?}",
-                runs.len()
-            ));
-        }
+        problems.extend(runs_problem(&runs, 1));
 
         // 2. The page saw the end, and the uninterrupted stream's text.
         if report["done"] != json!(true) {

@@ -24,7 +24,7 @@ use std::time::Duration;
 use harness::browser::{chromium_or_skip, npm_package_or_skip};
 use harness::cors::Cors;
 use harness::pages::{
-    await_report, expected_text, id_problems, parse_id, run_items, static_answer, text_of, FES, PACE, RUN,
+    await_report, expected_text, id_problems, parse_id, run_items, runs_problem, static_answer, text_of, FES, PACE, RUN,
 };
 use harness::prelude::*;
 use serde_json::{json, Value};
@@ -96,24 +96,7 @@ impl Setup {
 
     /// The one-upstream-request check: `want` requests for the run, or a line saying what the backend saw.
     fn runs_problem(&self, want: usize) -> Option<String> {
-        let runs = self.runs();
-        (runs.len() != want).then(|| {
-            let each: Vec<String> = runs
-                .iter()
-                .map(|r| {
-                    format!(
-                        "{} {} (Last-Event-ID: {:?})",
-                        r.method,
-                        r.target,
-                        r.header("last-event-id")
-                    )
-                })
-                .collect();
-            format!(
-                "the backend saw {} requests for the run, want {want} (the agent ran again): {each:?}",
-                runs.len()
-            )
-        })
+        runs_problem(&self.runs(), want)
     }
 
     /// Everything the backend was sent, for failure messages.
@@ -214,51 +197,64 @@ fn browser() -> Option<PathBuf> {
     npm_package_or_skip(FES).then_some(path)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cross_origin_page_reads_an_undisturbed_run() {
+/// Runs the page in `mode` against a fresh setup (one browser at a time) and asserts that `problems` finds none in
+/// its report: `what` names the case in the failure.
+async fn check_page(mode: &str, what: &str, problems: impl FnOnce(&Setup, &Value) -> Vec<String>) {
     let Some(chromium) = browser() else { return };
     let _one = ONE_BROWSER.lock().await;
     let setup = Setup::start().await;
-    let report = run_page(&chromium, &setup.site, &setup.gw, "plain").await;
-    let problems = run_problems(&setup, &report, 1);
-    assert_none(
-        "fetch-event-source POST from origin A to the gateway on B, undisturbed",
-        &problems,
-        &setup,
-        &report,
-    );
+    let report = run_page(&chromium, &setup.site, &setup.gw, mode).await;
+    let problems = problems(&setup, &report);
+    assert_none(what, &problems, &setup, &report);
     setup.gw.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cross_origin_page_reads_an_undisturbed_run() {
+    check_page(
+        "plain",
+        "fetch-event-source POST from origin A to the gateway on B, undisturbed",
+        |setup, report| run_problems(setup, report, 1),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cross_origin_hidden_tab_resumes_the_same_run() {
-    let Some(chromium) = browser() else { return };
-    let _one = ONE_BROWSER.lock().await;
-    let setup = Setup::start().await;
-    let report = run_page(&chromium, &setup.site, &setup.gw, "hidden").await;
-    let mut problems = run_problems(&setup, &report, 3);
+    check_page(
+        "hidden",
+        "fetch-event-source POST from origin A to the gateway on B, its tab hidden and shown twice",
+        hidden_problems,
+    )
+    .await;
+}
+
+/// [`run_problems`] of a run read in three responses, and the page's tab hidden and shown twice.
+fn hidden_problems(setup: &Setup, report: &Value) -> Vec<String> {
+    let mut problems = run_problems(setup, report, 3);
     // The library did abort and re-request: the page hid and showed its tab twice.
     let notes = report["notes"].to_string();
     if notes.matches("tab hidden").count() != 2 || notes.matches("tab shown").count() != 2 {
         problems.push(format!("the page did not hide and show its tab twice: notes {notes}"));
     }
-    assert_none(
-        "fetch-event-source POST from origin A to the gateway on B, its tab hidden and shown twice",
-        &problems,
-        &setup,
-        &report,
-    );
-    setup.gw.stop().await;
+    problems
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cross_origin_page_reads_the_stream_header_watches_and_cancels() {
-    let Some(chromium) = browser() else { return };
-    let _one = ONE_BROWSER.lock().await;
-    let setup = Setup::start().await;
-    let report = run_page(&chromium, &setup.site, &setup.gw, "control").await;
+    check_page(
+        "control",
+        "from origin A: X-Gateway-Stream, a watcher and a DELETE on the gateway on B",
+        control_problems,
+    )
+    .await;
+}
+
+/// What is wrong with the control page's run: its ids and one upstream request, the stream header it read, its
+/// watcher's events and its DELETE's end of the run.
+fn control_problems(setup: &Setup, report: &Value) -> Vec<String> {
     let mut problems = Vec::new();
-    let (ids, data) = events_of(&report);
+    let (ids, data) = events_of(report);
     problems.extend(setup.runs_problem(1));
     problems.extend(id_problems(&ids).0);
     let token = ids.first().and_then(|id| parse_id(id)).map(|(t, _)| t);
@@ -317,13 +313,7 @@ async fn cross_origin_page_reads_the_stream_header_watches_and_cancels() {
             data.last()
         ));
     }
-    assert_none(
-        "from origin A: X-Gateway-Stream, a watcher and a DELETE on the gateway on B",
-        &problems,
-        &setup,
-        &report,
-    );
-    setup.gw.stop().await;
+    problems
 }
 
 /// A request written as given to the gateway at `addr`; returns the response head (the body is left unread).

@@ -9,6 +9,7 @@ mod harness;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use harness::cors::assert_answer;
 use harness::prelude::*;
 
 /// The page's origin, which the backend allows with credentials.
@@ -182,13 +183,7 @@ async fn every_answer_the_gateway_writes_carries_the_backends_cors_to_the_origin
     let last = format!("sg1-{token}-1");
     let sse = [("accept", "text/event-stream"), ("last-event-id", last.as_str())];
     let resumed = open(addr, "POST", "/agent/run", &[sse.as_slice(), &from_app].concat()).await;
-    assert_eq!(resumed.status, 200, "{}", resumed.head);
-    assert_eq!(
-        header_value(&resumed.head, "access-control-allow-origin"),
-        Some(APP),
-        "{}",
-        resumed.head
-    );
+    assert_answer(&resumed, 200, Some(APP), "the reconnect from the page's origin");
     assert_eq!(
         header_value(&resumed.head, "access-control-allow-credentials"),
         Some("true")
@@ -214,8 +209,7 @@ async fn every_answer_the_gateway_writes_carries_the_backends_cors_to_the_origin
 
     // A watcher, a stream URL's preflight, an unknown stream and a DELETE, from the page's origin.
     let watcher = open(addr, "GET", &url, &from_app).await;
-    assert_eq!(watcher.status, 200);
-    assert_eq!(header_value(&watcher.head, "access-control-allow-origin"), Some(APP));
+    assert_answer(&watcher, 200, Some(APP), "a watcher from the page's origin");
     drop(watcher);
     let preflight = |origin| {
         [
@@ -225,16 +219,14 @@ async fn every_answer_the_gateway_writes_carries_the_backends_cors_to_the_origin
         ]
     };
     let pre = open(addr, "OPTIONS", &url, &preflight(APP)).await;
-    assert_eq!(pre.status, 204, "{}", pre.head);
-    assert_eq!(header_value(&pre.head, "access-control-allow-origin"), Some(APP));
+    assert_answer(&pre, 204, Some(APP), "a stream URL's preflight from the page's origin");
     assert_eq!(header_value(&pre.head, "access-control-allow-methods"), Some("DELETE"));
     assert_eq!(
         header_value(&pre.head, "access-control-allow-credentials"),
         Some("true")
     );
     let refused = open(addr, "OPTIONS", &url, &preflight(EVIL)).await;
-    assert_eq!(refused.status, 403, "{}", refused.head);
-    assert_eq!(header_value(&refused.head, "access-control-allow-origin"), None);
+    assert_answer(&refused, 403, None, "a stream URL's preflight from another origin");
     let unknown = format!("sg1-{}-1", "0".repeat(32));
     let gone = open(
         addr,
@@ -243,16 +235,9 @@ async fn every_answer_the_gateway_writes_carries_the_backends_cors_to_the_origin
         &[("origin", APP), ("last-event-id", unknown.as_str())],
     )
     .await;
-    assert_eq!(gone.status, 410);
-    assert_eq!(
-        header_value(&gone.head, "access-control-allow-origin"),
-        Some(APP),
-        "{}",
-        gone.head
-    );
+    assert_answer(&gone, 410, Some(APP), "an unknown stream from the page's origin");
     let deleted = open(addr, "DELETE", &url, &from_app).await;
-    assert_eq!(deleted.status, 204);
-    assert_eq!(header_value(&deleted.head, "access-control-allow-origin"), Some(APP));
+    assert_answer(&deleted, 204, Some(APP), "a DELETE from the page's origin");
     assert_eq!(
         header_value(&deleted.head, "access-control-allow-credentials"),
         Some("true")
@@ -286,13 +271,7 @@ async fn an_operators_policy_lets_a_page_read_the_gateways_answers_when_the_back
             &[("origin", origin), ("last-event-id", unknown.as_str())],
         )
         .await;
-        assert_eq!(gone.status, 410);
-        assert_eq!(
-            header_value(&gone.head, "access-control-allow-origin"),
-            want,
-            "{origin}: {}",
-            gone.head
-        );
+        assert_answer(&gone, 410, want, origin);
     }
     let url = format!("/_gateway/streams/{}", "0".repeat(32));
     let pre = open(
@@ -302,8 +281,7 @@ async fn an_operators_policy_lets_a_page_read_the_gateways_answers_when_the_back
         &[("origin", APP), ("access-control-request-method", "DELETE")],
     )
     .await;
-    assert_eq!(pre.status, 204, "{}", pre.head);
-    assert_eq!(header_value(&pre.head, "access-control-allow-origin"), Some(APP));
+    assert_answer(&pre, 204, Some(APP), "a stream URL's preflight from the page's origin");
     gw.stop().await;
 }
 

@@ -1,5 +1,6 @@
 //! Shared by the upstream and the client: clocks, the delta stamp format, small parsers.
 
+use std::io::Write as _;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Wall-clock nanoseconds since the Unix epoch: the upstream (its own process) and the client share it.
@@ -25,18 +26,8 @@ pub fn write_delta(out: &mut Vec<u8>, ns: u64, seq: u64) {
 }
 
 pub fn push_u64(out: &mut Vec<u8>, v: u64) {
-    let mut buf = [0u8; 20];
-    let mut i = buf.len();
-    let mut v = v;
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&buf[i..]);
+    // Writing to a Vec cannot fail; std's integer formatting does not allocate.
+    let _ = write!(out, "{v}");
 }
 
 /// Leading ASCII digits of `s` as a number, and how many bytes they took.

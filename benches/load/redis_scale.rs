@@ -28,8 +28,8 @@ use crate::client::{run_phase, Kind, PhaseResult, Plan, Proto, Target};
 use crate::common::now_ns;
 use crate::procs::{self, Proc};
 use crate::redis_server::RedisServer;
-use crate::report::{n, verdict, Report};
-use crate::resume::{case_env, open, send, CASES};
+use crate::report::{median, n, verdict, Report};
+use crate::resume::{case_env, open, refusal, send, CASES};
 use crate::Opts;
 
 /// `resume.buffer_bytes` of every gateway of the scenario: the floor the gateway accepts, so that the bound is
@@ -280,15 +280,6 @@ fn target(name: &'static str, port: u16) -> Target {
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        k if k % 2 == 1 => v[k / 2],
-        k => (v[k / 2 - 1] + v[k / 2]) / 2.0,
-    }
-}
-
 fn kib(bytes: f64) -> String {
     format!("{:.1}", bytes / 1024.0)
 }
@@ -522,17 +513,7 @@ async fn connections(opts: &Opts, rig: &mut Rig, rep: &mut Report, ok: &mut bool
                 Ok((_, _, resp)) if matches!(resp.status().as_u16(), 429 | 503) => {
                     refused += 1;
                     if first_refusal.is_none() {
-                        let status = resp.status();
-                        let body = resp
-                            .into_body()
-                            .collect()
-                            .await
-                            .map(|b| b.to_bytes())
-                            .unwrap_or_default();
-                        first_refusal = Some(format!(
-                            "{status}: {}",
-                            String::from_utf8_lossy(&body[..body.len().min(200)])
-                        ));
+                        first_refusal = Some(refusal(resp).await);
                     }
                     continue;
                 }

@@ -120,3 +120,13 @@ pub fn plot(dat: &Path, png: &Path, names: &[&str], title: &str) -> Result<(), S
         Err(format!("gnuplot exited with {st}"))
     }
 }
+
+/// The median of `v` (the mean of the middle two for an even count; 0 for none).
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        k if k % 2 == 1 => v[k / 2],
+        k => (v[k / 2 - 1] + v[k / 2]) / 2.0,
+    }
+}

@@ -341,19 +341,21 @@ pub(crate) async fn send(
         .await
         .map_err(|e| format!("stream {id}: request failed: {e}"))?;
     if resp.status() != http::StatusCode::OK {
-        let status = resp.status();
-        let body = resp
-            .into_body()
-            .collect()
-            .await
-            .map(|b| b.to_bytes())
-            .unwrap_or_default();
-        return Err(format!(
-            "stream {id}: status {status}: {}",
-            String::from_utf8_lossy(&body[..body.len().min(200)])
-        ));
+        return Err(format!("stream {id}: status {}", refusal(resp).await));
     }
     Ok(resp)
+}
+
+/// A response that is not the stream, for a report: `<status>: <the first 200 bytes of its body>`.
+pub async fn refusal(resp: http::Response<Incoming>) -> String {
+    let status = resp.status();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    format!("{status}: {}", String::from_utf8_lossy(&body[..body.len().min(200)]))
 }
 
 /// One stream: read, cut, reconnect (timed), read to the end, check.

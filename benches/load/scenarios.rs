@@ -12,7 +12,7 @@ use hdrhistogram::Histogram;
 
 use crate::client::{histogram, run_phase, Kind, PhaseResult, Plan, Proto, Target};
 use crate::procs::{self, Proc};
-use crate::report::{ms, n, q, us, verdict, Report};
+use crate::report::{median, ms, n, q, us, verdict, Report};
 use crate::Opts;
 
 /// The processes under test and their addresses.
@@ -1140,15 +1140,6 @@ async fn cost(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> Re
     ));
     rep.line(format!("- none dropped: {}\n", verdict(failed.iter().all(|f| *f == 0))));
     Ok(())
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
 }
 
 /// The gateway's own per-frame translation time (upstream frame in → translated frame out), from its

@@ -15,7 +15,20 @@
 //!
 //! Not emulated: `allow_origin_regex` and private-network preflights (the legacy app uses neither).
 
+use super::client::{header_value, Client};
 use super::upstream::{Recorded, Step};
+
+/// Asserts that the gateway answered `c` with `status` and `Access-Control-Allow-Origin: allowed` (no such header
+/// where `None`); a failure names `what` (the case, or the logs) and the response head.
+pub fn assert_answer(c: &Client, status: u16, allowed: Option<&str>, what: &str) {
+    assert_eq!(c.status, status, "{what}\n{}", c.head);
+    assert_eq!(
+        header_value(&c.head, "access-control-allow-origin"),
+        allowed,
+        "{what}\n{}",
+        c.head
+    );
+}
 
 /// What `allow_methods=["*"]` stands for in Starlette.
 pub const ALL_METHODS: [&str; 7] = ["DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT"];

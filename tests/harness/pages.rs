@@ -11,7 +11,7 @@ use sse_gateway::translate::{translate_all, Options};
 use super::browser::NODE_MODULES;
 use super::legacy::{attr, fmt_escape};
 use super::sse::{delta, kind, sse_data};
-use super::upstream::Step;
+use super::upstream::{Recorded, Step};
 
 /// The agent run's path.
 pub const RUN: &str = "/agent/run";
@@ -113,6 +113,28 @@ pub fn id_problems<'a>(ids: &[&'a str]) -> (Option<String>, Option<&'a str>) {
         problems.join("; ")
     );
     (Some(line), token)
+}
+
+/// The one-upstream-request check: `want` requests for the run among `runs`, or a line saying what the backend
+/// saw (each request with its `Last-Event-ID`).
+pub fn runs_problem(runs: &[Recorded], want: usize) -> Option<String> {
+    (runs.len() != want).then(|| {
+        let each: Vec<String> = runs
+            .iter()
+            .map(|r| {
+                format!(
+                    "{} {} (Last-Event-ID: {:?})",
+                    r.method,
+                    r.target,
+                    r.header("last-event-id")
+                )
+            })
+            .collect();
+        format!(
+            "the backend saw {} requests for the run, want {want} (the agent ran again): {each:?}",
+            runs.len()
+        )
+    })
 }
 
 /// A static file's bytes and content type, for a request path under `/app/`: a page or `common.js` from [`PAGES`],

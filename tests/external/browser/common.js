@@ -66,3 +66,13 @@ export function tab(c) {
   }
   return { hideThenShow };
 }
+
+// fetch-event-source's `onopen` check: an OK text/event-stream response, or a `Fatal` error naming what came instead
+// (a page's `onerror` rethrows it, so that the library gives up rather than retrying).
+export class Fatal extends Error {}
+export async function expectEventStream(res) {
+  const type = res.headers.get('content-type') || '';
+  if (!res.ok || !type.startsWith('text/event-stream')) {
+    throw new Fatal(`HTTP ${res.status} ${type}: ${await res.text()}`);
+  }
+}
