@@ -594,7 +594,12 @@ impl WebSocket {
         }
         let sizes: [(&'static str, usize, usize, usize); 4] = [
             ("websocket.max_sockets", self.max_sockets, 1, 1_000_000),
-            ("websocket.max_streams_per_session", self.max_streams_per_session, 1, 1024),
+            (
+                "websocket.max_streams_per_session",
+                self.max_streams_per_session,
+                1,
+                1024,
+            ),
             ("websocket.max_message_bytes", self.max_message_bytes, 64, 1 << 20),
             ("websocket.max_queued_bytes", self.max_queued_bytes, 4096, 64 << 20),
         ];

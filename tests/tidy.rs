@@ -115,7 +115,10 @@ fn no_module_imports_a_layer_above_it() {
 #[test]
 fn no_room_of_the_edge_imports_a_room_above_it() {
     let rooms = declared(&src().join("proxy").join("mod.rs"));
-    assert!(rooms.len() > 4, "proxy/mod.rs declares its rooms with `pub mod`: {rooms:?}");
+    assert!(
+        rooms.len() > 4,
+        "proxy/mod.rs declares its rooms with `pub mod`: {rooms:?}"
+    );
     let mut upward = Vec::new();
     for (i, room) in rooms.iter().enumerate() {
         for file in rust_files(&src().join("proxy").join(room)) {

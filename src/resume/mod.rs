@@ -327,7 +327,7 @@ impl StoreObserver for ResumeMetrics {
 /// A held stream opened for a reader: here, or in the shared store.
 pub enum Opened {
     Local(Arc<Stream>, hub::Cursor),
-    Remote(redis::RemoteReader),
+    Remote(Box<redis::RemoteReader>),
 }
 
 /// Why a stream could not be opened for a reader.
@@ -364,7 +364,7 @@ impl Resumer {
                 if primary {
                     reader.set_primary();
                 }
-                Ok(Opened::Remote(reader))
+                Ok(Opened::Remote(Box::new(reader)))
             }
             Err(OpenError::Unknown) => Err(Refusal::Counted(Resumption::Unknown)),
             Err(OpenError::Gap { .. }) => Err(Refusal::Counted(Resumption::Gap)),
@@ -380,7 +380,11 @@ impl Resumer {
     /// Cancels `token` for a caller bound to `binding`: `Ok(Some(grant))` when it was cancelled (with the CORS
     /// answer kept with it), `Ok(None)` when there is no such stream for that binding. A stream held on another
     /// instance is cancelled through the store; its owner sees it within a second.
-    pub async fn cancel(&self, token: &Token, binding: [u8; 32]) -> Result<Option<Option<Arc<Grant>>>, redis::StoreError> {
+    pub async fn cancel(
+        &self,
+        token: &Token,
+        binding: [u8; 32],
+    ) -> Result<Option<Option<Arc<Grant>>>, redis::StoreError> {
         match (self.hub.get(token), self.hub.mirror()) {
             (Some(stream), _) => Ok((stream.binding == binding).then(|| {
                 stream.cancel();

@@ -171,9 +171,7 @@ impl Gateway {
         Ok(Self {
             health: Arc::new(Health::register(&registry)?),
             accept_errors: AcceptErrors::register(&registry)?,
-            shared: Arc::new(
-                Shared::new(&settings, metrics, resumer, &registry).map_err(ServeError::Upstream)?,
-            ),
+            shared: Arc::new(Shared::new(&settings, metrics, resumer, &registry).map_err(ServeError::Upstream)?),
             listener: bind(settings.listen_addr()).await?,
             admin_listener: bind(settings.admin_addr()).await?,
             workers: Workers::start(settings.server.worker_threads()).map_err(ServeError::Workers)?,
@@ -384,7 +382,9 @@ async fn serve_with_hyper(
         let resp = call.call(req.map(BodyExt::boxed));
         async move { Ok::<_, Infallible>(resp.await) }
     });
-    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service).into_owned();
+    let conn = builder
+        .serve_connection_with_upgrades(TokioIo::new(io), service)
+        .into_owned();
     let mut conn = std::pin::pin!(conn);
     // The watches wake rarely, the connection for every event: behind `Quiet`, the connection's wake-ups do
     // not poll them.

@@ -7,17 +7,17 @@ use crate::proxy::body::stack::ResponseBody;
 use crate::proxy::metrics::edge::Metrics;
 use crate::proxy::request::body::ClientErrorKind;
 use crate::proxy::request::negotiate::Mode;
-use crate::proxy::upstream::kind::UpstreamErrorKind;
-use crate::proxy::upstream::pool::{ForwardError, Upstream};
 use crate::proxy::socket;
 use crate::proxy::socket::metrics::SocketMetrics;
+use crate::proxy::upstream::kind::UpstreamErrorKind;
+use crate::proxy::upstream::pool::{ForwardError, Upstream};
 use crate::resume::Resumer;
-use prometheus::Registry;
 use crate::telemetry::error_chain;
 use crate::translate::{self};
 use bytes::Bytes;
 use http::header::{self, HeaderName, HeaderValue};
 use http::{Response, StatusCode};
+use prometheus::Registry;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -72,7 +72,12 @@ impl Sockets {
                 limits,
             }),
             open: socket::upgrade::Sockets::new(w.max_sockets),
-            allow_origins: w.allow_origins.iter().chain(&settings.cors.allow_origins).cloned().collect(),
+            allow_origins: w
+                .allow_origins
+                .iter()
+                .chain(&settings.cors.allow_origins)
+                .cloned()
+                .collect(),
         })
     }
 }

@@ -4,8 +4,8 @@
 use crate::proxy::base::flushes::Flushes;
 use crate::proxy::decide::answers::{client_failed, forward_failed, gateway_error, Shared};
 use crate::proxy::decide::resumption;
-use crate::proxy::socket;
 use crate::proxy::request::{agent, headers, negotiate};
+use crate::proxy::socket;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;

@@ -64,12 +64,18 @@ pub async fn answer(
         Opened::Local(stream, cursor) => {
             let grant = stream.cors.clone();
             let follow = Follow::new(stream, cursor, Arc::clone(&r.metrics), asked);
-            (ResponseBody::follow(follow, shared.keepalive, Arc::clone(&shared.metrics)), grant)
+            (
+                ResponseBody::follow(follow, shared.keepalive, Arc::clone(&shared.metrics)),
+                grant,
+            )
         }
         Opened::Remote(reader) => {
             let grant = reader.cors().cloned().map(Arc::new);
-            let follow = RemoteFollow::new(reader, after, Arc::clone(&r.metrics), asked);
-            (ResponseBody::remote(follow, shared.keepalive, Arc::clone(&shared.metrics)), grant)
+            let follow = RemoteFollow::new(*reader, after, Arc::clone(&r.metrics), asked);
+            (
+                ResponseBody::remote(follow, shared.keepalive, Arc::clone(&shared.metrics)),
+                grant,
+            )
         }
     };
     replaying(r, &token, shared, primary, body, grant)

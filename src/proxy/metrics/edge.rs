@@ -141,6 +141,17 @@ impl Metrics {
     }
 }
 
+label_enum! {
+    /// How a stream ended; the `outcome` label. Recorded exactly once per stream.
+    pub enum Outcome {
+        Completed = "completed",
+        UpstreamError = "upstream_error",
+        ClientGone = "client_gone",
+        /// Still open at the drain deadline (`server.drain_timeout_secs` after SIGTERM) and ended by the gateway.
+        Drained = "drained",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -187,16 +198,5 @@ mod tests {
         ] {
             assert!(names.contains(&format!("sse_gateway_{n}")), "missing {n}: {names:?}");
         }
-    }
-}
-
-label_enum! {
-    /// How a stream ended; the `outcome` label. Recorded exactly once per stream.
-    pub enum Outcome {
-        Completed = "completed",
-        UpstreamError = "upstream_error",
-        ClientGone = "client_gone",
-        /// Still open at the drain deadline (`server.drain_timeout_secs` after SIGTERM) and ended by the gateway.
-        Drained = "drained",
     }
 }

@@ -195,6 +195,10 @@ impl Body for ClientBody {
     body_hints_from!(inner);
 }
 
+/// The client's body as the upstream request takes it: streamed as is, or a small body already read (sent
+/// wrapped in a `ClientBody`).
+pub type UpstreamBody = BoxBody<Bytes, hyper::Error>;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -252,7 +256,3 @@ mod tests {
         assert_eq!(client_fault(&e), None);
     }
 }
-
-/// The client's body as the upstream request takes it: streamed as is, or a small body already read (sent
-/// wrapped in a `ClientBody`).
-pub type UpstreamBody = BoxBody<Bytes, hyper::Error>;

@@ -19,6 +19,15 @@ pub enum Subprotocol {
 impl Subprotocol {
     pub const GATEWAY: &'static str = "sse-gateway.v1";
     pub const AGENT_SDK: &'static str = "agent-sdk.v1";
+    /// Offered beside one of the above: the client sends its credential as its first message.
+    pub const AUTH: &'static str = "sse-gateway.auth";
+
+    /// Whether the client offers `sse-gateway.auth`.
+    pub fn auth_offered<'a>(offers: impl Iterator<Item = &'a str>) -> bool {
+        offers
+            .flat_map(|v| v.split(','))
+            .any(|o| o.trim().eq_ignore_ascii_case(Self::AUTH))
+    }
 
     pub fn name(self) -> &'static str {
         match self {
@@ -30,9 +39,13 @@ impl Subprotocol {
     /// The first of the client's offers (`Sec-WebSocket-Protocol` values, comma-separated) that the gateway
     /// speaks: `Ok(None)` when the client offers none (the default, not named in the answer), `Err` when it
     /// offers only others.
-    pub fn choose<'a>(offers: impl Iterator<Item = &'a str>) -> Result<Option<Subprotocol>, ()> {
+    pub fn choose<'a>(offers: impl Iterator<Item = &'a str>) -> Result<Option<Subprotocol>, NotSpoken> {
         let mut offered = false;
-        for offer in offers.flat_map(|v| v.split(',')).map(str::trim).filter(|o| !o.is_empty()) {
+        for offer in offers
+            .flat_map(|v| v.split(','))
+            .map(str::trim)
+            .filter(|o| !o.is_empty() && !o.eq_ignore_ascii_case(Self::AUTH))
+        {
             offered = true;
             if offer.eq_ignore_ascii_case(Self::GATEWAY) {
                 return Ok(Some(Subprotocol::Gateway));
@@ -42,12 +55,16 @@ impl Subprotocol {
             }
         }
         if offered {
-            Err(())
+            Err(NotSpoken)
         } else {
             Ok(None)
         }
     }
 }
+
+/// The client offered only subprotocols the gateway does not speak.
+#[derive(Debug, PartialEq, Eq)]
+pub struct NotSpoken;
 
 /// One held event: its id (none for the gateway's own last words) and its envelope's JSON text.
 #[derive(Debug, PartialEq, Eq)]
@@ -56,26 +73,22 @@ pub struct Event<'a> {
     pub data: &'a [u8],
 }
 
-/// The events of a frame of held events, as the gateway's own SSE encoder wrote them (`id:`, `data:`, `retry:`
-/// lines; comments): one `data:` line per event, so nothing is joined.
+/// The events of a frame of held events, as the gateway's own SSE encoder wrote them (`data:`, `id:`, `retry:`
+/// lines in any order, a blank line after each event; comments): one `data:` line per event, so nothing is
+/// joined.
 pub fn events(frame: &[u8]) -> impl Iterator<Item = Event<'_>> {
     frame
         .split(|&b| b == b'\n')
-        .scan(None::<&[u8]>, |id, line| {
-            if let Some(rest) = line.strip_prefix(b"id:") {
-                *id = Some(rest.strip_prefix(b" ").unwrap_or(rest));
-                return Some(None);
+        .scan((None::<&[u8]>, None::<&str>), |(data, id), line| {
+            if line.is_empty() {
+                let event = data.take().map(|d| Event { id: id.take(), data: d });
+                *id = None;
+                return Some(event);
             }
             if let Some(rest) = line.strip_prefix(b"data:") {
-                let data = rest.strip_prefix(b" ").unwrap_or(rest);
-                let event = Event {
-                    id: id.take().and_then(|i| std::str::from_utf8(i).ok()),
-                    data,
-                };
-                return Some(Some(event));
-            }
-            if line.is_empty() {
-                *id = None;
+                *data = Some(rest.strip_prefix(b" ").unwrap_or(rest));
+            } else if let Some(rest) = line.strip_prefix(b"id:") {
+                *id = std::str::from_utf8(rest.strip_prefix(b" ").unwrap_or(rest)).ok();
             }
             Some(None)
         })
@@ -441,7 +454,7 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
 mod tests {
     use super::*;
 
-    const FRAME: &[u8] = b"retry: 1000\nid: sg1-ab-1\ndata: {\"type\":\"text\",\"agent\":\"a\",\"final\":false,\"delta\":\"Hel\"}\n\nid: sg1-ab-2\ndata: {\"type\":\"text\",\"agent\":\"a\",\"final\":true,\"delta\":\"\"}\n\n";
+    const FRAME: &[u8] = b"data: {\"type\":\"text\",\"agent\":\"a\",\"final\":false,\"delta\":\"Hel\"}\nid: sg1-ab-1\nretry: 1000\n\nid: sg1-ab-2\ndata: {\"type\":\"text\",\"agent\":\"a\",\"final\":true,\"delta\":\"\"}\n\n";
 
     #[test]
     fn the_held_events_are_read_back_with_their_ids() {
@@ -451,7 +464,13 @@ mod tests {
         assert!(evs[0].data.starts_with(b"{\"type\":\"text\""));
         assert_eq!(evs[1].id, Some("sg1-ab-2"));
         let no_id: Vec<_> = events(b"data: {\"x\":1}\n\n").collect();
-        assert_eq!(no_id, [Event { id: None, data: b"{\"x\":1}" }]);
+        assert_eq!(
+            no_id,
+            [Event {
+                id: None,
+                data: b"{\"x\":1}"
+            }]
+        );
     }
 
     #[test]
@@ -490,7 +509,10 @@ mod tests {
         assert!(enc.completed(&mut out));
         msgs.push(serde_json::from_slice(&out).unwrap());
         let types: Vec<&str> = msgs.iter().map(|m| m["type"].as_str().unwrap()).collect();
-        assert_eq!(types, ["agent:stream", "agent:tool_use", "agent:tool_result", "agent:complete"]);
+        assert_eq!(
+            types,
+            ["agent:stream", "agent:tool_use", "agent:tool_result", "agent:complete"]
+        );
         assert_eq!(msgs[0]["payload"]["text"], "Hi");
         assert_eq!(msgs[1]["payload"]["tool"]["input"]["q"], 1);
         assert_eq!(msgs[1]["payload"]["tool"]["name"], "search");
@@ -538,17 +560,31 @@ mod tests {
 
     #[test]
     fn offers_pick_the_first_spoken_subprotocol() {
-        assert_eq!(Subprotocol::choose(["x, agent-sdk.v1", "sse-gateway.v1"].into_iter()), Ok(Some(Subprotocol::AgentSdk)));
+        assert_eq!(
+            Subprotocol::choose(["x, agent-sdk.v1", "sse-gateway.v1"].into_iter()),
+            Ok(Some(Subprotocol::AgentSdk))
+        );
         assert_eq!(Subprotocol::choose(std::iter::empty()), Ok(None));
-        assert_eq!(Subprotocol::choose(["chat"].into_iter()), Err(()));
+        assert_eq!(Subprotocol::choose(["chat"].into_iter()), Err(NotSpoken));
+        assert_eq!(Subprotocol::choose(["sse-gateway.auth"].into_iter()), Ok(None));
+        assert!(Subprotocol::auth_offered(
+            ["agent-sdk.v1, sse-gateway.auth"].into_iter()
+        ));
+        assert!(!Subprotocol::auth_offered(["agent-sdk.v1"].into_iter()));
     }
 
     #[test]
     fn client_messages_are_read_and_anything_else_is_not() {
         assert_eq!(from_client(r#"{"type":"cancel"}"#), Some(FromClient::Cancel(None)));
-        assert_eq!(from_client(r#"{"type":"cancel","stream":"ab"}"#), Some(FromClient::Cancel(Some("ab".into()))));
+        assert_eq!(
+            from_client(r#"{"type":"cancel","stream":"ab"}"#),
+            Some(FromClient::Cancel(Some("ab".into())))
+        );
         assert_eq!(from_client(r#"{"type":"ping"}"#), Some(FromClient::Ping));
-        assert_eq!(from_client(r#"{"type":"auth","authorization":"Bearer x"}"#), Some(FromClient::Auth("Bearer x".into())));
+        assert_eq!(
+            from_client(r#"{"type":"auth","authorization":"Bearer x"}"#),
+            Some(FromClient::Auth("Bearer x".into()))
+        );
         assert_eq!(from_client("nonsense"), None);
         assert_eq!(from_client(r#"{"type":"other"}"#), None);
     }

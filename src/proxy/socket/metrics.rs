@@ -60,7 +60,10 @@ impl SocketMetrics {
         let sockets = register(
             r,
             IntGaugeVec::new(
-                Opts::new(name("websocket_sockets"), "WebSocket connections open, by what they read."),
+                Opts::new(
+                    name("websocket_sockets"),
+                    "WebSocket connections open, by what they read.",
+                ),
                 &["kind"],
             )?,
         )?;
@@ -83,12 +86,23 @@ impl SocketMetrics {
                 "websocket_batches_total",
                 "WebSocket messages that carried several queued messages (written while a write was pending).",
             )?,
-            batched: counter(r, "websocket_batched_messages_total", "Messages carried inside batches.")?,
-            received: counter(r, "websocket_received_total", "WebSocket messages received from clients.")?,
+            batched: counter(
+                r,
+                "websocket_batched_messages_total",
+                "Messages carried inside batches.",
+            )?,
+            received: counter(
+                r,
+                "websocket_received_total",
+                "WebSocket messages received from clients.",
+            )?,
             closes: register(
                 r,
                 IntCounterVec::new(
-                    Opts::new(name("websocket_closes_total"), "WebSocket connections closed, by close code."),
+                    Opts::new(
+                        name("websocket_closes_total"),
+                        "WebSocket connections closed, by close code.",
+                    ),
                     &["code"],
                 )?,
             )?,

@@ -269,7 +269,8 @@ impl Socket {
             }
         }
         let mut next = 0;
-        let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + limits.ping_interval, limits.ping_interval);
+        let mut ping =
+            tokio::time::interval_at(tokio::time::Instant::now() + limits.ping_interval, limits.ping_interval);
         ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             if let Some(c) = self.flush_queue() {
@@ -386,7 +387,7 @@ impl Socket {
         let metrics = Arc::clone(&r.metrics);
         let reader = match r.open(&token, binding, after, false).await {
             Ok(Opened::Local(stream, cursor)) => Reader::Local(Follow::new(stream, cursor, metrics, Instant::now())),
-            Ok(Opened::Remote(reader)) => Reader::Remote(RemoteFollow::new(reader, after, metrics, Instant::now())),
+            Ok(Opened::Remote(reader)) => Reader::Remote(RemoteFollow::new(*reader, after, metrics, Instant::now())),
             Err(refusal) => {
                 if let Refusal::Counted(why) = &refusal {
                     r.metrics.resumption(*why);

@@ -146,7 +146,10 @@ async fn answer(
             "a WebSocket handshake needs Sec-WebSocket-Key and Sec-WebSocket-Version: 13",
         ));
     };
-    let offers = h.get_all(header::SEC_WEBSOCKET_PROTOCOL).iter().filter_map(|v| v.to_str().ok());
+    let offers = h
+        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|v| v.to_str().ok());
     let Ok(chosen) = Subprotocol::choose(offers) else {
         return Err(refuse(
             Refused::Handshake,
@@ -167,7 +170,12 @@ async fn answer(
             )
         })?;
     let r = &shared.resumer;
-    let binding = if r.binds_authorization() && !h.contains_key(header::AUTHORIZATION) {
+    let offers = h
+        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|v| v.to_str().ok());
+    let wants_auth = Subprotocol::auth_offered(offers);
+    let binding = if wants_auth && r.binds_authorization() && !h.contains_key(header::AUTHORIZATION) {
         Binding::AwaitAuth(h.clone())
     } else {
         if matches!(target, Target::Session(_)) && !r.has_bound_values(h) {
@@ -258,15 +266,25 @@ mod tests {
             Some(Target::Stream(got, 7)) => assert_eq!(got, t),
             other => panic!("{other:?}"),
         }
-        assert!(matches!(target("/s", Some(t), "/s/x", Some("after=3")), Some(Target::Stream(_, 3))));
+        assert!(matches!(
+            target("/s", Some(t), "/s/x", Some("after=3")),
+            Some(Target::Stream(_, 3))
+        ));
         // Another stream's id says nothing of this one.
         let other = format!("last_event_id=sg1-{}-9", tok('b').hex());
-        assert!(matches!(target("/s", Some(t), "/s/x", Some(&other)), Some(Target::Stream(_, 0))));
+        assert!(matches!(
+            target("/s", Some(t), "/s/x", Some(&other)),
+            Some(Target::Stream(_, 0))
+        ));
     }
 
     #[test]
     fn the_prefix_is_the_session_with_a_position_per_stream() {
-        let q = format!("last_event_id=sg1-{}-2&last_event_id=sg1-{}-5", tok('a').hex(), tok('b').hex());
+        let q = format!(
+            "last_event_id=sg1-{}-2&last_event_id=sg1-{}-5",
+            tok('a').hex(),
+            tok('b').hex()
+        );
         match target("/s", None, "/s", Some(&q)) {
             Some(Target::Session(p)) => {
                 assert_eq!(p.get(&tok('a')), Some(&2));

@@ -88,6 +88,9 @@ fn body_error_kind(e: &hyper::Error) -> UpstreamErrorKind {
     }
 }
 
+/// Error type of response bodies: an upstream failure in a pass-through body aborts the client response.
+pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -100,6 +103,3 @@ mod tests {
         assert_eq!(e.into_body_error().to_string(), IDLE_MESSAGE);
     }
 }
-
-/// Error type of response bodies: an upstream failure in a pass-through body aborts the client response.
-pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
