@@ -183,7 +183,7 @@ pub async fn serve(
     let config = WebSocketConfig::default()
         .max_message_size(Some(limits.max_message_bytes))
         .max_frame_size(Some(limits.max_message_bytes))
-        .read_buffer_size(4096)
+        .read_buffer_size(512)
         .write_buffer_size(0);
     let ws = WebSocketStream::from_raw_socket(TokioIo::new(io), Role::Server, Some(config)).await;
     let _open = shared.metrics.opened(kind);
