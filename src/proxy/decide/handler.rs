@@ -90,7 +90,7 @@ fn logged_path<'a>(path: &'a str, resumer: Option<&Resumer>) -> std::borrow::Cow
 }
 
 async fn proxy(
-    req: Request<UpstreamBody>,
+    mut req: Request<UpstreamBody>,
     peer: SocketAddr,
     shared: &Shared,
     request_start: Instant,
@@ -111,32 +111,14 @@ async fn proxy(
     if !host_count_ok(&req) {
         return client_failed(metrics, ClientErrorKind::BadHost);
     }
-    if let Some(s) = &shared.sockets {
-        if socket::upgrade::is_websocket(&req) {
-            let mut req = req;
-            let answered = socket::upgrade::accept(&mut req, &s.shared, &s.open, &shared.cors, &s.allow_origins).await;
-            match answered {
-                Some(Ok(resp)) => return resp,
-                Some(Err(why)) => return gateway_error(metrics, why.status, why.code, why.message),
-                // Not the gateway's path: on as any other request (its Upgrade header is not forwarded).
-                None => return forward(req, peer, shared, request_start, span, request_id, preflight).await,
-            }
+    if let Some(s) = shared.sockets.as_ref().filter(|_| socket::upgrade::is_websocket(&req)) {
+        // Another path than the gateway's goes on as any other request (its Upgrade header is not forwarded).
+        match socket::upgrade::accept(&mut req, &s.shared, &s.open, &shared.cors, &s.allow_origins).await {
+            Some(Ok(resp)) => return resp,
+            Some(Err(why)) => return gateway_error(metrics, why.status, why.code, why.message),
+            None => {}
         }
     }
-    forward(req, peer, shared, request_start, span, request_id, preflight).await
-}
-
-/// A request that is not a socket: refused, answered from held streams, or forwarded.
-async fn forward(
-    req: Request<UpstreamBody>,
-    peer: SocketAddr,
-    shared: &Shared,
-    request_start: Instant,
-    span: tracing::Span,
-    request_id: &str,
-    preflight: Option<&Preflight>,
-) -> Response<ResponseBody> {
-    let metrics = &shared.metrics;
     if let Some(r) = &shared.resumer {
         if let (Some(p), Some(token)) = (preflight, r.stream_token(req.uri().path())) {
             return resumption::preflight(r, &token, p, shared).await;
