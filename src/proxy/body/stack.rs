@@ -136,6 +136,29 @@ impl ResponseBody {
     }
 }
 
+/// `$body` for whichever stack `$self` is (every variant is a `Body`).
+macro_rules! each_stack {
+    ($self:expr, $b:ident => $body:expr) => {
+        match $self {
+            ResponseBody::Full($b) => $body,
+            ResponseBody::Translated($b) => $body,
+            ResponseBody::Passed($b) => $body,
+            ResponseBody::Followed($b) => $body,
+            ResponseBody::Remote($b) => $body,
+        }
+    };
+}
+
+/// A stack's poll with its failure as the client connection's error.
+fn poll_stack<B>(b: &mut B, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>>
+where
+    B: Body<Data = Bytes, Error = StreamError> + Unpin,
+{
+    Pin::new(b)
+        .poll_frame(cx)
+        .map(|o| o.map(|r| r.map_err(StreamError::into_body_error)))
+}
+
 impl Body for ResponseBody {
     type Data = Bytes;
     type Error = BodyError;
@@ -145,38 +168,18 @@ impl Body for ResponseBody {
             ResponseBody::Full(b) => Pin::new(b)
                 .poll_frame(cx)
                 .map(|o| o.map(|r| r.map_err(|e: Infallible| match e {}))),
-            ResponseBody::Translated(b) => Pin::new(&mut **b)
-                .poll_frame(cx)
-                .map(|o| o.map(|r| r.map_err(StreamError::into_body_error))),
-            ResponseBody::Passed(b) => Pin::new(&mut **b)
-                .poll_frame(cx)
-                .map(|o| o.map(|r| r.map_err(StreamError::into_body_error))),
-            ResponseBody::Followed(b) => Pin::new(&mut **b)
-                .poll_frame(cx)
-                .map(|o| o.map(|r| r.map_err(StreamError::into_body_error))),
-            ResponseBody::Remote(b) => Pin::new(&mut **b)
-                .poll_frame(cx)
-                .map(|o| o.map(|r| r.map_err(StreamError::into_body_error))),
+            ResponseBody::Translated(b) => poll_stack(&mut **b, cx),
+            ResponseBody::Passed(b) => poll_stack(&mut **b, cx),
+            ResponseBody::Followed(b) => poll_stack(&mut **b, cx),
+            ResponseBody::Remote(b) => poll_stack(&mut **b, cx),
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        match self {
-            ResponseBody::Full(b) => b.is_end_stream(),
-            ResponseBody::Translated(b) => b.is_end_stream(),
-            ResponseBody::Passed(b) => b.is_end_stream(),
-            ResponseBody::Followed(b) => b.is_end_stream(),
-            ResponseBody::Remote(b) => b.is_end_stream(),
-        }
+        each_stack!(self, b => b.is_end_stream())
     }
 
     fn size_hint(&self) -> SizeHint {
-        match self {
-            ResponseBody::Full(b) => b.size_hint(),
-            ResponseBody::Translated(b) => b.size_hint(),
-            ResponseBody::Passed(b) => b.size_hint(),
-            ResponseBody::Followed(b) => b.size_hint(),
-            ResponseBody::Remote(b) => b.size_hint(),
-        }
+        each_stack!(self, b => b.size_hint())
     }
 }

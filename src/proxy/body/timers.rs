@@ -88,20 +88,26 @@ impl<B> Idle<B> {
     }
 }
 
+/// The inner body's poll, and when `timer` ran out, if it did (it watches what the poll gave).
+fn poll_watched<B>(inner: &mut B, timer: Option<&mut Lazy>, cx: &mut Context<'_>) -> (Polled, Option<Instant>)
+where
+    B: Body<Data = Bytes, Error = StreamError> + Unpin,
+{
+    let polled = Pin::new(inner).poll_frame(cx);
+    let ran_out = timer.and_then(|t| t.watch(&polled, cx));
+    (polled, ran_out)
+}
+
 impl<B: Gather> Body for Idle<B> {
     type Data = Bytes;
     type Error = StreamError;
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Polled {
         let this = self.get_mut();
-        let polled = Pin::new(&mut this.inner).poll_frame(cx);
-        let Some(timer) = this.timer.as_mut() else {
-            return polled;
-        };
-        if timer.watch(&polled, cx).is_some() {
-            return Poll::Ready(Some(Err(StreamError::IdleTimeout)));
+        match poll_watched(&mut this.inner, this.timer.as_mut(), cx) {
+            (_, Some(_)) => Poll::Ready(Some(Err(StreamError::IdleTimeout))),
+            (polled, None) => polled,
         }
-        polled
     }
 
     body_hints_from!(inner);
@@ -143,11 +149,8 @@ impl<L: Layer> Body for Keepalive<L> {
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Polled {
         let this = self.get_mut();
-        let polled = Pin::new(&mut this.inner).poll_frame(cx);
-        let Some(timer) = this.timer.as_mut() else {
-            return polled;
-        };
-        if let Some(now) = timer.watch(&polled, cx) {
+        let (polled, ran_out) = poll_watched(&mut this.inner, this.timer.as_mut(), cx);
+        if let (Some(now), Some(timer)) = (ran_out, this.timer.as_mut()) {
             timer.last = now;
             timer.sleep.get_mut().as_mut().reset(now + timer.interval);
             this.metrics.keepalives.inc();

@@ -63,55 +63,60 @@ pub enum Binding {
     AwaitAuth(HeaderMap),
 }
 
-/// How a socket closes.
+/// How a socket closes: its close code (docs/WEBSOCKET.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Closing(pub u16);
+#[repr(u16)]
+pub enum Closing {
+    Normal = 1000,
+    GoingAway = 1001,
+    Unsupported = 1003,
+    Policy = 1008,
+    TooBig = 1009,
+    Error = 1011,
+    Gap = 4000,
+    Unknown = 4001,
+    Cancelled = 4002,
+    Behind = 4003,
+    Busy = 4004,
+    Store = 4005,
+}
 
 impl Closing {
-    pub const NORMAL: Closing = Closing(1000);
-    pub const GOING_AWAY: Closing = Closing(1001);
-    pub const UNSUPPORTED: Closing = Closing(1003);
-    pub const POLICY: Closing = Closing(1008);
-    pub const TOO_BIG: Closing = Closing(1009);
-    pub const ERROR: Closing = Closing(1011);
-    pub const GAP: Closing = Closing(4000);
-    pub const UNKNOWN: Closing = Closing(4001);
-    pub const CANCELLED: Closing = Closing(4002);
-    pub const BEHIND: Closing = Closing(4003);
-    pub const BUSY: Closing = Closing(4004);
-    pub const STORE: Closing = Closing(4005);
+    pub fn code(self) -> u16 {
+        self as u16
+    }
 
     fn of_refusal(r: &Refusal) -> Closing {
         match r {
-            Refusal::Counted(Resumption::Gap) => Closing::GAP,
-            Refusal::Counted(Resumption::WatchersFull) | Refusal::Busy => Closing::BUSY,
-            Refusal::Store(_) => Closing::STORE,
-            Refusal::Counted(_) => Closing::UNKNOWN,
+            Refusal::Counted(Resumption::Gap) => Closing::Gap,
+            Refusal::Counted(Resumption::WatchersFull) | Refusal::Busy => Closing::Busy,
+            Refusal::Store(_) => Closing::Store,
+            Refusal::Counted(_) => Closing::Unknown,
         }
     }
 
     fn of_outcome(o: Outcome) -> Closing {
         match o {
-            Outcome::Cancelled => Closing::CANCELLED,
-            Outcome::Behind => Closing::BEHIND,
-            Outcome::Completed | Outcome::Abandoned | Outcome::Failed => Closing::NORMAL,
+            Outcome::Cancelled => Closing::Cancelled,
+            Outcome::Behind => Closing::Behind,
+            Outcome::Completed | Outcome::Abandoned | Outcome::Failed => Closing::Normal,
         }
     }
 
     fn reason(self) -> &'static str {
-        match self.0 {
-            1000 => "the stream ended",
-            1001 => "the gateway is draining",
-            1003 => "unsupported message",
-            1008 => "policy",
-            1009 => "message too big",
-            4000 => "gap: the position is no longer held",
-            4001 => "unknown stream",
-            4002 => "cancelled",
-            4003 => "behind",
-            4004 => "busy",
-            4005 => "the shared store is unavailable",
-            _ => "error",
+        match self {
+            Closing::Normal => "the stream ended",
+            Closing::GoingAway => "the gateway is draining",
+            Closing::Unsupported => "unsupported message",
+            Closing::Policy => "policy",
+            Closing::TooBig => "message too big",
+            Closing::Error => "error",
+            Closing::Gap => "gap: the position is no longer held",
+            Closing::Unknown => "unknown stream",
+            Closing::Cancelled => "cancelled",
+            Closing::Behind => "behind",
+            Closing::Busy => "busy",
+            Closing::Store => "the shared store is unavailable",
         }
     }
 }
@@ -199,7 +204,7 @@ pub async fn serve(
         last_heard: Instant::now(),
     };
     let closing = socket.run(target, binding, &mut drain).await;
-    shared.metrics.closed(closing.0);
+    shared.metrics.closed(closing.code());
     socket.close(closing).await;
 }
 
@@ -248,7 +253,7 @@ impl Socket {
                 after = positions;
                 let s = match r.session(binding).await {
                     Ok(s) => s,
-                    Err(_) => return Closing::BUSY,
+                    Err(_) => return Closing::Busy,
                 };
                 let listed: Vec<_> = s.listed().iter().map(|l| (l.token, l.ended)).collect();
                 for (token, ended) in listed {
@@ -281,16 +286,16 @@ impl Socket {
             let room = self.queue.len_bytes() < limits.max_queued_bytes;
             tokio::select! {
                 biased;
-                () = draining(drain) => return Closing::GOING_AWAY,
+                () = draining(drain) => return Closing::GoingAway,
                 flushed = poll_fn(|cx| self.tx.poll_flush_unpin(cx)), if pending.is_some() => {
                     if flushed.is_err() {
-                        return Closing::ERROR;
+                        return Closing::Error;
                     }
                     self.pending_since = None;
                 }
                 () = sleep_until_opt(write_deadline), if write_deadline.is_some() => {
                     self.shared.metrics.write_timeouts.inc();
-                    return Closing::BEHIND;
+                    return Closing::Behind;
                 }
                 heard = self.rx.next() => match self.heard(heard) {
                     Heard::Nothing => {}
@@ -319,7 +324,7 @@ impl Socket {
                                     return c;
                                 }
                                 if self.pending_since.is_some() && self.tx.flush().await.is_err() {
-                                    return Closing::ERROR;
+                                    return Closing::Error;
                                 }
                                 return Closing::of_outcome(outcome);
                             }
@@ -327,7 +332,7 @@ impl Socket {
                     }
                     if self.queue.len_bytes() >= limits.max_queued_bytes {
                         self.shared.metrics.queue_full.inc();
-                        return Closing::BEHIND;
+                        return Closing::Behind;
                     }
                 }
                 started = next_start(&mut session), if session.is_some() => match started {
@@ -339,18 +344,18 @@ impl Socket {
                         }
                     }
                     Some(_) => self.shared.metrics.session_full.inc(),
-                    None => return Closing::GOING_AWAY,
+                    None => return Closing::GoingAway,
                 },
                 _ = ping.tick() => {
                     if let Some(since) = self.awaiting_pong {
                         if since.elapsed() >= limits.pong_timeout {
                             self.shared.metrics.pong_timeouts.inc();
-                            return Closing::POLICY;
+                            return Closing::Policy;
                         }
                     } else if self.last_heard.elapsed() >= limits.ping_interval && self.pending_since.is_none() {
                         self.awaiting_pong = Some(Instant::now());
                         if self.tx.feed(Message::Ping(Bytes::new())).await.is_err() {
-                            return Closing::ERROR;
+                            return Closing::Error;
                         }
                         self.pending_since = Some(Instant::now());
                     }
@@ -364,18 +369,18 @@ impl Socket {
         let first = tokio::time::timeout(timeout, self.rx.next()).await;
         let text = match first {
             Ok(Some(Ok(Message::Text(t)))) => t,
-            Ok(Some(Err(WsError::Capacity(_)))) => return Err(Closing::TOO_BIG),
+            Ok(Some(Err(WsError::Capacity(_)))) => return Err(Closing::TooBig),
             Err(_) => {
                 self.shared.metrics.auth_timeouts.inc();
-                return Err(Closing::POLICY);
+                return Err(Closing::Policy);
             }
-            _ => return Err(Closing::POLICY),
+            _ => return Err(Closing::Policy),
         };
         let Some(FromClient::Auth(credential)) = messages::from_client(text.as_str()) else {
-            return Err(Closing::POLICY);
+            return Err(Closing::Policy);
         };
         let Ok(value) = http::HeaderValue::from_str(&credential) else {
-            return Err(Closing::POLICY);
+            return Err(Closing::Policy);
         };
         self.last_heard = Instant::now();
         headers.insert(http::header::AUTHORIZATION, value);
@@ -456,7 +461,7 @@ impl Socket {
             sent = self.tx.start_send_unpin(Message::Text(text.into()));
         }
         if sent.is_err() {
-            return Some(Closing::ERROR);
+            return Some(Closing::Error);
         }
         self.pending_since = Some(Instant::now());
         None
@@ -467,12 +472,12 @@ impl Socket {
         self.last_heard = Instant::now();
         self.awaiting_pong = None;
         let msg = match heard {
-            None => return Heard::Close(Closing::NORMAL),
+            None => return Heard::Close(Closing::Normal),
             Some(Err(WsError::Capacity(_))) => {
                 self.shared.metrics.too_big.inc();
-                return Heard::Close(Closing::TOO_BIG);
+                return Heard::Close(Closing::TooBig);
             }
-            Some(Err(_)) => return Heard::Close(Closing::POLICY),
+            Some(Err(_)) => return Heard::Close(Closing::Policy),
             Some(Ok(m)) => m,
         };
         self.shared.metrics.received.inc();
@@ -486,7 +491,7 @@ impl Socket {
                     });
                     Heard::Nothing
                 }
-                Some(FromClient::Auth(_)) | None => Heard::Close(Closing::UNSUPPORTED),
+                Some(FromClient::Auth(_)) | None => Heard::Close(Closing::Unsupported),
             },
             // tungstenite answers pings itself (its pong goes out with the next flush).
             Message::Ping(_) | Message::Pong(_) => {
@@ -495,15 +500,15 @@ impl Socket {
                 }
                 Heard::Nothing
             }
-            Message::Close(_) => Heard::Close(Closing::NORMAL),
-            Message::Binary(_) | Message::Frame(_) => Heard::Close(Closing::UNSUPPORTED),
+            Message::Close(_) => Heard::Close(Closing::Normal),
+            Message::Binary(_) | Message::Frame(_) => Heard::Close(Closing::Unsupported),
         }
     }
 
     /// Sends the close frame, giving a client that reads nothing one second.
     async fn close(&mut self, closing: Closing) {
         let frame = CloseFrame {
-            code: CloseCode::from(closing.0),
+            code: CloseCode::from(closing.code()),
             reason: closing.reason().into(),
         };
         let _ = tokio::time::timeout(Duration::from_secs(1), self.tx.send(Message::Close(Some(frame)))).await;
