@@ -403,58 +403,50 @@ pub const MAX_FOLLOW_CONNECTIONS: usize = 16;
 /// Shortest `resume.binding_key`.
 pub const MIN_BINDING_KEY: usize = 32;
 
+/// `value` of `key` within `lo..=hi`, each bound given with how the message names it.
+fn between<T: PartialOrd + std::fmt::Display>(
+    key: &'static str,
+    value: T,
+    lo: (T, &str),
+    hi: (T, &str),
+) -> Result<(), ConfigError> {
+    if lo.0 <= value && value <= hi.0 {
+        return Ok(());
+    }
+    Err(invalid(key, format!("{value} is not between {} and {}", lo.1, hi.1)))
+}
+
 impl Resume {
     fn validate(&self) -> Result<(), ConfigError> {
         secs("resume.grace_secs", self.grace_secs, true)?;
         secs("resume.retention_secs", self.retention_secs, true)?;
-        if !(1..=3_600_000).contains(&self.retry_ms) {
-            return Err(invalid(
-                "resume.retry_ms",
-                format!("{} is not between 1 and 3600000", self.retry_ms),
-            ));
-        }
-        if !(MIN_RESUME_BUFFER..=MAX_RESUME_BYTES).contains(&self.buffer_bytes) {
-            return Err(invalid(
-                "resume.buffer_bytes",
-                format!(
-                    "{} is not between {MIN_RESUME_BUFFER} and {MAX_RESUME_BYTES}",
-                    self.buffer_bytes
-                ),
-            ));
-        }
-        if !(self.buffer_bytes..=MAX_RESUME_BYTES).contains(&self.max_total_bytes) {
-            return Err(invalid(
-                "resume.max_total_bytes",
-                format!(
-                    "{} is not between resume.buffer_bytes and {MAX_RESUME_BYTES}",
-                    self.max_total_bytes
-                ),
-            ));
-        }
-        if !(1..=MAX_RESUME_COUNT).contains(&self.max_grace_streams) {
-            return Err(invalid(
-                "resume.max_grace_streams",
-                format!("{} is not between 1 and {MAX_RESUME_COUNT}", self.max_grace_streams),
-            ));
-        }
-        if !(1..=self.max_grace_streams).contains(&self.max_grace_streams_per_binding) {
-            return Err(invalid(
-                "resume.max_grace_streams_per_binding",
-                format!(
-                    "{} is not between 1 and resume.max_grace_streams",
-                    self.max_grace_streams_per_binding
-                ),
-            ));
-        }
-        if !(1..=MAX_RESUME_COUNT).contains(&self.max_watchers_per_stream) {
-            return Err(invalid(
-                "resume.max_watchers_per_stream",
-                format!(
-                    "{} is not between 1 and {MAX_RESUME_COUNT}",
-                    self.max_watchers_per_stream
-                ),
-            ));
-        }
+        between("resume.retry_ms", self.retry_ms, (1, "1"), (3_600_000, "3600000"))?;
+        let (floor, ceiling) = (MIN_RESUME_BUFFER.to_string(), MAX_RESUME_BYTES.to_string());
+        let ceiling = (MAX_RESUME_BYTES, ceiling.as_str());
+        between(
+            "resume.buffer_bytes",
+            self.buffer_bytes,
+            (MIN_RESUME_BUFFER, &floor),
+            ceiling,
+        )?;
+        let buffer = (self.buffer_bytes, "resume.buffer_bytes");
+        between("resume.max_total_bytes", self.max_total_bytes, buffer, ceiling)?;
+        let count = MAX_RESUME_COUNT.to_string();
+        let count = (MAX_RESUME_COUNT, count.as_str());
+        between("resume.max_grace_streams", self.max_grace_streams, (1, "1"), count)?;
+        let grace = (self.max_grace_streams, "resume.max_grace_streams");
+        between(
+            "resume.max_grace_streams_per_binding",
+            self.max_grace_streams_per_binding,
+            (1, "1"),
+            grace,
+        )?;
+        between(
+            "resume.max_watchers_per_stream",
+            self.max_watchers_per_stream,
+            (1, "1"),
+            count,
+        )?;
         secs(
             "resume.watcher_write_timeout_secs",
             self.watcher_write_timeout_secs,

@@ -4,7 +4,9 @@
 use std::io::IsTerminal;
 
 use prometheus::core::Collector;
-use prometheus::{exponential_buckets, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
+use prometheus::{
+    exponential_buckets, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+};
 
 use crate::config::{Log, LogFormat};
 
@@ -51,6 +53,20 @@ pub fn counters<const N: usize>(
 ) -> prometheus::Result<[IntCounter; N]> {
     let family = register(r, IntCounterVec::new(Opts::new(name(n), help), &[label])?)?;
     Ok(values.map(|v| family.with_label_values(&[v])))
+}
+
+/// A registered histogram family `sse_gateway_{n}` with one label.
+pub fn histograms(
+    r: &Registry,
+    n: &str,
+    help: &str,
+    label: &str,
+    buckets: Vec<f64>,
+) -> prometheus::Result<HistogramVec> {
+    register(
+        r,
+        HistogramVec::new(HistogramOpts::new(name(n), help).buckets(buckets), &[label])?,
+    )
 }
 
 /// Latency buckets from 10 µs to ~40 s.

@@ -5,7 +5,7 @@ use prometheus::{
     Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
 
-use crate::telemetry::{counter, counters, gauge, latency_buckets, name, register};
+use crate::telemetry::{counter, counters, gauge, histograms, latency_buckets, name, register};
 
 label_enum! {
     /// How a request naming one of our streams was answered (`resume_requests_total{outcome}`).
@@ -144,13 +144,12 @@ impl ResumeMetrics {
                     &["op", "result"],
                 )?,
             )?,
-            store_seconds: register(
+            store_seconds: histograms(
                 r,
-                HistogramVec::new(
-                    HistogramOpts::new(name("resume_store_seconds"), "Shared-store operation latency.")
-                        .buckets(latency_buckets()),
-                    &["op"],
-                )?,
+                "resume_store_seconds",
+                "Shared-store operation latency.",
+                "op",
+                latency_buckets(),
             )?,
             unresumable: counter(
                 r,

@@ -3,17 +3,14 @@
 
 use std::sync::Arc;
 
-use prometheus::{
-    exponential_buckets, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
-    Opts, Registry,
-};
+use prometheus::{exponential_buckets, Histogram, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
 use crate::proxy::metrics::translator::TranslatorMetrics;
 use crate::proxy::request::agent::Source;
 use crate::proxy::request::body::ClientErrorKind;
 use crate::proxy::request::negotiate::Mode;
 use crate::proxy::upstream::pool::UpstreamMetrics;
-use crate::telemetry::{counter, counters, histogram, latency_buckets, name, register};
+use crate::telemetry::{counter, counters, histogram, histograms, latency_buckets, name, register};
 
 /// Per-mode handles resolved once, so the hot path never looks labels up.
 pub struct ModeMetrics {
@@ -55,13 +52,12 @@ impl Metrics {
             r,
             IntGaugeVec::new(Opts::new(name("active_streams"), "Event streams open now."), &["mode"])?,
         )?;
-        let duration = register(
+        let duration = histograms(
             r,
-            HistogramVec::new(
-                HistogramOpts::new(name("stream_duration_seconds"), "Event stream lifetime.")
-                    .buckets(exponential_buckets(0.01, 3.0, 12)?),
-                &["mode"],
-            )?,
+            "stream_duration_seconds",
+            "Event stream lifetime.",
+            "mode",
+            exponential_buckets(0.01, 3.0, 12)?,
         )?;
         let bytes_in = by_mode("bytes_in_total", "Response body bytes read from the upstream.")?;
         let bytes_out = by_mode("bytes_out_total", "Response body bytes sent to clients.")?;

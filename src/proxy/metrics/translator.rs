@@ -5,10 +5,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use prometheus::local::LocalHistogram;
-use prometheus::{exponential_buckets, Histogram, HistogramOpts, HistogramVec, IntCounter, Registry};
+use prometheus::{exponential_buckets, Histogram, IntCounter, Registry};
 
 use crate::envelope::EnvelopeKind;
-use crate::telemetry::{counter, counters, histogram, latency_buckets, name, register};
+use crate::telemetry::{counter, counters, histogram, histograms, latency_buckets};
 use crate::translate::{Observer, ParseErrorKind};
 
 /// Translator-level families, resolved per envelope kind.
@@ -31,13 +31,12 @@ impl TranslatorMetrics {
     /// Creates the translator's families and registers them on `r`.
     pub fn register(r: &Registry) -> prometheus::Result<Self> {
         let types = EnvelopeKind::ALL.map(EnvelopeKind::as_str);
-        let block_chunks = register(
+        let block_chunks = histograms(
             r,
-            HistogramVec::new(
-                HistogramOpts::new(name("block_chunks"), "Envelopes per closed block.")
-                    .buckets(exponential_buckets(1.0, 2.0, 14)?),
-                &["type"],
-            )?,
+            "block_chunks",
+            "Envelopes per closed block.",
+            "type",
+            exponential_buckets(1.0, 2.0, 14)?,
         )?;
         Ok(Self {
             envelopes: counters(r, "envelopes_total", "Envelopes written, by type.", "type", types)?,

@@ -65,25 +65,24 @@ pub enum Binding {
 
 /// How a socket closes: its close code (docs/WEBSOCKET.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u16)]
 pub enum Closing {
-    Normal = 1000,
-    GoingAway = 1001,
-    Unsupported = 1003,
-    Policy = 1008,
-    TooBig = 1009,
-    Error = 1011,
-    Gap = 4000,
-    Unknown = 4001,
-    Cancelled = 4002,
-    Behind = 4003,
-    Busy = 4004,
-    Store = 4005,
+    Normal,
+    GoingAway,
+    Unsupported,
+    Policy,
+    TooBig,
+    Error,
+    Gap,
+    Unknown,
+    Cancelled,
+    Behind,
+    Busy,
+    Store,
 }
 
 impl Closing {
     pub fn code(self) -> u16 {
-        self as u16
+        self.parts().0
     }
 
     fn of_refusal(r: &Refusal) -> Closing {
@@ -104,19 +103,24 @@ impl Closing {
     }
 
     fn reason(self) -> &'static str {
+        self.parts().1
+    }
+
+    /// The close code and its reason.
+    fn parts(self) -> (u16, &'static str) {
         match self {
-            Closing::Normal => "the stream ended",
-            Closing::GoingAway => "the gateway is draining",
-            Closing::Unsupported => "unsupported message",
-            Closing::Policy => "policy",
-            Closing::TooBig => "message too big",
-            Closing::Error => "error",
-            Closing::Gap => "gap: the position is no longer held",
-            Closing::Unknown => "unknown stream",
-            Closing::Cancelled => "cancelled",
-            Closing::Behind => "behind",
-            Closing::Busy => "busy",
-            Closing::Store => "the shared store is unavailable",
+            Closing::Normal => (1000, "the stream ended"),
+            Closing::GoingAway => (1001, "the gateway is draining"),
+            Closing::Unsupported => (1003, "unsupported message"),
+            Closing::Policy => (1008, "policy"),
+            Closing::TooBig => (1009, "message too big"),
+            Closing::Error => (1011, "error"),
+            Closing::Gap => (4000, "gap: the position is no longer held"),
+            Closing::Unknown => (4001, "unknown stream"),
+            Closing::Cancelled => (4002, "cancelled"),
+            Closing::Behind => (4003, "behind"),
+            Closing::Busy => (4004, "busy"),
+            Closing::Store => (4005, "the shared store is unavailable"),
         }
     }
 }
