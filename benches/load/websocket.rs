@@ -21,8 +21,8 @@ use futures_util::StreamExt;
 use http::Request;
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Incoming;
-use tokio::net::TcpStream;
 use hyper::client::conn::http1::SendRequest;
+use tokio::net::TcpStream;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
@@ -310,7 +310,9 @@ async fn cpu_row(gw: &Gw, via: Via, window: Duration, tck: f64) -> Result<CpuRow
         let (url, body, owner) = start(
             addr,
             i,
-            &format!("kind=rated&interval_us={interval_us}&start_ns={start_ns}&until_ns={until_ns}&phase_us={phase}&bytes=0"),
+            &format!(
+                "kind=rated&interval_us={interval_us}&start_ns={start_ns}&until_ns={until_ns}&phase_us={phase}&bytes=0"
+            ),
         )
         .await?;
         // The owner leaves: the stream goes on (its grace period) and is read by the reader alone.
@@ -404,12 +406,18 @@ pub async fn websocket(opts: &Opts, up: &[u16], rep: &mut Report, ok: &mut bool)
             failed[k] += row.failures.len();
             failures.extend(row.failures);
             if !gw.0.alive() {
-                return Err("the gateway of the websocket CPU rows exited (see its log under /tmp/sse-gateway-load-*)".into());
+                return Err(
+                    "the gateway of the websocket CPU rows exited (see its log under /tmp/sse-gateway-load-*)".into(),
+                );
             }
         }
     }
     let sent = |name: &str| metric(gw.2, &format!("sse_gateway_websocket_{name}"), "");
-    let (messages, batches, batched) = (sent("messages_total"), sent("batches_total"), sent("batched_messages_total"));
+    let (messages, batches, batched) = (
+        sent("messages_total"),
+        sent("batches_total"),
+        sent("batched_messages_total"),
+    );
     drop(gw);
     for round in 0..rounds {
         let order: Vec<usize> = if round % 2 == 0 { vec![0, 1] } else { vec![1, 0] };
@@ -418,7 +426,8 @@ pub async fn websocket(opts: &Opts, up: &[u16], rep: &mut Report, ok: &mut bool)
             mem[k].push(per);
         }
     }
-    let ratio = |v: &[f64], base: &[f64]| median(v.iter().zip(base).map(|(a, b)| a / b.max(f64::MIN_POSITIVE)).collect());
+    let ratio =
+        |v: &[f64], base: &[f64]| median(v.iter().zip(base).map(|(a, b)| a / b.max(f64::MIN_POSITIVE)).collect());
     let list = |v: &[f64]| v.iter().map(|x| format!("{x:.1}")).collect::<Vec<_>>().join(", ");
     rep.line(format!(
         "| reader | memory per idle reader, KiB ({} readers) | CPU per event, µs (user+system) | of which user / \
