@@ -1,6 +1,6 @@
 //! Load harness (issue 5): the gateway side by side with the upstream direct and nginx, on 127.0.0.1 only.
 //!
-//! `cargo bench --bench load -- <latency|throughput|idle|large|scaling|resume|cost|all|instructions|redis> [--quick] [options]`; see `usage()`.
+//! `cargo bench --bench load -- <latency|throughput|idle|large|scaling|resume|cost|all|instructions|redis|websocket> [--quick] [options]`; see `usage()`.
 //! Processes: this driver (the load client, one current-thread tokio runtime), the synthetic upstream (this
 //! binary re-run as `__upstream`, its own current-thread runtime), nginx (one worker) and the gateway's release
 //! binary (its default multi-thread runtime: 2 workers here). All share the machine's cores. Every phase is
@@ -30,6 +30,8 @@ mod resume;
 mod scenarios;
 #[path = "load/upstream.rs"]
 mod upstream;
+#[path = "load/websocket.rs"]
+mod websocket;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -79,7 +81,7 @@ fn pin_split() -> Result<(String, String), String> {
 }
 
 fn usage() -> &'static str {
-    "usage: cargo bench --bench load -- <latency|throughput|idle|large|scaling|resume|cost|all|instructions|redis> [options]
+    "usage: cargo bench --bench load -- <latency|throughput|idle|large|scaling|resume|cost|all|instructions|redis|websocket> [options]
   --quick            short phases and small counts (CI smoke, < 3 minutes for `all`)
   --rounds N         interleaved rounds per target (A B A B ...)
   --secs S           measured window per phase, seconds
@@ -116,6 +118,11 @@ memory-store gateway, all with resume.buffer_bytes = 64 KiB: Redis memory per he
 each instance's Redis connections with 0, 10, 50 (full: also 100) watchers on the second instance, events/s
 through the store per instance (paced and at saturation, one instance and two at once) and CPU per event of the
 gateway and of redis-server against the memory store (--rounds, --secs as in `cost`; --quick: < 2 minutes)
+`websocket` (issue 28, not in `all`) measures the WebSocket output against SSE with the same gateway binary:
+memory per idle socket against per idle SSE watcher (--idle-streams readers, default 1000, 500 with --quick,
+10 per held stream, held --hold s, default 5, 1 with --quick; a fresh gateway per row) and CPU per event
+delivered over a socket against over SSE (50 streams × 400 ev/s paced, --secs window), ratios and verdicts
+(goal ≤ 1.0× on both; --rounds as in `cost`)
 exit status: 1 when a stream was dropped or a process failed; never because of a latency or throughput figure"
 }
 

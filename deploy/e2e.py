@@ -10,7 +10,7 @@ Starts, all on loopback and on free ports:
     evaluation every 1 s) and the alert rules.
 Then drives a bounded number of streams through nginx (and one through haproxy) and
 asserts: streams arrive translated (JSON envelopes) and unbuffered (the first envelope
-arrives while the backend is still sending), both gateways served and are `up` in
+arrives while the backend is still sending), a finished stream reads again over a WebSocket, both gateways served and are `up` in
 Prometheus, the rules loaded, and every PromQL expression of the Grafana dashboard and of
 the alert rules parses and returns data. Everything started is stopped by PID at exit,
 pass or fail. Prints `ok ...`/`FAIL ...` per assertion and `e2e: N passed, M failed`.
@@ -172,6 +172,70 @@ def drive_stream(host: str, port: int, query: str) -> dict:
     info["body"] = buf
     conn.close()
     return info
+
+
+def read_socket(host: str, port: int, path: str) -> tuple:
+    """Reads the WebSocket on `path` (subprotocol sse-gateway.v1, the default) to its close; returns (the
+    text messages as JSON, the close code). A client of RFC 6455's few frames a server sends, for this check only."""
+    import base64
+
+    key = base64.b64encode(os.urandom(16)).decode()
+    s = socket.create_connection((host, port), timeout=20)
+    s.sendall(
+        (
+            f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        ).encode()
+    )
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        chunk = s.recv(4096)
+        if not chunk:
+            raise RuntimeError(f"handshake: connection closed after {buf[:200]!r}")
+        buf += chunk
+    head, buf = buf.split(b"\r\n\r\n", 1)
+    if not head.startswith(b"HTTP/1.1 101"):
+        raise RuntimeError(f"handshake answered {head[:200]!r}")
+
+    def take(n: int) -> bytes:
+        nonlocal buf
+        while len(buf) < n:
+            chunk = s.recv(65536)
+            if not chunk:
+                raise RuntimeError("connection closed inside a frame")
+            buf += chunk
+        out, buf = buf[:n], buf[n:]
+        return out
+
+    messages, fragments = [], b""
+    try:
+        while True:
+            b0, b1 = take(2)
+            n = b1 & 0x7F
+            if n == 126:
+                n = int.from_bytes(take(2), "big")
+            elif n == 127:
+                n = int.from_bytes(take(8), "big")
+            payload = take(n)  # a server's frames are not masked
+            opcode = b0 & 0x0F
+            if opcode in (0x1, 0x0):
+                fragments += payload
+                if b0 & 0x80:
+                    messages.append(json.loads(fragments))
+                    fragments = b""
+            elif opcode == 0x8:
+                code = int.from_bytes(payload[:2], "big") if len(payload) >= 2 else 1005
+                # The closing handshake's answer (masked, as a client's frames are), echoing the code.
+                mask = os.urandom(4)
+                body = bytes(c ^ mask[i % 4] for i, c in enumerate(payload[:2]))
+                s.sendall(bytes([0x88, 0x80 | len(body)]) + mask + body)
+                return messages, code
+            elif opcode == 0x9:  # ping: answer with its payload
+                mask = os.urandom(4)
+                body = bytes(c ^ mask[i % 4] for i, c in enumerate(payload))
+                s.sendall(bytes([0x8A, 0x80 | len(body)]) + mask + body)
+    finally:
+        s.close()
 
 
 def parse_events(body: bytes) -> tuple:
@@ -432,6 +496,24 @@ def main() -> int:
             time.sleep(0.5)
     if check("haproxy routes to a healthy gateway (/readyz checks)", up, on_fail=log_tail("haproxy")):
         check_stream("haproxy stream", info)
+
+    # 6b. One stream read again over a WebSocket (docs/WEBSOCKET.md), from the gateway that holds it: its
+    # envelopes from the start, then close 1000. Also makes the close-by-code family the dashboard shows exist.
+    try:
+        info = drive_stream("127.0.0.1", gws[0][0], "over a socket")
+        url = info["headers"].get("x-gateway-stream", "")
+        sse_envelopes = parse_events(info["body"])[0]
+        messages, code = read_socket("127.0.0.1", gws[0][0], url)
+        events = [m for m in messages if m.get("type") == "event"]
+        events += [e for m in messages if m.get("type") == "batch" for e in m.get("messages", [])]
+        check(
+            "a finished stream read over a WebSocket: every envelope, then close 1000",
+            bool(url) and code == 1000 and len(events) == len(sse_envelopes) > 0,
+            f"{url or 'no X-Gateway-Stream'}: {len(events)} events over the socket, {len(sse_envelopes)} over SSE, "
+            f"close {code}",
+        )
+    except Exception as e:  # noqa: BLE001 - reported as a failed check
+        check("a finished stream read over a WebSocket: every envelope, then close 1000", False, repr(e))
 
     # 7. Both gateways served traffic (their own counters) and Prometheus scrapes both.
     for i, (_, adm) in enumerate(gws, 1):

@@ -49,7 +49,8 @@ pub async fn start() -> std::io::Result<SocketAddr> {
     Ok(addr)
 }
 
-/// The curl commands printed at start-up, for a gateway listening on `public`.
+/// The commands printed at start-up, for a gateway listening on `public`: the run over SSE with curl, and the
+/// same run read again over a WebSocket (docs/WEBSOCKET.md) with PyPI `websockets`' own client.
 pub fn instructions(public: SocketAddr) -> String {
     let host = if public.ip().is_unspecified() {
         SocketAddr::from(([127, 0, 0, 1], public.port()))
@@ -60,7 +61,10 @@ pub fn instructions(public: SocketAddr) -> String {
         "sse-gateway: demo backend running (no upstream configured). Watch a translated stream:\n  \
          curl -N -X POST http://{host}/agent/run -H 'content-type: application/json' \
          -d '{{\"query\":\"What is the weather in Paris?\"}}'\n\
-         sse-gateway: the same stream untranslated: add -H 'X-Stream-Format: legacy'"
+         sse-gateway: the same stream untranslated: add -H 'X-Stream-Format: legacy'\n\
+         sse-gateway: a run read over a WebSocket (pip install websockets):\n  \
+         python3 -m websockets ws://{host}$(curl -sD - -o /dev/null -X POST http://{host}/agent/run -d '{{}}' \
+         | sed -n 's/^x-gateway-stream: //ip' | tr -d '\\r')"
     )
 }
 

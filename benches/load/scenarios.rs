@@ -417,7 +417,7 @@ pub async fn run(opts: &Opts, nofile: u64) -> Result<bool, String> {
     // `instructions` is not part of `all`: it needs valgrind, and its phases run the proxies 50× slower; nor is
     // `redis`: it needs redis-server, and `resume` already runs the Redis store in `all`.
     let one = opts.scenario.as_str();
-    if !(one == "all" || one == "instructions" || one == "redis" || IN_ALL.contains(&one)) {
+    if !(one == "all" || ["instructions", "redis", "websocket"].contains(&one) || IN_ALL.contains(&one)) {
         return Err(format!("unknown scenario {one:?}"));
     }
     let names = if one == "all" { IN_ALL.to_vec() } else { vec![one] };
@@ -432,6 +432,7 @@ pub async fn run(opts: &Opts, nofile: u64) -> Result<bool, String> {
             "cost" => cost(opts, &mut env, &mut rep, &mut ok).await?,
             "resume" => crate::resume::resume(opts, &env.up, &mut rep, &mut ok).await?,
             "redis" => crate::redis_scale::redis(opts, &env.up, &mut rep, &mut ok).await?,
+            "websocket" => crate::websocket::websocket(opts, &env.up, &mut rep, &mut ok).await?,
             _ => crate::instructions::instructions(opts, &env.up, &mut rep, &mut ok).await?,
         }
     }

@@ -653,6 +653,69 @@ def build() -> dict:
         ),
     )
 
+    # ------------------------------------------------------------------ WebSocket output
+    # Metric families: docs/METRICS.md ("WebSocket output"), src/proxy/socket/metrics.rs.
+    L.row(
+        "WebSocket output",
+        "Held streams read over WebSocket (per-stream and session sockets): sockets open, messages and "
+        "batches written, closes by code, handshakes refused and bounds reached. See docs/WEBSOCKET.md.",
+    )
+    L.add(
+        8,
+        8,
+        timeseries(
+            "Sockets open by kind",
+            "WebSocket connections open: stream (one stream's URL) and session (every stream of a binding). "
+            "At most websocket.max_sockets per instance; past it handshakes are refused (503).",
+            targets((sum_of("sse_gateway_websocket_sockets", by="kind"), "{{kind}}")),
+            stack=True,
+        ),
+        timeseries(
+            "Messages and batches",
+            "WebSocket messages written to clients per second (a batch counts once), batches among them "
+            "(written while a write was pending: the client reads slowly), messages carried inside batches, "
+            "and messages received from clients.",
+            targets(
+                (sum_rate("sse_gateway_websocket_messages_total"), "messages"),
+                (sum_rate("sse_gateway_websocket_batches_total"), "batches"),
+                (sum_rate("sse_gateway_websocket_batched_messages_total"), "messages in batches"),
+                (sum_rate("sse_gateway_websocket_received_total"), "received"),
+            ),
+            unit="ops",
+        ),
+        timeseries(
+            "Closes by code",
+            "Sockets closed per second by close code (docs/WEBSOCKET.md): 1000 the stream ended, 1001 "
+            "draining, 1003/1008/1009 a client's fault, 1011 the gateway failed, 4000 gap, 4001 unknown, "
+            "4002 cancelled, 4003 behind, 4004 busy, 4005 store unavailable.",
+            targets((sum_rate("sse_gateway_websocket_closes_total", by="code"), "{{code}}")),
+            unit="ops",
+            stack=True,
+        ),
+    )
+    L.add(
+        12,
+        7,
+        timeseries(
+            "Handshakes refused by reason",
+            "WebSocket handshakes answered without an upgrade, per second: origin (an Origin not allowed: "
+            "cross-site WebSocket hijacking), sockets (websocket.max_sockets open), handshake (not a valid "
+            "handshake or no subprotocol spoken), no_binding (a session without bound values).",
+            targets((sum_rate("sse_gateway_websocket_refused_total", by="reason"), "{{reason}}")),
+            unit="ops",
+            stack=True,
+        ),
+        timeseries(
+            "WebSocket limits reached",
+            "Sockets closed per second by a bound of docs/SECURITY.md: write_timeout / queue_full (the client "
+            "fell behind: close 4003), pong_timeout, auth_timeout (1008), message_size (1009), session_streams "
+            "(websocket.max_streams_per_session). Steady non-zero lines mean a bound is too small or clients misbehave.",
+            targets((sum_rate("sse_gateway_websocket_limited_total", by="limit"), "{{limit}}")),
+            unit="ops",
+            stack=True,
+        ),
+    )
+
     variables = [
         {
             "type": "datasource",
@@ -702,7 +765,7 @@ def build() -> dict:
         "title": "sse-gateway",
         "uid": "sse-gateway",
         "description": "sse-gateway: legacy agent SSE to JSON envelopes. RED view of streams, latency, "
-        "fragmentation and chunking, errors, traffic, resumable streams. Source: deploy/grafana/build_dashboard.py.",
+        "fragmentation and chunking, errors, traffic, resumable streams, WebSocket output. Source: deploy/grafana/build_dashboard.py.",
         "tags": ["sse-gateway", "sse", "proxy"],
         "editable": True,
         "graphTooltip": 1,
