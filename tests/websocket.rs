@@ -126,8 +126,10 @@ async fn a_socket_cut_mid_run_resumes_after_its_last_id_losing_and_repeating_not
     let after = read_to_close(&mut second, WAIT).await;
     assert_eq!(after.close, Some(1000), "{}", after.ending());
     sse.read_to_end(WAIT).await.expect("the SSE reader's end");
-    let mut joined = Got::default();
-    joined.msgs = before.msgs.into_iter().chain(after.msgs).collect();
+    let joined = Got {
+        msgs: before.msgs.into_iter().chain(after.msgs).collect(),
+        ..Got::default()
+    };
     assert_same_stream(&joined, &sse_events(&sse.body), &token, "two sockets, cut and resumed");
     gw.stop().await;
 }
@@ -498,8 +500,10 @@ fn assert_session_carried(got: &Got, token: &str, sse: &[(String, String)]) {
     );
     assert_eq!(of[0].value["url"], format!("/_gateway/streams/{token}"));
     assert_eq!(of.last().map(|m| m.value["outcome"].clone()), Some("completed".into()));
-    let mut only = Got::default();
-    only.msgs = of.into_iter().cloned().collect();
+    let only = Got {
+        msgs: of.into_iter().cloned().collect(),
+        ..Got::default()
+    };
     assert_same_stream(&only, sse, token, "a stream on the session");
 }
 

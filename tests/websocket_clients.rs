@@ -168,8 +168,10 @@ async fn third_party_clients_read_a_stream_whole_and_resume_after_a_cut() {
         let (after, _) = got_of(&client.run(&ws_url(&gw, &resumed), json!({})).await);
         sse.read_to_end(WAIT).await.expect("the SSE reader's end");
         assert_eq!(after.close, Some(1000), "{what}: {}", after.ending());
-        let mut joined = Got::default();
-        joined.msgs = before.msgs.into_iter().chain(after.msgs).collect();
+        let joined = Got {
+            msgs: before.msgs.into_iter().chain(after.msgs).collect(),
+            ..Got::default()
+        };
         assert_same_stream(
             &joined,
             &sse_events(&sse.body),

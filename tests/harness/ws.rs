@@ -237,14 +237,23 @@ pub fn tool_run_items() -> Vec<Vec<u8>> {
     let mut items: Vec<Vec<u8>> = text_block(
         ["Let me ", "search ", "for that."].map(String::from),
         &[
-            "<content-block-tool_call id=\"toolu_1\" name=\"search\" arguments=\"{&quot;q&quot;:&quot;rust websockets&quot;}\"></content-block-tool_call>",
-            "<content-block-tool_result id=\"toolu_1\" name=\"search\"><![CDATA[3 results found]]></content-block-tool_result>",
+            concat!(
+                "<content-block-tool_call id=\"toolu_1\" name=\"search\" ",
+                "arguments=\"{&quot;q&quot;:&quot;rust websockets&quot;}\"></content-block-tool_call>"
+            ),
+            concat!(
+                "<content-block-tool_result id=\"toolu_1\" name=\"search\">",
+                "<![CDATA[3 results found]]></content-block-tool_result>"
+            ),
         ],
     );
     items.extend(text_block(
         ["Found ", "three ", "answers."].map(String::from),
         &[
-            "<meta_final data=\"{&quot;stop_reason&quot;:&quot;end_turn&quot;,&quot;total_steps&quot;:2}\"></meta_final>",
+            concat!(
+                "<meta_final data=\"{&quot;stop_reason&quot;:&quot;end_turn&quot;,",
+                "&quot;total_steps&quot;:2}\"></meta_final>"
+            ),
             "[DONE]",
         ],
     ));
@@ -262,7 +271,8 @@ pub fn big_run(deltas: usize) -> Vec<u8> {
 }
 
 /// The upstream's answer for the runs the socket tests read: `/run/<words>[/…]` a paced run of that many words,
-/// `/big/<n>` [`big_run`] at once, `/tools` the seed-004 page's run, `/hold` a run that never ends (waiting for the gateway to close it).
+/// `/big/<n>` [`big_run`] at once, `/tools` the seed-004 page's run, `/hold` a run that never ends (waiting for the
+/// gateway to close it).
 pub fn run_answer(r: &Recorded) -> Option<Vec<Step>> {
     let path = r.target.split('?').next().unwrap_or("");
     if path == "/hold" || path.starts_with("/hold/") {
