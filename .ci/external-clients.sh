@@ -2,7 +2,9 @@
 # Installs the third-party clients that the real-client tests run against the gateway:
 # - tests/external_clients.rs: eventsource-parser (npm) and httpx-sse (PyPI);
 # - tests/resume_clients.rs: headless Chromium (Debian's `chromium`) and @microsoft/fetch-event-source (npm,
-#   version pinned in tests/external/node/package.json and package-lock.json).
+#   version pinned in tests/external/node/package.json and package-lock.json);
+# - tests/websocket_clients.rs: npm `ws` (pinned in package.json and package-lock.json), PyPI `websockets` (pinned
+#   here) and Chromium's own WebSocket.
 # Those tests fail under CI=true when a client is missing, and are skipped with a note elsewhere.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,7 +14,7 @@ else
   echo "external-clients: npm not found" >&2
 fi
 if command -v python3 >/dev/null; then
-  python3 -m pip install --quiet --disable-pip-version-check httpx httpx-sse
+  python3 -m pip install --quiet --disable-pip-version-check httpx httpx-sse "websockets==17.4"
 else
   echo "external-clients: python3 not found" >&2
 fi

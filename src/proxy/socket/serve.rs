@@ -324,11 +324,8 @@ impl Socket {
                             let outcome = self.ended(ended, session.is_some());
                             if session.is_none() {
                                 // The last messages go out before the close.
-                                if let Some(c) = self.flush_queue() {
+                                if let Err(c) = self.finish_writes(limits.write_timeout).await {
                                     return c;
-                                }
-                                if self.pending_since.is_some() && self.tx.flush().await.is_err() {
-                                    return Closing::Error;
                                 }
                                 return Closing::of_outcome(outcome);
                             }
@@ -469,6 +466,32 @@ impl Socket {
         }
         self.pending_since = Some(Instant::now());
         None
+    }
+
+    /// Writes everything still queued, after the pending write if there is one: a queue left behind a pending
+    /// write would be lost by the close. Bounded by `websocket.write_timeout_secs` as any write.
+    async fn finish_writes(&mut self, timeout: Duration) -> Result<(), Closing> {
+        let all = async {
+            loop {
+                if self.pending_since.is_some() {
+                    self.tx.flush().await.map_err(|_| Closing::Error)?;
+                    self.pending_since = None;
+                }
+                if self.queue.is_empty() {
+                    return Ok(());
+                }
+                if let Some(c) = self.flush_queue() {
+                    return Err(c);
+                }
+            }
+        };
+        match tokio::time::timeout(timeout, all).await {
+            Ok(done) => done,
+            Err(_) => {
+                self.shared.metrics.write_timeouts.inc();
+                Err(Closing::Behind)
+            }
+        }
     }
 
     /// What a client's frame asks.
