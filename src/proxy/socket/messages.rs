@@ -349,12 +349,15 @@ pub fn stream_end(proto: Subprotocol, token: &str, outcome: Outcome, out: &mut V
     true
 }
 
-/// Messages queued while a write is pending: one message alone goes out as it is, more as one batch.
+/// Messages waiting to be written, each a JSON object: one at a time while the socket keeps up, all together as
+/// one batch when they queued behind a pending write.
 pub struct Queue {
     proto: Subprotocol,
-    /// The messages, each a JSON object, separated by commas.
+    /// The messages from `head` on, separated by commas (so the batch is their bytes as they are).
     bytes: Vec<u8>,
-    count: usize,
+    head: usize,
+    /// Where each message ends in `bytes`.
+    ends: std::collections::VecDeque<usize>,
 }
 
 impl Queue {
@@ -362,55 +365,71 @@ impl Queue {
         Self {
             proto,
             bytes: Vec::new(),
-            count: 0,
+            head: 0,
+            ends: std::collections::VecDeque::new(),
         }
     }
 
     pub fn len_bytes(&self) -> usize {
-        self.bytes.len()
+        self.bytes.len() - self.head
     }
 
     pub fn is_empty(&self) -> bool {
-        self.count == 0
+        self.ends.is_empty()
     }
 
     /// Appends one message with `write` (which returns false when it wrote none).
     pub fn push(&mut self, write: impl FnOnce(&mut Vec<u8>) -> bool) {
         let mark = self.bytes.len();
-        if self.count > 0 {
+        if !self.ends.is_empty() {
             self.bytes.push(b',');
         }
         if write(&mut self.bytes) {
-            self.count += 1;
+            self.ends.push_back(self.bytes.len());
         } else {
             self.bytes.truncate(mark);
         }
     }
 
-    /// The queued messages as one text message (`None` when empty), and how many it holds; the queue is empty
-    /// after, with its buffer released when it grew large.
-    pub fn take(&mut self, session: &str) -> Option<(String, usize)> {
-        if self.count == 0 {
-            return None;
+    /// The first message alone.
+    pub fn take_one(&mut self) -> Option<String> {
+        let end = self.ends.pop_front()?;
+        let text = String::from_utf8_lossy(&self.bytes[self.head..end]).into_owned();
+        self.head = end + 1;
+        if self.ends.is_empty() {
+            self.clear();
         }
-        let count = std::mem::take(&mut self.count);
-        let body = std::mem::take(&mut self.bytes);
-        let text = if count == 1 {
-            body
-        } else {
-            let mut out = Vec::with_capacity(body.len() + 64);
-            out.extend_from_slice(b"{\"type\":\"batch\",\"messages\":[");
-            out.extend_from_slice(&body);
-            out.push(b']');
-            if self.proto == Subprotocol::AgentSdk {
-                out.extend_from_slice(format!(",\"timestamp\":{},\"sessionId\":", now_ms()).as_bytes());
-                push_str(&mut out, session);
-            }
-            out.push(b'}');
-            out
-        };
-        // Every part is JSON text written from `&str`s and UTF-8 checked envelopes.
-        String::from_utf8(text).ok().map(|t| (t, count))
+        Some(text)
+    }
+
+    /// Every queued message as one text message (a batch when more than one), and how many it holds.
+    pub fn take_all(&mut self, session: &str) -> Option<(String, usize)> {
+        let count = self.ends.len();
+        if count <= 1 {
+            return self.take_one().map(|t| (t, 1));
+        }
+        let mut out = Vec::with_capacity(self.len_bytes() + 64);
+        out.extend_from_slice(b"{\"type\":\"batch\",\"messages\":[");
+        out.extend_from_slice(&self.bytes[self.head..]);
+        out.push(b']');
+        if self.proto == Subprotocol::AgentSdk {
+            out.extend_from_slice(format!(",\"timestamp\":{},\"sessionId\":", now_ms()).as_bytes());
+            push_str(&mut out, session);
+        }
+        out.push(b'}');
+        self.clear();
+        // Every part is JSON text written from `&str`s and the gateway's own UTF-8 envelopes.
+        Some((String::from_utf8_lossy(&out).into_owned(), count))
+    }
+
+    fn clear(&mut self) {
+        self.ends.clear();
+        self.head = 0;
+        self.bytes.clear();
+        // A burst's buffer is not kept by an idle socket.
+        if self.bytes.capacity() > 64 << 10 {
+            self.bytes = Vec::new();
+        }
     }
 }
 
@@ -536,26 +555,26 @@ mod tests {
     #[test]
     fn one_queued_message_goes_alone_and_more_go_as_one_batch() {
         let mut q = Queue::new(Subprotocol::Gateway);
-        q.push(|o| {
-            o.extend_from_slice(b"{\"a\":1}");
-            true
-        });
-        assert_eq!(q.take("s").unwrap(), ("{\"a\":1}".to_owned(), 1));
-        q.push(|o| {
-            o.extend_from_slice(b"{\"a\":1}");
-            true
-        });
+        let push = |q: &mut Queue, v: u8| {
+            q.push(|o| {
+                o.extend_from_slice(format!("{{\"a\":{v}}}").as_bytes());
+                true
+            })
+        };
+        push(&mut q, 1);
+        assert_eq!(q.take_all("s").unwrap(), ("{\"a\":1}".to_owned(), 1));
+        push(&mut q, 1);
         q.push(|_| false);
-        q.push(|o| {
-            o.extend_from_slice(b"{\"a\":2}");
-            true
-        });
-        let (text, n) = q.take("s").unwrap();
+        push(&mut q, 2);
+        push(&mut q, 3);
+        assert_eq!(q.take_one().as_deref(), Some("{\"a\":1}"));
+        let (text, n) = q.take_all("s").unwrap();
         assert_eq!(n, 2);
         let v: Value = serde_json::from_str(&text).unwrap();
         assert_eq!(v["type"], "batch");
-        assert_eq!(v["messages"][1]["a"], 2);
-        assert!(q.take("s").is_none());
+        assert_eq!(v["messages"][0]["a"], 2);
+        assert_eq!(v["messages"][1]["a"], 3);
+        assert!(q.take_all("s").is_none() && q.is_empty() && q.len_bytes() == 0);
     }
 
     #[test]

@@ -203,6 +203,8 @@ pub async fn serve(
         shared: Arc::clone(&shared),
         proto,
         queue: Queue::new(proto),
+        behind: false,
+        session_id: String::new(),
         pending_since: None,
         awaiting_pong: None,
         last_heard: Instant::now(),
@@ -220,6 +222,10 @@ struct Socket {
     shared: Arc<Shared>,
     proto: Subprotocol,
     queue: Queue,
+    /// The queue filled behind a pending write: it goes out as one batch.
+    behind: bool,
+    /// seed 004's `sessionId` of a batch: the stream's token (a session's batches mix streams: empty).
+    session_id: String,
     /// A write is pending since then (the socket has not flushed).
     pending_since: Option<Instant>,
     /// A ping went out then and no frame came back since.
@@ -248,6 +254,9 @@ impl Socket {
         let mut open: Vec<Open> = Vec::new();
         let mut after = HashMap::new();
         let mut session = None;
+        if let Target::Stream(token, _) = &target {
+            self.session_id = token.hex();
+        }
         match target {
             Target::Stream(token, at) => match self.open(&r, token, binding, at).await {
                 Ok(o) => open.push(o),
@@ -266,6 +275,7 @@ impl Socket {
                         continue;
                     }
                     if open.len() >= limits.max_streams_per_session {
+                        self.shared.metrics.session_full.inc();
                         break;
                     }
                     let at = after.remove(&token).unwrap_or(0);
@@ -287,7 +297,8 @@ impl Socket {
             }
             let pending = self.pending_since;
             let write_deadline = pending.map(|p| tokio::time::Instant::from_std(p + limits.write_timeout));
-            let room = self.queue.len_bytes() < limits.max_queued_bytes;
+            // The bound is on what queues behind a pending write; while the socket keeps up, nothing waits.
+            let room = pending.is_none() || self.queue.len_bytes() < limits.max_queued_bytes;
             tokio::select! {
                 biased;
                 () = draining(drain) => return Closing::GoingAway,
@@ -331,13 +342,15 @@ impl Socket {
                             }
                         }
                     }
-                    if self.queue.len_bytes() >= limits.max_queued_bytes {
+                    if self.pending_since.is_some() && self.queue.len_bytes() >= limits.max_queued_bytes {
                         self.shared.metrics.queue_full.inc();
                         return Closing::Behind;
                     }
                 }
                 started = next_start(&mut session), if session.is_some() => match started {
-                    Some(token) if open.len() < limits.max_streams_per_session && !open.iter().any(|o| o.token == token) => {
+                    // Told twice (a listing racing an announcement): already carried.
+                    Some(token) if open.iter().any(|o| o.token == token) => {}
+                    Some(token) if open.len() < limits.max_streams_per_session => {
                         let at = after.remove(&token).unwrap_or(0);
                         if let Ok(o) = self.open(&r, token, binding, at).await {
                             self.announce(&o.token);
@@ -449,22 +462,33 @@ impl Socket {
 
     /// Writes what queued as one message when no write is pending.
     fn flush_queue(&mut self) -> Option<Closing> {
-        if self.pending_since.is_some() {
-            return None;
+        while self.pending_since.is_none() {
+            // What queued behind a pending write goes out as one batch; after that, one message at a time.
+            let (text, count) = if std::mem::take(&mut self.behind) {
+                self.queue.take_all(&self.session_id)?
+            } else {
+                (self.queue.take_one()?, 1)
+            };
+            self.shared.metrics.sent(count);
+            let ready = poll_fn(|cx| Poll::Ready(self.tx.poll_ready_unpin(cx)));
+            let sent = match futures_util::FutureExt::now_or_never(ready) {
+                Some(Poll::Ready(Ok(()))) => self.tx.start_send_unpin(Message::Text(text.into())),
+                _ => Err(WsError::ConnectionClosed),
+            };
+            if sent.is_err() {
+                return Some(Closing::Error);
+            }
+            // Written at once if the socket takes it; else the write is pending and what comes meanwhile queues.
+            let flushed = poll_fn(|cx| Poll::Ready(self.tx.poll_flush_unpin(cx)));
+            match futures_util::FutureExt::now_or_never(flushed) {
+                Some(Poll::Ready(Ok(()))) => {}
+                Some(Poll::Ready(Err(_))) => return Some(Closing::Error),
+                _ => {
+                    self.pending_since = Some(Instant::now());
+                    self.behind = true;
+                }
+            }
         }
-        let session = String::new();
-        let (text, count) = self.queue.take(&session)?;
-        self.shared.metrics.sent(count);
-        // `start_send` only buffers; the flush is driven by the loop, so a slow client never blocks it.
-        let mut sent = Err(WsError::ConnectionClosed);
-        let ready = poll_fn(|cx| Poll::Ready(self.tx.poll_ready_unpin(cx)));
-        if let Some(Poll::Ready(Ok(()))) = futures_util::FutureExt::now_or_never(ready) {
-            sent = self.tx.start_send_unpin(Message::Text(text.into()));
-        }
-        if sent.is_err() {
-            return Some(Closing::Error);
-        }
-        self.pending_since = Some(Instant::now());
         None
     }
 

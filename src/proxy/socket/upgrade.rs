@@ -238,6 +238,15 @@ async fn origin_allowed(h: &HeaderMap, target: &Target, shared: &Shared, cors: &
     if allow.iter().any(|a| a == "*" || a == origin) {
         return true;
     }
+    // A page served through the gateway itself: the same site, whatever a backend's CORS says.
+    let host = h.get(header::HOST).and_then(|v| v.to_str().ok());
+    if origin
+        .split_once("://")
+        .zip(host)
+        .is_some_and(|((_, authority), host)| authority.eq_ignore_ascii_case(host))
+    {
+        return true;
+    }
     let r = &shared.resumer;
     let grant = match target {
         Target::Stream(token, _) => match (r.hub.get(token), r.hub.mirror()) {
