@@ -220,14 +220,11 @@ async fn replays_from_the_start_and_from_each_position() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trimmed_position_is_a_gap() {
-    let Some(t) = two(RedisOptions {
+    let o = RedisOptions {
         max_events: 10,
         ..opts()
-    })
-    .await
-    else {
-        return;
     };
+    let Some(t) = two(o).await else { return };
     let tok = t.created();
     // A reader at the start before anything is written: trimmed under it, it must say so.
     let mut early = open_when_visible(&t.b, &tok, binding(1), None).await;
@@ -383,14 +380,11 @@ async fn an_overflowing_queue_gives_the_stream_up() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_killed_mid_stream_gives_streams_up_without_blocking() {
-    let Some(mut t) = two(RedisOptions {
+    let o = RedisOptions {
         stall: Duration::from_secs(1),
         ..opts()
-    })
-    .await
-    else {
-        return;
     };
+    let Some(mut t) = two(o).await else { return };
     let tok = t.created();
     let mut r = open_when_visible(&t.b, &tok, binding(1), None).await;
     for seq in 1..=20 {
@@ -526,6 +520,16 @@ async fn redis_conn(server: &RedisServer) -> redis::aio::MultiplexedConnection {
         .expect("redis connection")
 }
 
+/// [`two`] on [`opts`] as `change` sets them, and a plain connection to its server, for the tests that look at
+/// what Redis holds; `None` without a redis-server, as [`two`].
+async fn two_watched(change: impl FnOnce(&mut RedisOptions)) -> Option<(Two, redis::aio::MultiplexedConnection)> {
+    let mut o = opts();
+    change(&mut o);
+    let t = two(o).await?;
+    let conn = redis_conn(&t.server).await;
+    Some((t, conn))
+}
+
 /// One Stream entry as `XRANGE` returns it: its id and its fields.
 type RawEntry = (String, Vec<(String, Vec<u8>)>);
 
@@ -576,15 +580,9 @@ async fn a_long_run_keeps_about_buffer_bytes_in_redis() {
     const BUFFER: usize = 16 << 10;
     const EVENT: usize = 100;
     const EVENTS: u64 = 4000;
-    let Some(t) = two(RedisOptions {
-        buffer_bytes: BUFFER,
-        ..opts()
-    })
-    .await
-    else {
+    let Some((t, mut conn)) = two_watched(|o| o.buffer_bytes = BUFFER).await else {
         return;
     };
-    let mut conn = redis_conn(&t.server).await;
     let tok = t.created();
     let mut most = 0usize;
     for seq in 1..=EVENTS {
@@ -635,16 +633,14 @@ async fn a_long_run_keeps_about_buffer_bytes_in_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn past_max_total_bytes_the_oldest_finished_streams_go_first() {
     const BUFFER: usize = 16 << 10;
-    let Some(t) = two(RedisOptions {
-        buffer_bytes: BUFFER,
-        max_total_bytes: 3 * BUFFER,
-        ..opts()
+    let Some((t, mut conn)) = two_watched(|o| {
+        o.buffer_bytes = BUFFER;
+        o.max_total_bytes = 3 * BUFFER;
     })
     .await
     else {
         return;
     };
-    let mut conn = redis_conn(&t.server).await;
     // Five finished streams of a full buffer each, one after the other: only the last three fit.
     let mut tokens = Vec::new();
     for _ in 0..5 {
@@ -680,16 +676,14 @@ async fn past_max_total_bytes_the_oldest_finished_streams_go_first() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn out_of_memory_gives_up_only_the_stream_that_filled_redis() {
-    let Some(t) = two(RedisOptions {
-        buffer_bytes: 64 << 20,
-        max_total_bytes: 1 << 30,
-        ..opts()
+    let Some((t, mut conn)) = two_watched(|o| {
+        o.buffer_bytes = 64 << 20;
+        o.max_total_bytes = 1 << 30;
     })
     .await
     else {
         return;
     };
-    let mut conn = redis_conn(&t.server).await;
     let big = t.created();
     let small = t.created();
     assert!(append(&t.a, &small, 1..=1));
@@ -767,15 +761,12 @@ async fn out_of_memory_gives_up_only_the_stream_that_filled_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_3_s_redis_stall_loses_nothing() {
     // The owner key lives 1.5 s: it expires during the stall.
-    let Some(t) = two(RedisOptions {
+    let o = RedisOptions {
         heartbeat: Duration::from_millis(500),
         op_timeout: Duration::from_millis(500),
         ..opts()
-    })
-    .await
-    else {
-        return;
     };
+    let Some(t) = two(o).await else { return };
     let tok = t.created();
     assert!(append(&t.a, &tok, 1..=1));
     let mut r = open_when_visible(&t.b, &tok, binding(1), None).await;
@@ -813,8 +804,9 @@ async fn a_3_s_redis_stall_loses_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_losing_its_data_is_noticed_and_counted() {
-    let Some(t) = two(opts()).await else { return };
-    let mut conn = redis_conn(&t.server).await;
+    let Some((t, mut conn)) = two_watched(|_| {}).await else {
+        return;
+    };
     let tok = t.created();
     assert!(append(&t.a, &tok, 1..=3));
     open_when_visible(&t.b, &tok, binding(1), None).await;
@@ -849,15 +841,9 @@ async fn clients(conn: &mut redis::aio::MultiplexedConnection) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forty_followers_share_the_instances_connections() {
     const READERS: usize = 40;
-    let Some(t) = two(RedisOptions {
-        max_readers: READERS,
-        ..opts()
-    })
-    .await
-    else {
+    let Some((t, mut conn)) = two_watched(|o| o.max_readers = READERS).await else {
         return;
     };
-    let mut conn = redis_conn(&t.server).await;
     let tokens: Vec<String> = (0..4).map(|_| t.created()).collect();
     for tok in &tokens {
         open_when_visible(&t.b, tok, binding(1), None).await;

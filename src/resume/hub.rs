@@ -1015,11 +1015,32 @@ mod tests {
             retention: Duration::from_secs(300),
             ..Limits::defaults()
         };
+        hub_with(limits)
+    }
+
+    /// A hub on `limits`, counting into a registry of its own.
+    fn hub_with(limits: Limits) -> Hub {
         Hub::new(
             limits,
             Arc::new(ResumeMetrics::register(&prometheus::Registry::new()).unwrap()),
             None,
         )
+    }
+
+    /// A new run (binding all `binding`) holding one event of `size`, its original client gone: in its grace period.
+    fn away(h: &Hub, binding: u8, size: usize) -> Arc<Stream> {
+        let s = holding(h, binding, 1, size);
+        s.original_gone();
+        s
+    }
+
+    /// A new run (binding all `binding`) holding `events` events of `size`.
+    fn holding(h: &Hub, binding: u8, events: usize, size: usize) -> Arc<Stream> {
+        let s = h.create([binding; 32], "a").unwrap();
+        for _ in 0..events {
+            s.append(Bytes::from(event(size)));
+        }
+        s
     }
 
     /// An event in a buffer of its size (held, a buffer counts whole).
@@ -1138,15 +1159,7 @@ mod tests {
     #[test]
     fn past_the_total_live_streams_give_up_what_their_client_was_sent() {
         let h = hub(1 << 20, 60_000);
-        let live: Vec<_> = (0..5)
-            .map(|_| {
-                let s = h.create([0; 32], "a").unwrap();
-                for _ in 0..17 {
-                    s.append(Bytes::from(event(60_000)));
-                }
-                s
-            })
-            .collect();
+        let live: Vec<_> = (0..5).map(|_| holding(&h, 0, 17, 60_000)).collect();
         assert!(h.shared.total() > 4 << 20);
         assert_eq!(h.sweep(Instant::now()), 0, "no live stream is forgotten");
         assert!(h.shared.total() <= 4 << 20);
@@ -1207,9 +1220,7 @@ mod tests {
     #[test]
     fn nobody_back_within_the_grace_period_ends_the_run_with_an_envelope() {
         let h = hub(1 << 16, 50);
-        let s = h.create([0; 32], "a").unwrap();
-        s.append(Bytes::from(event(1)));
-        s.original_gone();
+        let s = away(&h, 0, 1);
         let deadline = s.grace_deadline().unwrap();
         let mut cx = Context::from_waker(Waker::noop());
         assert_eq!(s.writer_check(deadline - Duration::from_millis(1), &mut cx), Go::Read);
@@ -1227,9 +1238,7 @@ mod tests {
     #[test]
     fn an_upstream_dropped_without_a_pump_ends_the_run_for_its_readers() {
         let h = hub(1 << 16, 60_000);
-        let s = h.create([0; 32], "a").unwrap();
-        s.append(Bytes::from(event(1)));
-        s.original_gone();
+        let s = away(&h, 0, 1);
         // A reconnection already attached: it must still see the run end, not wait forever.
         let mut c = s.attach(1, true).unwrap();
         s.abandon();
@@ -1244,9 +1253,7 @@ mod tests {
     #[test]
     fn a_reconnection_stops_the_grace_period_and_a_cancel_ends_the_run() {
         let h = hub(1 << 16, 0);
-        let s = h.create([0; 32], "a").unwrap();
-        s.append(Bytes::from(event(1)));
-        s.original_gone();
+        let s = away(&h, 0, 1);
         let c = s.attach(1, true).unwrap();
         assert!(s.grace_deadline().is_none());
         let mut cx = Context::from_waker(Waker::noop());
@@ -1282,14 +1289,7 @@ mod tests {
         // 64 KiB buffers, 256 KiB over all: ten streams in grace could hold 640 KiB without the total.
         let h = hub(64 << 10, 60_000);
         let frame = event(1000).len() + 64;
-        let streams: Vec<_> = (0..10)
-            .map(|_| {
-                let s = h.create([0; 32], "a").unwrap();
-                s.append(Bytes::from(event(1000)));
-                s.original_gone();
-                s
-            })
-            .collect();
+        let streams: Vec<_> = (0..10).map(|_| away(&h, 0, 1000)).collect();
         let mut cx = Context::from_waker(Waker::noop());
         // Round-robin, as their pumps would run: each reads until told to wait.
         let mut waiting = vec![false; streams.len()];
@@ -1356,24 +1356,14 @@ mod tests {
             max_grace_per_binding: 2,
             ..Limits::defaults()
         };
-        let h = Hub::new(
-            limits,
-            Arc::new(ResumeMetrics::register(&prometheus::Registry::new()).unwrap()),
-            None,
-        );
-        let away = |binding: u8| {
-            let s = h.create([binding; 32], "a").unwrap();
-            s.append(Bytes::from(event(1)));
-            s.original_gone();
-            s
-        };
+        let h = hub_with(limits);
         let abandoned = |s: &Stream| {
             let mut c = s.attach(0, false).unwrap();
             let (got, _) = read_all(s, &mut c);
             s.detach(&c);
             s.has_ended() && String::from_utf8_lossy(&got).contains(GRACE_FULL)
         };
-        let a: Vec<_> = (0..3).map(|_| away(1)).collect();
+        let a: Vec<_> = (0..3).map(|_| away(&h, 1, 1)).collect();
         assert!(abandoned(&a[0]), "binding 1's oldest is given up at its third");
         assert!(!a[1].has_ended() && !a[2].has_ended());
         assert_eq!(limited(&h, Limit::GracePerBinding), 1);
@@ -1385,9 +1375,9 @@ mod tests {
         ));
         // A reconnection takes a stream out of grace: it no longer counts.
         let back = a[1].attach(1, true).unwrap();
-        let b: Vec<_> = (0..2).map(|_| away(2)).collect();
+        let b: Vec<_> = (0..2).map(|_| away(&h, 2, 1)).collect();
         assert!(!a[2].has_ended(), "three in grace: within the cap");
-        let b3 = away(3);
+        let b3 = away(&h, 3, 1);
         assert!(abandoned(&a[2]), "the oldest of all is given up at the fourth");
         assert!(!a[1].has_ended() && !b.iter().any(|s| s.has_ended()) && !b3.has_ended());
         assert_eq!(limited(&h, Limit::GraceStreams), 1);
@@ -1401,11 +1391,7 @@ mod tests {
             max_watchers: 2,
             ..Limits::defaults()
         };
-        let h = Hub::new(
-            limits,
-            Arc::new(ResumeMetrics::register(&prometheus::Registry::new()).unwrap()),
-            None,
-        );
+        let h = hub_with(limits);
         let s = h.create([0; 32], "a").unwrap();
         s.append(Bytes::from(event(1)));
         let w1 = s.attach(0, false).unwrap();
@@ -1441,14 +1427,12 @@ mod tests {
         // Each stream keeps about one 60 KB event (its buffer is 64 KiB); six of them pass the 256 KiB total.
         let ended: Vec<_> = (0..5)
             .map(|_| {
-                let s = h.create([0; 32], "a").unwrap();
-                s.append(Bytes::from(event(60_000)));
+                let s = holding(&h, 0, 1, 60_000);
                 s.finish(Bytes::new(), End::Completed);
                 s
             })
             .collect();
-        let live = h.create([0; 32], "a").unwrap();
-        live.append(Bytes::from(event(60_000)));
+        let live = holding(&h, 0, 1, 60_000);
         assert_eq!(h.sweep(Instant::now()), 2, "the two oldest ended streams go");
         assert!(h.get(&ended[0].token).is_none() && h.get(&ended[1].token).is_none());
         assert!(h.get(&ended[2].token).is_some());

@@ -1848,50 +1848,25 @@ mod tests {
     #[test]
     fn options_are_checked() {
         assert!(RedisOptions::default().validate().is_ok());
-        let bad = [
-            RedisOptions {
-                max_events: 0,
-                ..Default::default()
+        // Each a default with one thing out of range (or two that contradict each other).
+        let bad: [fn(&mut RedisOptions); 10] = [
+            |o| o.max_events = 0,
+            |o| o.queue = 0,
+            |o| o.heartbeat = Duration::ZERO,
+            |o| o.op_timeout = Duration::ZERO,
+            |o| o.ttl = Duration::from_secs(2),
+            |o| o.op_timeout = Duration::from_secs(2),
+            |o| {
+                o.max_total_bytes = 10;
+                o.buffer_bytes = 11;
             },
-            RedisOptions {
-                queue: 0,
-                ..Default::default()
-            },
-            RedisOptions {
-                heartbeat: Duration::ZERO,
-                ..Default::default()
-            },
-            RedisOptions {
-                op_timeout: Duration::ZERO,
-                ..Default::default()
-            },
-            RedisOptions {
-                ttl: Duration::from_secs(2),
-                ..Default::default()
-            },
-            RedisOptions {
-                op_timeout: Duration::from_secs(2),
-                ..Default::default()
-            },
-            RedisOptions {
-                max_total_bytes: 10,
-                buffer_bytes: 11,
-                ..Default::default()
-            },
-            RedisOptions {
-                max_readers: 0,
-                ..Default::default()
-            },
-            RedisOptions {
-                follow_connections: 0,
-                ..Default::default()
-            },
-            RedisOptions {
-                stall: Duration::from_millis(10),
-                ..Default::default()
-            },
+            |o| o.max_readers = 0,
+            |o| o.follow_connections = 0,
+            |o| o.stall = Duration::from_millis(10),
         ];
-        for o in bad {
+        for change in bad {
+            let mut o = RedisOptions::default();
+            change(&mut o);
             assert!(matches!(o.validate(), Err(StoreError::Options(_))), "{o:?}");
         }
     }

@@ -992,17 +992,23 @@ mod tests {
         (outcome, out)
     }
 
+    /// [`served`] where the connection must end closed (not handed to hyper): what the client read, as text.
+    async fn served_closed(sent: &[u8], close_client: bool, drain_now: bool) -> String {
+        let (outcome, out) = served(sent, close_client, drain_now).await;
+        assert_eq!(outcome, Outcome::Closed);
+        String::from_utf8(out).unwrap()
+    }
+
     #[tokio::test]
     async fn pipelined_requests_are_answered_in_order_until_the_client_closes() {
-        let (outcome, out) = served(
+        let out = served_closed(
             b"POST /a HTTP/1.1\r\nContent-Length: 3\r\n\r\nabcGET /b HTTP/1.1\r\n\r\n",
             true,
             false,
         )
         .await;
-        assert_eq!(outcome, Outcome::Closed);
         assert_eq!(
-            String::from_utf8(out).unwrap(),
+            out,
             "HTTP/1.1 200 OK\r\ndate: d\r\nx-path: /a\r\ncontent-length: 3\r\n\r\nabc\
              HTTP/1.1 200 OK\r\ndate: d\r\nx-path: /b\r\ncontent-length: 0\r\n\r\n"
         );
@@ -1048,19 +1054,15 @@ mod tests {
 
     #[tokio::test]
     async fn asked_to_close_or_draining_the_connection_closes_after_the_response() {
-        let (outcome, out) = served(
+        let out = served_closed(
             b"GET /a HTTP/1.1\r\nConnection: close\r\n\r\nGET /b HTTP/1.1\r\n\r\n",
             false,
             false,
         )
         .await;
-        assert_eq!(outcome, Outcome::Closed);
-        let out = String::from_utf8(out).unwrap();
         assert!(out.contains("connection: close\r\n") && !out.contains("/b"), "{out}");
         // Draining: the request begun is answered, saying it closes, and the next is not read.
-        let (outcome, out) = served(b"GET /a HTTP/1.1\r\n\r\nGET /b HTTP/1.1\r\n\r\n", false, true).await;
-        assert_eq!(outcome, Outcome::Closed);
-        let out = String::from_utf8(out).unwrap();
+        let out = served_closed(b"GET /a HTTP/1.1\r\n\r\nGET /b HTTP/1.1\r\n\r\n", false, true).await;
         assert!(
             out.contains("x-path: /a") && out.contains("connection: close\r\n") && !out.contains("/b"),
             "{out}"

@@ -120,16 +120,26 @@ pub fn client_host<B>(req: &http::Request<B>) -> Option<String> {
 mod tests {
     use super::*;
 
+    /// A header map of `lines`, in order, a name given twice kept twice (as a client would send them).
+    fn headers(lines: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (name, value) in lines {
+            h.append(*name, HeaderValue::from_static(value));
+        }
+        h
+    }
+
     #[test]
     fn strips_listed_and_standard_hop_by_hop() {
-        let mut h = HeaderMap::new();
-        h.insert("connection", HeaderValue::from_static("close, X-Secret"));
-        h.insert("x-secret", HeaderValue::from_static("1"));
-        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
-        h.insert("transfer-encoding", HeaderValue::from_static("chunked"));
-        h.insert("te", HeaderValue::from_static("trailers"));
-        h.insert("upgrade", HeaderValue::from_static("websocket"));
-        h.insert("x-kept", HeaderValue::from_static("yes"));
+        let mut h = headers(&[
+            ("connection", "close, X-Secret"),
+            ("x-secret", "1"),
+            ("keep-alive", "timeout=5"),
+            ("transfer-encoding", "chunked"),
+            ("te", "trailers"),
+            ("upgrade", "websocket"),
+            ("x-kept", "yes"),
+        ]);
         strip_hop_by_hop(&mut h);
         assert_eq!(h.len(), 1);
         assert_eq!(h["x-kept"], "yes");
@@ -137,9 +147,7 @@ mod tests {
 
     #[test]
     fn forwarded_for_appends_and_proto_is_overwritten_unless_trusted() {
-        let mut h = HeaderMap::new();
-        h.insert("x-forwarded-for", HeaderValue::from_static("10.0.0.1"));
-        h.insert("x-forwarded-proto", HeaderValue::from_static("https"));
+        let mut h = headers(&[("x-forwarded-for", "10.0.0.1"), ("x-forwarded-proto", "https")]);
         set_forwarded(&mut h, "127.0.0.1".parse().unwrap(), Some("example.test"), false);
         assert_eq!(h["x-forwarded-for"], "10.0.0.1, 127.0.0.1");
         assert_eq!(h["x-forwarded-proto"], "http");
@@ -152,10 +160,11 @@ mod tests {
 
     #[test]
     fn every_forwarded_for_line_is_kept_in_order_then_the_peer() {
-        let mut h = HeaderMap::new();
-        h.append("x-forwarded-for", HeaderValue::from_static("6.6.6.6"));
-        h.append("x-forwarded-for", HeaderValue::from_static(" "));
-        h.append("x-forwarded-for", HeaderValue::from_static("203.0.113.7, 10.0.0.2 "));
+        let mut h = headers(&[
+            ("x-forwarded-for", "6.6.6.6"),
+            ("x-forwarded-for", " "),
+            ("x-forwarded-for", "203.0.113.7, 10.0.0.2 "),
+        ]);
         set_forwarded(&mut h, "10.0.0.9".parse().unwrap(), None, false);
         assert_eq!(h.get_all("x-forwarded-for").iter().count(), 1);
         assert_eq!(h["x-forwarded-for"], "6.6.6.6, 203.0.113.7, 10.0.0.2, 10.0.0.9");
@@ -167,12 +176,7 @@ mod tests {
 
     #[test]
     fn forwarded_and_x_real_ip_pass_only_when_trusted() {
-        let with = || {
-            let mut h = HeaderMap::new();
-            h.insert("forwarded", HeaderValue::from_static("for=6.6.6.6;proto=https"));
-            h.insert("x-real-ip", HeaderValue::from_static("6.6.6.6"));
-            h
-        };
+        let with = || headers(&[("forwarded", "for=6.6.6.6;proto=https"), ("x-real-ip", "6.6.6.6")]);
         let mut h = with();
         set_forwarded(&mut h, "127.0.0.1".parse().unwrap(), None, false);
         assert!(!h.contains_key("forwarded") && !h.contains_key("x-real-ip"), "{h:?}");
