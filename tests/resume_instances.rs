@@ -106,30 +106,11 @@ async fn setup(a_extra: &[(&str, &str)]) -> Option<Setup> {
 impl Setup {
     /// A connection to the Redis server, to look at what the store holds.
     async fn redis_conn(&self) -> redis::aio::MultiplexedConnection {
-        let client = redis::Client::open(self.redis.url()).expect("redis url");
-        within(WAIT, "redis connection", client.get_multiplexed_async_connection())
-            .await
-            .expect("redis connection")
+        self.redis.connection().await
     }
 
-    /// Waits until the store knows the stream (the owner's writes are asynchronous by design).
     async fn wait_visible(&self, token: &str) {
-        let mut conn = self.redis_conn().await;
-        let meta = format!("sse-gateway:{{{token}}}:meta");
-        within(WAIT, "the stream visible in Redis", async {
-            loop {
-                let exists: bool = redis::cmd("EXISTS")
-                    .arg(&meta)
-                    .query_async(&mut conn)
-                    .await
-                    .expect("EXISTS");
-                if exists {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        })
-        .await;
+        self.redis.wait_visible(token, WAIT).await;
     }
 
     /// The events the store holds for a stream, in order: (seq, bytes).

@@ -57,6 +57,16 @@ async fn wait_metric(gw: &TestGateway, name: &str, labels: &[&str], want: impl F
     }
 }
 
+/// Reads the socket and the SSE reader of the same run to their ends: the socket closes 1000 after the very
+/// stream the SSE reader got.
+async fn assert_whole_stream(ws: &mut harness::ws::Ws, sse: &mut Client, url: &str, what: &str) -> Got {
+    let got = read_to_close(ws, WAIT).await;
+    sse.read_to_end(WAIT).await.expect("the SSE reader's end");
+    assert_eq!(got.close, Some(1000), "{what}: {}", got.ending());
+    assert_same_stream(&got, &sse_events(&sse.body), token_of(url), what);
+    got
+}
+
 /// Asserts the socket got the stream `sse` got (same ids, in order, from `from`; envelopes byte for byte).
 fn assert_same_stream(got: &Got, sse: &[(String, String)], token: &str, what: &str) {
     let ws = socket_events(got);
@@ -175,15 +185,7 @@ async fn a_cross_site_origin_is_refused_403_before_the_upgrade_and_an_allowed_on
         Ok(_) => panic!("a socket from {EVIL} was upgraded"),
     }
     let mut ws = connect(gw.addr, &url, &[("Origin", APP)]).await;
-    let got = read_to_close(&mut ws, WAIT).await;
-    sse.read_to_end(WAIT).await.expect("the SSE reader's end");
-    assert_eq!(got.close, Some(1000), "{}", got.ending());
-    assert_same_stream(
-        &got,
-        &sse_events(&sse.body),
-        token_of(&url),
-        "the allowed origin's socket",
-    );
+    assert_whole_stream(&mut ws, &mut sse, &url, "the allowed origin's socket").await;
     assert_eq!(
         metric_of(&gw, "sse_gateway_websocket_refused_total", &["reason=\"origin\""]).await,
         1.0
@@ -201,15 +203,7 @@ async fn a_stream_bound_to_authorization_is_read_with_the_auth_message_and_its_d
     // The credential as the first message: the stream, whole.
     let mut ws = connect(gw.addr, &url, &offer).await;
     send_text(&mut ws, &format!(r#"{{"type":"auth","authorization":"{AUTH}"}}"#)).await;
-    let got = read_to_close(&mut ws, WAIT).await;
-    sse.read_to_end(WAIT).await.expect("the SSE reader's end");
-    assert_eq!(got.close, Some(1000), "{}", got.ending());
-    assert_same_stream(
-        &got,
-        &sse_events(&sse.body),
-        token_of(&url),
-        "the socket with the credential message",
-    );
+    assert_whole_stream(&mut ws, &mut sse, &url, "the socket with the credential message").await;
 
     // Another credential, or none at all: no such stream for that binding.
     let mut wrong = connect(gw.addr, &url, &offer).await;
@@ -386,15 +380,7 @@ async fn a_reader_that_stops_reading_is_closed_past_max_queued_bytes_and_the_gat
     assert!(sse_events(&sse.body).len() > BIG);
     let (mut sse2, url2) = start_run(gw.addr, "/run/10", &[]).await;
     let mut ws = connect(gw.addr, &url2, &[]).await;
-    let got = read_to_close(&mut ws, WAIT).await;
-    sse2.read_to_end(WAIT).await.expect("the second run's end");
-    assert_eq!(got.close, Some(1000), "{}", got.ending());
-    assert_same_stream(
-        &got,
-        &sse_events(&sse2.body),
-        token_of(&url2),
-        "a socket after the stuck one",
-    );
+    assert_whole_stream(&mut ws, &mut sse2, &url2, "a socket after the stuck one").await;
     assert_eq!(
         wait_metric(&gw, "sse_gateway_websocket_sockets", &[], |v| v == 0.0).await,
         0.0
@@ -547,41 +533,15 @@ async fn two_instances(redis: &RedisServer, up: &Emulator) -> (TestGateway, Test
     )
 }
 
-/// Waits until the store knows stream `token` (the owner's writes are asynchronous by design).
-async fn wait_visible(redis: &RedisServer, token: &str) {
-    let client = redis::Client::open(redis.url()).expect("redis url");
-    let mut conn = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("redis connection");
-    let meta = format!("sse-gateway:{{{token}}}:meta");
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let exists: bool = redis::cmd("EXISTS")
-            .arg(&meta)
-            .query_async(&mut conn)
-            .await
-            .expect("EXISTS");
-        if exists {
-            return;
-        }
-        assert!(Instant::now() < deadline, "stream {token} not in Redis within {WAIT:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_socket_on_instance_b_reads_a_stream_that_a_holds() {
     let Some(redis) = RedisServer::start() else { return };
     let up = upstream().await;
     let (a, b) = two_instances(&redis, &up).await;
     let (mut sse, url) = start_run(a.addr, "/run/40", &[]).await;
-    wait_visible(&redis, token_of(&url)).await;
+    redis.wait_visible(token_of(&url), WAIT).await;
     let mut ws = connect(b.addr, &url, &[]).await;
-    let got = read_to_close(&mut ws, WAIT).await;
-    sse.read_to_end(WAIT).await.expect("the SSE reader's end on A");
-    assert_eq!(got.close, Some(1000), "{}", got.ending());
-    assert_same_stream(&got, &sse_events(&sse.body), token_of(&url), "a socket on B");
+    assert_whole_stream(&mut ws, &mut sse, &url, "a socket on B").await;
     assert_eq!(up.recorded().len(), 1, "the run went upstream once");
     a.stop().await;
     b.stop().await;

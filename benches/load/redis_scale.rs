@@ -28,7 +28,7 @@ use crate::client::{run_phase, Kind, PhaseResult, Plan, Proto, Target};
 use crate::common::now_ns;
 use crate::procs::{self, Proc};
 use crate::redis_server::RedisServer;
-use crate::report::{median, n, verdict, Report};
+use crate::report::{median, n, readers_failed, verdict, Report};
 use crate::resume::{case_env, open, refusal, send, CASES};
 use crate::Opts;
 
@@ -604,14 +604,7 @@ async fn connections(opts: &Opts, rig: &mut Rig, rep: &mut Report, ok: &mut bool
          refused{})\n",
         first_refusal.map_or(String::new(), |r| format!("; the first refusal: {r}"))
     ));
-    if !failures.is_empty() {
-        *ok = false;
-        rep.line(format!(
-            "**{} readers FAILED (connections phase)**; first: {}\n",
-            failures.len(),
-            failures.iter().take(3).cloned().collect::<Vec<_>>().join(" | ")
-        ));
-    }
+    readers_failed(rep, ok, &failures, " (connections phase)");
     Ok(())
 }
 

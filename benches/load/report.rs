@@ -122,6 +122,24 @@ pub fn plot(dat: &Path, png: &Path, names: &[&str], title: &str) -> Result<(), S
 }
 
 /// The median of `v` (the mean of the middle two for an even count; 0 for none).
+/// The first three failures, for a report line.
+pub fn first_failures(failures: &[String]) -> String {
+    failures.iter().take(3).cloned().collect::<Vec<_>>().join(" | ")
+}
+
+/// Reports `failures` of readers (`what`: which phase) as a failed run; nothing when there are none.
+pub fn readers_failed(rep: &mut Report, ok: &mut bool, failures: &[String], what: &str) {
+    if failures.is_empty() {
+        return;
+    }
+    *ok = false;
+    rep.line(format!(
+        "**{} readers FAILED{what}**; first: {}\n",
+        failures.len(),
+        first_failures(failures)
+    ));
+}
+
 pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     match v.len() {

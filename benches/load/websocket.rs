@@ -30,7 +30,7 @@ use tokio_tungstenite::tungstenite::Message;
 
 use crate::common::{find_number_after, now_ns};
 use crate::procs::{self, Proc};
-use crate::report::{median, n, verdict, Report};
+use crate::report::{median, n, readers_failed, verdict, Report};
 use crate::resume::{open, send};
 use crate::Opts;
 
@@ -88,12 +88,7 @@ fn auth(i: usize) -> String {
 /// (`X-Gateway-Stream`) and the owner's response, whose body the caller reads or drops.
 async fn start(addr: SocketAddr, i: usize, query: &str) -> Result<(String, Incoming, Conn), String> {
     let (mut s, conn) = open(addr).await?;
-    let req = Request::get(format!("http://{addr}/stream?{query}&id={i}"))
-        .header("host", addr.to_string())
-        .header("accept", "text/event-stream")
-        .header("authorization", auth(i))
-        .body(Empty::new())
-        .map_err(|e| e.to_string())?;
+    let req = event_stream_get(addr, &format!("/stream?{query}&id={i}"), i)?;
     let resp = send(&mut s, req, i).await?;
     let url = resp
         .headers()
@@ -152,17 +147,22 @@ enum Reader {
     Socket(Box<tokio_tungstenite::WebSocketStream<TcpStream>>),
 }
 
+/// A `GET` of `path` asking for an event stream, bound as stream `i`'s owner.
+fn event_stream_get(addr: SocketAddr, path: &str, i: usize) -> Result<Request<Empty<Bytes>>, String> {
+    Request::get(format!("http://{addr}{path}"))
+        .header("host", addr.to_string())
+        .header("accept", "text/event-stream")
+        .header("authorization", auth(i))
+        .body(Empty::new())
+        .map_err(|e| e.to_string())
+}
+
 /// Attaches a reader of `via` to the stream at `url`, bound as stream `i`'s owner.
 async fn attach(addr: SocketAddr, url: &str, i: usize, via: Via) -> Result<Reader, String> {
     match via {
         Via::Sse => {
             let (mut s, conn) = open(addr).await?;
-            let req = Request::get(format!("http://{addr}{url}"))
-                .header("host", addr.to_string())
-                .header("accept", "text/event-stream")
-                .header("authorization", auth(i))
-                .body(Empty::new())
-                .map_err(|e| e.to_string())?;
+            let req = event_stream_get(addr, url, i)?;
             let resp = send(&mut s, req, i).await?;
             Ok(Reader::Sse(resp.into_body(), Conn(conn, s)))
         }
@@ -489,13 +489,6 @@ pub async fn websocket(opts: &Opts, up: &[u16], rep: &mut Report, ok: &mut bool)
         n(batched)
     ));
     rep.line(format!("- none dropped: {}\n", verdict(failures.is_empty())));
-    if !failures.is_empty() {
-        *ok = false;
-        rep.line(format!(
-            "**{} readers FAILED**; first: {}\n",
-            failures.len(),
-            failures.iter().take(3).cloned().collect::<Vec<_>>().join(" | ")
-        ));
-    }
+    readers_failed(rep, ok, &failures, "");
     Ok(())
 }

@@ -74,6 +74,39 @@ impl RedisServer {
     }
 
     /// Its URL for the `redis` crate.
+    /// A connection to look at what the store holds.
+    pub async fn connection(&self) -> redis::aio::MultiplexedConnection {
+        let client = redis::Client::open(self.url()).expect("redis url");
+        let connect = client.get_multiplexed_async_connection();
+        tokio::time::timeout(STARTUP, connect)
+            .await
+            .expect("a redis connection within the startup bound")
+            .expect("redis connection")
+    }
+
+    /// Waits (at most `within`) until the store knows stream `token`: the owner's writes are asynchronous by
+    /// design.
+    pub async fn wait_visible(&self, token: &str, within: Duration) {
+        let mut conn = self.connection().await;
+        let meta = format!("sse-gateway:{{{token}}}:meta");
+        let deadline = Instant::now() + within;
+        loop {
+            let exists: bool = redis::cmd("EXISTS")
+                .arg(&meta)
+                .query_async(&mut conn)
+                .await
+                .expect("EXISTS");
+            if exists {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "stream {token} not in Redis within {within:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
