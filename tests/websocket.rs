@@ -67,6 +67,12 @@ async fn assert_whole_stream(ws: &mut harness::ws::Ws, sse: &mut Client, url: &s
     got
 }
 
+/// Reads the socket to its close: `code`, and not one event before it.
+async fn assert_closed_with_nothing(ws: &mut harness::ws::Ws, code: u16) {
+    let got = read_to_close(ws, WAIT).await;
+    assert_eq!((got.close, got.events().len()), (Some(code), 0), "{}", got.ending());
+}
+
 /// Asserts the socket got the stream `sse` got (same ids, in order, from `from`; envelopes byte for byte).
 fn assert_same_stream(got: &Got, sse: &[(String, String)], token: &str, what: &str) {
     let ws = socket_events(got);
@@ -208,16 +214,13 @@ async fn a_stream_bound_to_authorization_is_read_with_the_auth_message_and_its_d
     // Another credential, or none at all: no such stream for that binding.
     let mut wrong = connect(gw.addr, &url, &offer).await;
     send_text(&mut wrong, r#"{"type":"auth","authorization":"Bearer someone-else"}"#).await;
-    let got = read_to_close(&mut wrong, WAIT).await;
-    assert_eq!((got.close, got.events().len()), (Some(4001), 0), "{}", got.ending());
+    assert_closed_with_nothing(&mut wrong, 4001).await;
     let mut bare = connect(gw.addr, &url, &[]).await;
-    let got = read_to_close(&mut bare, WAIT).await;
-    assert_eq!((got.close, got.events().len()), (Some(4001), 0), "{}", got.ending());
+    assert_closed_with_nothing(&mut bare, 4001).await;
 
     // The offer, then silence: closed for policy once auth_timeout_secs passed.
     let mut silent = connect(gw.addr, &url, &offer).await;
-    let got = read_to_close(&mut silent, WAIT).await;
-    assert_eq!((got.close, got.events().len()), (Some(1008), 0), "{}", got.ending());
+    assert_closed_with_nothing(&mut silent, 1008).await;
     assert_eq!(
         metric_of(&gw, "sse_gateway_websocket_limited_total", &["limit=\"auth_timeout\""]).await,
         1.0

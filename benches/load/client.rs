@@ -86,6 +86,16 @@ pub struct Recorder {
     pub bytes: AtomicU64,
 }
 
+/// The URL of the held stream a response starts (`X-Gateway-Stream`), or why there is none; `what` names the
+/// stream in the message.
+pub fn stream_url<B>(resp: &http::Response<B>, what: &str) -> Result<String, String> {
+    resp.headers()
+        .get("x-gateway-stream")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .ok_or_else(|| format!("{what}: no X-Gateway-Stream header (resumption off?)"))
+}
+
 pub fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 600_000_000_000, 3).unwrap_or_else(|_| Histogram::new(3).expect("histogram"))
 }

@@ -24,7 +24,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
 
-use crate::client::{run_phase, Kind, PhaseResult, Plan, Proto, Target};
+use crate::client::{run_phase, stream_url, Kind, PhaseResult, Plan, Proto, Target};
 use crate::common::now_ns;
 use crate::procs::{self, Proc};
 use crate::redis_server::RedisServer;
@@ -472,12 +472,7 @@ async fn connections(opts: &Opts, rig: &mut Rig, rep: &mut Report, ok: &mut bool
         );
         let (mut s, conn) = open(a).await?;
         let resp = send(&mut s, get(a, &path, &auth)?, i).await?;
-        let url = resp
-            .headers()
-            .get("x-gateway-stream")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned)
-            .ok_or_else(|| format!("owned stream {i}: no X-Gateway-Stream header (resumption off?)"))?;
+        let url = stream_url(&resp, &format!("owned stream {i}"))?;
         owned.push((url, auth));
         let body = resp.into_body();
         let unused = Arc::clone(&unused);

@@ -28,6 +28,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::Message;
 
+use crate::client::stream_url;
 use crate::common::{find_number_after, now_ns};
 use crate::procs::{self, Proc};
 use crate::report::{median, n, readers_failed, verdict, Report};
@@ -90,12 +91,7 @@ async fn start(addr: SocketAddr, i: usize, query: &str) -> Result<(String, Incom
     let (mut s, conn) = open(addr).await?;
     let req = event_stream_get(addr, &format!("/stream?{query}&id={i}"), i)?;
     let resp = send(&mut s, req, i).await?;
-    let url = resp
-        .headers()
-        .get("x-gateway-stream")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
-        .ok_or_else(|| format!("stream {i}: no X-Gateway-Stream header (resumption off?)"))?;
+    let url = stream_url(&resp, &format!("stream {i}"))?;
     Ok((url, resp.into_body(), Conn(conn, s)))
 }
 
