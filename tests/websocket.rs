@@ -41,6 +41,12 @@ async fn setup(tweak: impl FnOnce(&mut Settings)) -> (Emulator, TestGateway) {
 }
 
 /// A metric of the gateway's `/metrics`.
+/// Asserts what the gateway's metric `name` (the series with `labels`) reads.
+async fn assert_metric(gw: &TestGateway, family: &str, labels: &[&str], want: f64) {
+    let name = format!("sse_gateway_{family}");
+    assert_eq!(metric_of(gw, &name, labels).await, want, "{name} {labels:?}");
+}
+
 async fn metric_of(gw: &TestGateway, name: &str, labels: &[&str]) -> f64 {
     metric(&gw.metrics().await, name, labels)
 }
@@ -192,10 +198,7 @@ async fn a_cross_site_origin_is_refused_403_before_the_upgrade_and_an_allowed_on
     }
     let mut ws = connect(gw.addr, &url, &[("Origin", APP)]).await;
     assert_whole_stream(&mut ws, &mut sse, &url, "the allowed origin's socket").await;
-    assert_eq!(
-        metric_of(&gw, "sse_gateway_websocket_refused_total", &["reason=\"origin\""]).await,
-        1.0
-    );
+    assert_metric(&gw, "websocket_refused_total", &["reason=\"origin\""], 1.0).await;
     gw.stop().await;
 }
 
@@ -221,10 +224,7 @@ async fn a_stream_bound_to_authorization_is_read_with_the_auth_message_and_its_d
     // The offer, then silence: closed for policy once auth_timeout_secs passed.
     let mut silent = connect(gw.addr, &url, &offer).await;
     assert_closed_with_nothing(&mut silent, 1008).await;
-    assert_eq!(
-        metric_of(&gw, "sse_gateway_websocket_limited_total", &["limit=\"auth_timeout\""]).await,
-        1.0
-    );
+    assert_metric(&gw, "websocket_limited_total", &["limit=\"auth_timeout\""], 1.0).await;
     gw.stop().await;
 }
 
@@ -310,18 +310,24 @@ fn hold_big(s: &mut Settings) {
     s.resume.buffer_bytes = 32 << 20;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_slow_reader_gets_what_queued_as_batches_and_loses_nothing() {
-    let (_up, gw) = setup(|s| {
+/// A gateway with `websocket.max_queued_bytes = max_queued` holding a big run, the run's SSE reader, and a
+/// socket on it whose receive buffer is 4 KiB (it reads only when the test says).
+async fn big_run_with_slow_socket(max_queued: usize) -> (Emulator, TestGateway, Client, String, harness::ws::Ws) {
+    let (up, gw) = setup(|s| {
         hold_big(s);
-        s.websocket.max_queued_bytes = 16 << 20;
+        s.websocket.max_queued_bytes = max_queued;
     })
     .await;
-    let path = format!("/big/{BIG}");
-    let (mut sse, url) = start_run(gw.addr, &path, &[]).await;
-    let (mut ws, _) = connect_with(gw.addr, &url, &[], Some(4096))
+    let (sse, url) = start_run(gw.addr, &format!("/big/{BIG}"), &[]).await;
+    let (ws, _) = connect_with(gw.addr, &url, &[], Some(4096))
         .await
-        .expect("the slow socket");
+        .expect("a socket with a small receive buffer");
+    (up, gw, sse, url, ws)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_reader_gets_what_queued_as_batches_and_loses_nothing() {
+    let (_up, gw, mut sse, url, mut ws) = big_run_with_slow_socket(16 << 20).await;
     // The socket reads nothing until the run ended and the SSE reader has it all.
     sse.read_to_end(Duration::from_secs(30))
         .await
@@ -349,25 +355,13 @@ async fn a_slow_reader_gets_what_queued_as_batches_and_loses_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_that_stops_reading_is_closed_past_max_queued_bytes_and_the_gateway_stays_healthy() {
-    let (_up, gw) = setup(|s| {
-        hold_big(s);
-        s.websocket.max_queued_bytes = 4096;
-    })
-    .await;
-    let path = format!("/big/{BIG}");
-    let (mut sse, url) = start_run(gw.addr, &path, &[]).await;
-    let (mut stuck, _) = connect_with(gw.addr, &url, &[], Some(4096))
-        .await
-        .expect("the stuck socket");
+    let (_up, gw, mut sse, url, mut stuck) = big_run_with_slow_socket(4096).await;
     let closed = wait_metric(&gw, "sse_gateway_websocket_closes_total", &["code=\"4003\""], |v| {
         v >= 1.0
     })
     .await;
     assert_eq!(closed, 1.0, "the socket that reads nothing was not closed as behind");
-    assert_eq!(
-        metric_of(&gw, "sse_gateway_websocket_limited_total", &["limit=\"queue_full\""]).await,
-        1.0
-    );
+    assert_metric(&gw, "websocket_limited_total", &["limit=\"queue_full\""], 1.0).await;
     // What the client finds once it reads: part of the stream, then 4003 or nothing (the close could not be
     // written), never the normal end.
     let got = read_to_close(&mut stuck, WAIT).await;
