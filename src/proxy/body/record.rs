@@ -1,7 +1,7 @@
 //! Recording: the bytes and first byte sent to the client, how the stream ended (exactly once: a body dropped
 //! before its end is a client gone), the stream metrics and the end-of-stream log line.
 
-use crate::proxy::metrics::edge::Outcome;
+use crate::proxy::metrics::edge::{Fault, Outcome};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -75,7 +75,7 @@ impl<L: Layer> Record<L> {
         e.log(&self.info.span);
         match self.info.client_fault.get() {
             Some(kind) => {
-                self.metrics.client_error(kind);
+                self.metrics.client_fault(Fault::Request(kind));
                 Outcome::ClientGone
             }
             None => {

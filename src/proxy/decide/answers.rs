@@ -4,7 +4,7 @@
 use crate::config::{duration, Settings, StreamFormat};
 use crate::cors::{Cors, OwnAnswer};
 use crate::proxy::body::stack::ResponseBody;
-use crate::proxy::metrics::edge::Metrics;
+use crate::proxy::metrics::edge::{Fault, Metrics};
 use crate::proxy::request::body::ClientErrorKind;
 use crate::proxy::request::negotiate::Mode;
 use crate::proxy::socket;
@@ -116,7 +116,7 @@ impl Shared {
 
 /// Answers a request whose own body failed (400, or 408 when it stalled), counted as the client's error.
 pub fn client_failed(metrics: &Metrics, kind: ClientErrorKind) -> Response<ResponseBody> {
-    metrics.client_error(kind);
+    metrics.client_fault(Fault::Request(kind));
     let (status, code) = crate::proxy::request::body::answer(kind);
     tracing::info!(kind = kind.as_str(), status = status.as_u16(), "request body failed");
     gateway_error(metrics, status, code, "the request body failed or stalled")

@@ -19,6 +19,7 @@ use crate::config::StreamFormat;
 use crate::cors::{self, Cors, OwnAnswer, Preflight};
 use crate::proxy::body::layer::StreamInfo;
 use crate::proxy::body::stack::{ResponseBody, StreamSettings};
+use crate::proxy::metrics::edge::Fault;
 use crate::proxy::metrics::translator::StreamObserver;
 use crate::proxy::request::body::UpstreamBody;
 use crate::proxy::request::body::{ClientBody, ClientErrorKind};
@@ -169,7 +170,7 @@ async fn proxy(
             source = source.as_str(),
             "client-supplied agent id refused (too long or unsafe characters)"
         );
-        metrics.rejected_agent_id(*source);
+        metrics.client_fault(Fault::AgentId(*source));
     }
     let agent = choice.agent.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
 

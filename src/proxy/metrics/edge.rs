@@ -22,6 +22,15 @@ pub struct ModeMetrics {
     pub outcomes: [IntCounter; Outcome::ALL.len()],
 }
 
+/// A fault of the client's, as the edge counts it.
+#[derive(Debug, Clone, Copy)]
+pub enum Fault {
+    /// Its request: the body, the head, a stall.
+    Request(ClientErrorKind),
+    /// An agent id it supplied, refused.
+    AgentId(Source),
+}
+
 /// Every family the proxy records.
 pub struct Metrics {
     pub requests: IntCounterVec,
@@ -122,12 +131,13 @@ impl Metrics {
         &self.modes[m as usize]
     }
 
-    pub fn rejected_agent_id(&self, s: Source) {
-        self.rejected_agent_ids[s as usize].inc();
-    }
-
-    pub fn client_error(&self, k: ClientErrorKind) {
-        self.client_errors[k as usize].inc();
+    /// Counts a client's fault: what it sent or how it stalled (`client_errors_total{kind}`), or an agent id
+    /// refused (`rejected_agent_ids_total{source}`).
+    pub fn client_fault(&self, fault: Fault) {
+        match fault {
+            Fault::Request(k) => self.client_errors[k as usize].inc(),
+            Fault::AgentId(s) => self.rejected_agent_ids[s as usize].inc(),
+        }
     }
 
     pub fn request(&self, m: Mode, status: http::StatusCode) {
