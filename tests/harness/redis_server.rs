@@ -75,6 +75,7 @@ impl RedisServer {
 
     /// Its URL for the `redis` crate.
     /// A connection to look at what the store holds.
+    #[allow(dead_code)] // Not every test crate that includes this file by path looks into the store.
     pub async fn connection(&self) -> redis::aio::MultiplexedConnection {
         let client = redis::Client::open(self.url()).expect("redis url");
         let connect = client.get_multiplexed_async_connection();
@@ -86,6 +87,7 @@ impl RedisServer {
 
     /// Waits (at most `within`) until the store knows stream `token`: the owner's writes are asynchronous by
     /// design.
+    #[allow(dead_code)]
     pub async fn wait_visible(&self, token: &str, within: Duration) {
         let mut conn = self.connection().await;
         let meta = format!("sse-gateway:{{{token}}}:meta");
