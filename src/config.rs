@@ -354,6 +354,9 @@ pub struct Resume {
     pub max_remote_readers: usize,
     /// Redis connections that block in `XREAD` for all of this instance's remote readers (default 1).
     pub redis_follow_connections: usize,
+    /// Streams' starts queued for a session (a session socket) that does not take them; past it the oldest are
+    /// dropped (default 64).
+    pub session_queue: usize,
 }
 
 impl Default for Resume {
@@ -379,6 +382,7 @@ impl Default for Resume {
             redis_stall_secs: 5.0,
             max_remote_readers: 1024,
             redis_follow_connections: 1,
+            session_queue: 64,
         }
     }
 }
@@ -395,6 +399,9 @@ pub enum StoreKind {
 pub const MIN_RESUME_BUFFER: usize = 64 << 10;
 /// Ceiling of `resume.buffer_bytes` and `resume.max_total_bytes`.
 pub const MAX_RESUME_BYTES: usize = 64 << 30;
+/// Ceiling of `resume.session_queue`.
+pub const MAX_SESSION_QUEUE: usize = 4096;
+
 /// Ceiling of `resume.max_grace_streams` and `resume.max_watchers_per_stream`.
 pub const MAX_RESUME_COUNT: usize = 1 << 20;
 /// Ceiling of `resume.redis_follow_connections`: Redis connections blocking in `XREAD` per instance.
@@ -443,6 +450,12 @@ impl Resume {
                     "{} is not between 1 and resume.max_grace_streams",
                     self.max_grace_streams_per_binding
                 ),
+            ));
+        }
+        if !(1..=MAX_SESSION_QUEUE).contains(&self.session_queue) {
+            return Err(invalid(
+                "resume.session_queue",
+                format!("{} is not between 1 and {MAX_SESSION_QUEUE}", self.session_queue),
             ));
         }
         if !(1..=MAX_RESUME_COUNT).contains(&self.max_watchers_per_stream) {
