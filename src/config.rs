@@ -355,6 +355,9 @@ pub struct Resume {
     pub max_remote_readers: usize,
     /// Redis connections that block in `XREAD` for all of this instance's remote readers (default 1).
     pub redis_follow_connections: usize,
+    /// Streams' starts queued for a session (a session socket) that does not take them; past it the oldest are
+    /// dropped (default 64).
+    pub session_queue: usize,
 }
 
 impl Default for Resume {
@@ -380,6 +383,7 @@ impl Default for Resume {
             redis_stall_secs: 5.0,
             max_remote_readers: 1024,
             redis_follow_connections: 1,
+            session_queue: 64,
         }
     }
 }
@@ -396,6 +400,9 @@ pub enum StoreKind {
 pub const MIN_RESUME_BUFFER: usize = 64 << 10;
 /// Ceiling of `resume.buffer_bytes` and `resume.max_total_bytes`.
 pub const MAX_RESUME_BYTES: usize = 64 << 30;
+/// Ceiling of `resume.session_queue`.
+pub const MAX_SESSION_QUEUE: usize = 4096;
+
 /// Ceiling of `resume.max_grace_streams` and `resume.max_watchers_per_stream`.
 pub const MAX_RESUME_COUNT: usize = 1 << 20;
 /// Ceiling of `resume.redis_follow_connections`: Redis connections blocking in `XREAD` per instance.
@@ -441,6 +448,9 @@ impl Resume {
             (1, "1"),
             grace,
         )?;
+        let queue = MAX_SESSION_QUEUE.to_string();
+        let queue = (MAX_SESSION_QUEUE, queue.as_str());
+        between("resume.session_queue", self.session_queue, (1, "1"), queue)?;
         between(
             "resume.max_watchers_per_stream",
             self.max_watchers_per_stream,

@@ -23,7 +23,8 @@ use bytes::{Bytes, BytesMut};
 
 use super::id::{id_line_len, put_id_line, stem, Token};
 use super::metrics::{End, Held, Limit, ResumeMetrics};
-use super::redis::RedisStore;
+use super::redis::{unix_us, RedisStore};
+use super::sessions::{Listed, Sessions};
 use crate::cors::Grant;
 use crate::envelope::write_gateway_error;
 
@@ -44,6 +45,8 @@ pub struct Limits {
     pub max_watchers: usize,
     /// How long a watcher's client may leave an event frame unread (`resume.watcher_write_timeout_secs`).
     pub watcher_write_timeout: Duration,
+    /// Starts queued for a session that does not take them; past it the oldest go (`resume.session_queue`).
+    pub session_queue: usize,
 }
 
 impl Limits {
@@ -59,6 +62,7 @@ impl Limits {
             max_grace_per_binding: 32,
             max_watchers: 16,
             watcher_write_timeout: Duration::from_secs(30),
+            session_queue: 64,
         }
     }
 }
@@ -180,15 +184,18 @@ impl GraceIndex {
     }
 }
 
-/// Every held stream of this process, by token.
+/// Every held stream of this process, by token, and the sessions told of each new one.
 pub struct Hub {
     streams: Mutex<HashMap<Token, Arc<Stream>>>,
     shared: Arc<Shared>,
+    sessions: Sessions,
 }
 
 impl Hub {
+    /// With a mirror, needs a tokio runtime (the sessions' announcements task).
     pub fn new(limits: Limits, metrics: Arc<ResumeMetrics>, mirror: Option<RedisStore>) -> Self {
         Self {
+            sessions: Sessions::new(limits.session_queue, Arc::clone(&metrics), mirror.as_ref()),
             streams: Mutex::new(HashMap::new()),
             shared: Arc::new(Shared {
                 retry_line: format!("retry: {}\n", limits.retry_ms).into_bytes(),
@@ -210,6 +217,29 @@ impl Hub {
         &self.shared.limits
     }
 
+    pub fn sessions(&self) -> &Sessions {
+        &self.sessions
+    }
+
+    /// The streams of `binding` held here, the newest `limit`, oldest first, each with when it was created (µs
+    /// since the Unix epoch).
+    pub fn list(&self, binding: &[u8; 32], limit: usize) -> Vec<(u64, Listed)> {
+        let mut out: Vec<(u64, Listed)> = lock(&self.streams)
+            .values()
+            .filter(|s| s.binding == *binding)
+            .map(|s| {
+                let listed = Listed {
+                    token: s.token,
+                    ended: s.has_ended(),
+                };
+                (s.created_us, listed)
+            })
+            .collect();
+        out.sort_unstable_by_key(|(at, l)| (*at, l.token.hex()));
+        out.drain(..out.len().saturating_sub(limit));
+        out
+    }
+
     /// A new live stream whose first writer, the original response body, is its primary. `None` if the OS has
     /// no randomness to name it with (the stream is then not resumable).
     pub fn create(&self, binding: [u8; 32], agent: &str) -> Option<Arc<Stream>> {
@@ -229,6 +259,7 @@ impl Hub {
             hex,
             stem: stem(&token),
             binding,
+            created_us: unix_us(),
             me: me.clone(),
             cors,
             shared: Arc::clone(&self.shared),
@@ -262,6 +293,8 @@ impl Hub {
         });
         self.shared.metrics.held(Held::Live).inc();
         lock(&self.streams).insert(token, Arc::clone(&stream));
+        // After it is in the map: a session opening now lists it, or is told of it (it registers, then lists).
+        self.sessions.announce(binding, token);
         Some(stream)
     }
 
@@ -329,6 +362,8 @@ pub struct Stream {
     stem: Vec<u8>,
     /// Keyed hash of the bound request headers of the original request.
     pub binding: [u8; 32],
+    /// When it was created, in µs since the Unix epoch (a session's listing merges these with other instances').
+    created_us: u64,
     /// This stream, for the hub's lists of streams waiting for room and in grace.
     me: Weak<Stream>,
     /// What the backend allowed the original request's origin (CORS), for the answers about this stream.

@@ -61,6 +61,17 @@ label_enum! {
     }
 }
 
+label_enum! {
+    /// What became of a stream's start told to a session (`resume_session_announcements_total{outcome}`).
+    pub enum Announcement {
+        /// Handed to the session (`Session::next_start`).
+        Delivered = "delivered",
+        /// The oldest of a session's queue, dropped: the session did not take its announcements
+        /// (`resume.session_queue`).
+        Dropped = "dropped",
+    }
+}
+
 pub struct ResumeMetrics {
     pub requests: [IntCounter; Resumption::ALL.len()],
     pub replayed_events: IntCounter,
@@ -82,6 +93,12 @@ pub struct ResumeMetrics {
     pub remote_readers_refused: IntCounter,
     /// Reconnect to first replayed byte.
     pub first_replayed_byte: Histogram,
+    /// Sessions (every stream of a binding) open on this instance.
+    pub sessions: IntGauge,
+    /// Sessions refused: this instance had as many as it takes.
+    pub sessions_refused: IntCounter,
+    /// Streams' starts told to sessions, by outcome.
+    pub announcements: [IntCounter; Announcement::ALL.len()],
 }
 
 impl ResumeMetrics {
@@ -187,6 +204,24 @@ impl ResumeMetrics {
                     .buckets(latency_buckets()),
                 )?,
             )?,
+            sessions: gauge(
+                r,
+                "resume_sessions",
+                "Sessions (every stream of a binding, for a session socket) open on this instance.",
+            )?,
+            sessions_refused: counter(
+                r,
+                "resume_sessions_refused_total",
+                "Sessions refused because this instance had as many open as it takes.",
+            )?,
+            announcements: counters(
+                r,
+                "resume_session_announcements_total",
+                "Streams' starts told to sessions, by outcome: delivered, or dropped from the queue of a session \
+                 that did not take them (resume.session_queue).",
+                "outcome",
+                Announcement::ALL.map(Announcement::as_str),
+            )?,
         })
     }
 
@@ -200,6 +235,10 @@ impl ResumeMetrics {
 
     pub fn ended(&self, how: End) {
         self.ended[how as usize].inc();
+    }
+
+    pub fn announcement(&self, a: Announcement) {
+        self.announcements[a as usize].inc();
     }
 
     pub fn limited(&self, limit: Limit) {

@@ -5,11 +5,14 @@
 //! - `id`: tokens and event ids (`sg1-<token>-<seq>`).
 //! - `hub`: the in-process store of held streams: events, subscribers' cursors, grace and retention.
 //! - `redis`: the same events mirrored to Redis/Valkey Streams, read by other instances.
+//! - `sessions`: every stream of a binding for a session socket, held now and each new one as it starts.
+//! - `announce`: other instances' starts for the sessions here, through one Redis pub/sub connection.
 //! - `metrics`: the resume metric families.
 //!
 //! The edge writes into a stream with its `body::hold` layer and reads one with `body::follow`; nothing here
 //! names the edge.
 
+pub mod announce;
 pub mod hub;
 pub mod id;
 pub mod metrics;
@@ -27,6 +30,7 @@ use crate::cors::Grant;
 use hub::{Hub, Limits, Stream};
 use id::{EventId, Token};
 use metrics::{ResumeMetrics, Resumption};
+use sessions::{Listed, Session, SessionError, SessionLimits};
 
 /// The `Last-Event-ID` request header.
 pub const LAST_EVENT_ID: &str = "last-event-id";
@@ -151,6 +155,7 @@ impl Resumer {
             max_grace_per_binding: cfg.max_grace_streams_per_binding,
             max_watchers: cfg.max_watchers_per_stream,
             watcher_write_timeout: duration(cfg.watcher_write_timeout_secs),
+            session_queue: cfg.session_queue,
         };
         Ok(Self {
             hub: Hub::new(limits, Arc::clone(&metrics), mirror),
@@ -200,11 +205,6 @@ impl Resumer {
             };
         }
         *h.finalize().as_bytes()
-    }
-
-    /// A session's streams (STUB until the sessions branch lands).
-    pub async fn session(&self, _binding: [u8; 32]) -> Result<sessions::Session, sessions::SessionError> {
-        Ok(sessions::stub())
     }
 
     /// Whether `authorization` is among the bound values (a browser's socket cannot send it in the handshake).
@@ -257,6 +257,30 @@ impl Resumer {
             tokio::spawn(watch_remote(Arc::downgrade(&stream), store.clone()));
         }
         Some(stream)
+    }
+
+    /// A session of `binding`: the streams held now (here, and with the Redis store those other instances
+    /// indexed whose keys still exist), the newest `limits.max_listed` oldest first, then each new one as it
+    /// starts on any instance. Errors: `Full` (`limits.max_sessions` open here), `Store` (Redis did not answer
+    /// the subscription or the listing).
+    pub async fn session(&self, binding: [u8; 32], limits: SessionLimits) -> Result<Session, SessionError> {
+        // Registered (and subscribed) before listing: a stream started meanwhile is listed, told, or both (then
+        // told once).
+        let mut session = self.hub.sessions().open(binding, limits).await?;
+        let mut listed = self.hub.list(&binding, limits.max_listed);
+        if let Some(store) = self.hub.mirror() {
+            for i in store.list_binding(&binding, limits.max_listed).await? {
+                let Some(token) = Token::parse(&i.token) else { continue };
+                // This instance's own are listed from the hub, which knows best whether they ended.
+                if !listed.iter().any(|(_, l)| l.token == token) {
+                    listed.push((i.created_us, Listed { token, ended: i.ended }));
+                }
+            }
+            listed.sort_unstable_by_key(|(at, l)| (*at, l.token.hex()));
+            listed.drain(..listed.len().saturating_sub(limits.max_listed));
+        }
+        session.set_listed(listed.into_iter().map(|(_, l)| l).collect());
+        Ok(session)
     }
 
     /// A stream's URL (`<prefix>/<token>`).
@@ -471,6 +495,60 @@ mod tests {
         assert_ne!(one, b(&[("cookie", "csrf=a"), ("authorization", "Bearer x")]), "absent");
         assert_ne!(b(&[("cookie", "session=")]), b(&[]), "empty is not absent");
         assert_ne!(one, b(&[("cookie", "session=s1; csrf=a")]));
+    }
+
+    /// The session's next start, failing the test rather than hang.
+    async fn next(s: &mut Session) -> Option<Token> {
+        tokio::time::timeout(Duration::from_secs(5), s.next_start())
+            .await
+            .expect("no start within 5 s")
+    }
+
+    #[tokio::test]
+    async fn a_session_lists_its_bindings_held_streams_then_is_told_each_new_one() {
+        let r = resumer();
+        let limits = SessionLimits {
+            max_sessions: 4,
+            max_listed: 2,
+        };
+        let mine = [1; 32];
+        let old = r.create(mine, "a", None).unwrap();
+        std::thread::sleep(Duration::from_millis(2));
+        let ended = r.create(mine, "a", None).unwrap();
+        ended.finish(bytes::Bytes::new(), metrics::End::Completed);
+        std::thread::sleep(Duration::from_millis(2));
+        let live = r.create(mine, "a", None).unwrap();
+        let _other = r.create([2; 32], "a", None).unwrap();
+        let mut s = r.session(mine, limits).await.unwrap();
+        assert_eq!(
+            s.listed(),
+            [
+                Listed {
+                    token: ended.token,
+                    ended: true
+                },
+                Listed {
+                    token: live.token,
+                    ended: false
+                }
+            ],
+            "the newest two of the binding, oldest first"
+        );
+        assert!(s.listed().iter().all(|l| l.token != old.token));
+        let _elsewhere = r.create([2; 32], "a", None).unwrap();
+        let new = r.create(mine, "a", None).unwrap();
+        assert_eq!(
+            next(&mut s).await,
+            Some(new.token),
+            "its binding's start, not another's"
+        );
+        let mut two = r.session(mine, limits).await.unwrap();
+        let newer = r.create(mine, "a", None).unwrap();
+        assert_eq!(next(&mut s).await, Some(newer.token));
+        assert_eq!(next(&mut two).await, Some(newer.token), "every session of the binding");
+        assert_eq!(r.metrics.sessions.get(), 2);
+        drop((s, two));
+        assert_eq!(r.metrics.sessions.get(), 0);
     }
 
     #[test]

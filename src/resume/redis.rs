@@ -10,7 +10,13 @@
 //! <prefix>{<token>}:owner    the owner's liveness: PX 3 x heartbeat, refreshed every heartbeat
 //! <prefix>{<token>}:primary  the cursor of a primary reader on another instance: SET PX 3 x heartbeat
 //! <prefix>{<token>}:cancel   a cancel asked by any instance: SET PX ttl
+//! <prefix>bind:<binding>     sorted set of the binding's streams (token hex, scored by creation time in ms):
+//!                            the newest BINDING_INDEX_MAX, expiring with the streams' ttl (session listings)
 //! ```
+//!
+//! With the stream's create, the owner also publishes `<instance>:<token>` on the channel
+//! `<prefix>started:<binding>` (`<binding>`: the binding's 64 hex digits), for the sessions of every instance
+//! (`announce`).
 //!
 //! Order is what makes reading safe without transactions. The writer sends one pipeline at a time on one
 //! connection, so Redis applies a stream's commands in the order they were queued: its events before its
@@ -75,6 +81,37 @@ fn parse_grant(stored: Option<String>) -> Option<Grant> {
 
 /// The field of a Stream entry that holds the event's bytes.
 const EVENT_FIELD: &str = "e";
+/// Streams kept in a binding's index (`<prefix>bind:<binding>`), the newest: no listing asks for more (the
+/// ceiling of `websocket.max_streams_per_session`).
+pub const BINDING_INDEX_MAX: usize = 1024;
+
+/// The sorted set of a binding's streams.
+pub(crate) fn binding_index(prefix: &str, binding: &[u8; 32]) -> String {
+    format!("{prefix}bind:{}", hex(binding))
+}
+
+/// The channel a binding's new streams are announced on.
+pub(crate) fn start_channel(prefix: &str, binding: &[u8; 32]) -> String {
+    format!("{prefix}started:{}", hex(binding))
+}
+
+/// Microseconds since the Unix epoch (a binding index's scores: exact in a double until the year 2255).
+pub(crate) fn unix_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+/// A stream of a binding's index whose meta hash still exists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Indexed {
+    /// The token, as stored (hex).
+    pub token: String,
+    /// When it was created (µs since the Unix epoch, the owner's clock).
+    pub created_us: u64,
+    /// Finished, or lost: no more events will come.
+    pub ended: bool,
+}
 
 /// Settings of the Redis store.
 #[derive(Clone, Debug)]
@@ -385,7 +422,7 @@ fn parse_entries(op: &'static str, v: Value) -> Result<Vec<(u64, Vec<u8>)>, Stor
 }
 
 /// Runs one round trip within `limit` and tells the observer.
-async fn round_trip<T>(
+pub(crate) async fn round_trip<T>(
     observer: &dyn StoreObserver,
     op: &'static str,
     limit: Duration,
@@ -446,6 +483,10 @@ type Owned = Arc<Mutex<HashMap<String, Arc<Slot>>>>;
 enum Op {
     Create {
         slot: Arc<Slot>,
+        /// The token (hex), announced to other instances' sessions.
+        token: String,
+        /// When it was created (µs since the Unix epoch): its score in its binding's index.
+        created_us: u64,
         binding: [u8; 32],
         agent: String,
         /// The CORS answer kept with the stream (`cors::Grant` as JSON), if its request had an allowed origin.
@@ -498,6 +539,10 @@ struct Shared {
     opts: RedisOptions,
     observer: Arc<dyn StoreObserver>,
     conn: ConnectionManager,
+    /// For the connections of other tasks (the session announcements' pub/sub).
+    client: Client,
+    /// This instance's name in announcements (random hex), so it skips its own.
+    instance: String,
     owned: Owned,
     /// The writer's queue. Unbounded as a channel, bounded per stream by `queue` events (each stream's
     /// `pending`) plus its create, agent, finish and lost ops.
@@ -545,7 +590,9 @@ impl RedisStore {
         let conn = round_trip(observer.as_ref(), "connect", opts.op_timeout, connecting).await?;
         let (tx, rx) = mpsc::unbounded_channel();
         let owned: Owned = Arc::default();
+        let instance = format!("{:016x}", random_u64());
         let writer = Writer {
+            instance: instance.clone(),
             conn: conn.clone(),
             opts: opts.clone(),
             observer: observer.clone(),
@@ -575,6 +622,8 @@ impl RedisStore {
                 opts,
                 observer,
                 conn,
+                client,
+                instance,
                 owned,
                 tx,
                 followers,
@@ -601,6 +650,8 @@ impl RedisStore {
         self.owned().insert(token.to_owned(), slot.clone());
         self.send(Op::Create {
             slot,
+            token: token.to_owned(),
+            created_us: unix_us(),
             binding,
             agent: agent.to_owned(),
             cors: cors.and_then(|g| serde_json::to_string(g).ok()),
@@ -782,6 +833,70 @@ impl RedisStore {
         Ok(parse_grant(stored))
     }
 
+    /// Any instance: the newest `limit` streams of a binding's index whose meta hash still exists (ended or
+    /// not), oldest first; at most [`BINDING_INDEX_MAX`].
+    pub async fn list_binding(&self, binding: &[u8; 32], limit: usize) -> Result<Vec<Indexed>, StoreError> {
+        let limit = limit.min(BINDING_INDEX_MAX);
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let observer = self.shared.observer.as_ref();
+        let op_timeout = self.shared.opts.op_timeout;
+        let prefix = &self.shared.opts.key_prefix;
+        let mut conn = self.shared.conn.clone();
+        let mut zrange = redis::cmd("ZRANGE");
+        zrange
+            .arg(binding_index(prefix, binding))
+            .arg(-(limit as i64))
+            .arg(-1)
+            .arg("WITHSCORES");
+        let members: Vec<(String, f64)> =
+            round_trip(observer, "list", op_timeout, zrange.query_async(&mut conn)).await?;
+        if members.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for (token, _) in &members {
+            pipe.cmd("HMGET")
+                .arg(Keys::new(prefix, token).meta)
+                .arg("state")
+                .arg("end");
+        }
+        let metas: Vec<Vec<Option<String>>> =
+            round_trip(observer, "list", op_timeout, pipe.query_async(&mut conn)).await?;
+        Ok(members
+            .into_iter()
+            .zip(metas)
+            .filter_map(|((token, score), meta)| {
+                let state = meta.first().cloned().flatten()?;
+                let ended = state != "live" || meta.get(1).cloned().flatten().is_some();
+                Some(Indexed {
+                    token,
+                    created_us: score.max(0.0) as u64,
+                    ended,
+                })
+            })
+            .collect())
+    }
+
+    /// The client the store connects with.
+    pub(crate) fn client(&self) -> &Client {
+        &self.shared.client
+    }
+
+    pub(crate) fn options(&self) -> &RedisOptions {
+        &self.shared.opts
+    }
+
+    pub(crate) fn observer(&self) -> &Arc<dyn StoreObserver> {
+        &self.shared.observer
+    }
+
+    /// This instance's name in announcements.
+    pub(crate) fn instance(&self) -> &str {
+        &self.shared.instance
+    }
+
     fn check_binding(&self, stored: Option<String>, binding: &[u8; 32]) -> Result<(), OpenError> {
         match stored {
             None => Err(OpenError::Unknown),
@@ -820,8 +935,17 @@ impl RedisStore {
     }
 }
 
+/// A random u64 (an instance's name): from the OS, or the clock and the process id without it.
+fn random_u64() -> u64 {
+    let mut b = [0u8; 8];
+    match getrandom::fill(&mut b) {
+        Ok(()) => u64::from_le_bytes(b),
+        Err(_) => unix_us() ^ (u64::from(std::process::id()) << 32),
+    }
+}
+
 /// Milliseconds of a duration, for `PX` and `PEXPIRE` (at least 1: 0 is not a valid expiry).
-fn millis(d: Duration) -> u64 {
+pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
@@ -887,6 +1011,8 @@ impl<'a> Refusal<'a> {
 /// pipeline, waits for the answer, and repeats; every heartbeat the same pipeline refreshes the owner keys and
 /// checks that each owned stream's meta hash is still there.
 struct Writer {
+    /// This instance's name in announcements.
+    instance: String,
     conn: ConnectionManager,
     opts: RedisOptions,
     observer: Arc<dyn StoreObserver>,
@@ -999,6 +1125,8 @@ impl Writer {
                 // Written even for a stream already given up: readers elsewhere then see it, lost.
                 Op::Create {
                     slot,
+                    token,
+                    created_us,
                     binding,
                     agent,
                     cors,
@@ -1022,6 +1150,7 @@ impl Writer {
                         hset.arg(CORS_FIELD).arg(cors);
                     }
                     r.add(hset, Tag::Create(slot.clone()));
+                    self.announce(&mut r, token, *created_us, binding);
                     if !self.held.iter().any(|h| Arc::ptr_eq(h, slot)) {
                         self.held.push(slot.clone());
                     }
@@ -1135,6 +1264,30 @@ impl Writer {
         }
         r.ops = ops;
         r
+    }
+
+    /// Indexes a new stream under its binding, then announces it (after its meta hash: an instance told of it can
+    /// open it). Neither is the stream's own: a refusal does not give it up.
+    fn announce(&self, r: &mut Round, token: &str, created_us: u64, binding: &[u8; 32]) {
+        let prefix = &self.opts.key_prefix;
+        let index = binding_index(prefix, binding);
+        let ttl = millis(self.opts.ttl);
+        r.add(redis::Cmd::zadd(&index, token, created_us), Tag::Ignore);
+        // The newest BINDING_INDEX_MAX, and none whose keys have surely expired.
+        r.add(
+            redis::Cmd::zremrangebyrank(&index, 0, -(BINDING_INDEX_MAX as isize) - 1),
+            Tag::Ignore,
+        );
+        let mut old = redis::cmd("ZREMRANGEBYSCORE");
+        let expired = unix_us().saturating_sub(ttl.saturating_mul(1000));
+        old.arg(&index).arg("-inf").arg(format!("({expired}"));
+        r.add(old, Tag::Ignore);
+        r.add(redis::Cmd::pexpire(&index, ttl as i64), Tag::Ignore);
+        let mut publish = redis::cmd("PUBLISH");
+        publish
+            .arg(start_channel(prefix, binding))
+            .arg(format!("{}:{token}", self.instance));
+        r.add(publish, Tag::Ignore);
     }
 
     /// Stops counting a stream's events (deleted, or lost by Redis).

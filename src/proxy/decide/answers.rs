@@ -64,6 +64,7 @@ impl Sockets {
             write_timeout: duration(w.write_timeout_secs),
             max_queued_bytes: w.max_queued_bytes,
             max_streams_per_session: w.max_streams_per_session,
+            max_sessions: w.max_sockets,
         };
         Ok(Self {
             shared: Arc::new(socket::serve::Shared {

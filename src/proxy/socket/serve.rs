@@ -26,6 +26,7 @@ use crate::proxy::socket::messages::{self, Encoder, Event, FromClient, Outcome, 
 use crate::proxy::socket::metrics::{SocketKind, SocketMetrics};
 use crate::resume::id::Token;
 use crate::resume::metrics::Resumption;
+use crate::resume::sessions::{SessionError, SessionLimits};
 use crate::resume::{Opened, Refusal, Resumer};
 
 /// A socket's bounds (`websocket.*`, docs/WEBSOCKET.md).
@@ -38,6 +39,8 @@ pub struct Limits {
     pub write_timeout: Duration,
     pub max_queued_bytes: usize,
     pub max_streams_per_session: usize,
+    /// Session sockets at once on this instance (`websocket.max_sockets`: every session is a socket).
+    pub max_sessions: usize,
 }
 
 /// What every socket shares.
@@ -264,9 +267,14 @@ impl Socket {
             },
             Target::Session(positions) => {
                 after = positions;
-                let s = match r.session(binding).await {
+                let bounds = SessionLimits {
+                    max_sessions: limits.max_sessions,
+                    max_listed: limits.max_streams_per_session,
+                };
+                let s = match r.session(binding, bounds).await {
                     Ok(s) => s,
-                    Err(_) => return Closing::Busy,
+                    Err(SessionError::Full) => return Closing::Busy,
+                    Err(SessionError::Store(_)) => return Closing::Store,
                 };
                 let listed: Vec<_> = s.listed().iter().map(|l| (l.token, l.ended)).collect();
                 for (token, ended) in listed {
