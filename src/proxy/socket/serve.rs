@@ -207,6 +207,7 @@ pub async fn serve(
         proto,
         queue: Queue::new(proto),
         behind: false,
+        queued_behind: 0,
         session_id: String::new(),
         pending_since: None,
         awaiting_pong: None,
@@ -227,6 +228,9 @@ struct Socket {
     queue: Queue,
     /// The queue filled behind a pending write: it goes out as one batch.
     behind: bool,
+    /// Bytes queued since the pending write began: what `websocket.max_queued_bytes` bounds (a replay that
+    /// arrived while the socket kept up is not the client falling behind).
+    queued_behind: usize,
     /// seed 004's `sessionId` of a batch: the stream's token (a session's batches mix streams: empty).
     session_id: String,
     /// A write is pending since then (the socket has not flushed).
@@ -306,7 +310,7 @@ impl Socket {
             let pending = self.pending_since;
             let write_deadline = pending.map(|p| tokio::time::Instant::from_std(p + limits.write_timeout));
             // The bound is on what queues behind a pending write; while the socket keeps up, nothing waits.
-            let room = pending.is_none() || self.queue.len_bytes() < limits.max_queued_bytes;
+            let room = pending.is_none() || self.queued_behind < limits.max_queued_bytes;
             tokio::select! {
                 biased;
                 () = draining(drain) => return Closing::GoingAway,
@@ -315,6 +319,7 @@ impl Socket {
                         return Closing::Error;
                     }
                     self.pending_since = None;
+                    self.queued_behind = 0;
                 }
                 () = sleep_until_opt(write_deadline), if write_deadline.is_some() => {
                     self.shared.metrics.write_timeouts.inc();
@@ -337,7 +342,13 @@ impl Socket {
                 },
                 polled = poll_fn(|cx| poll_streams(&mut open, &mut next, cx)), if room && !open.is_empty() => {
                     match polled {
-                        Polled::Frame(i, frame) => self.frame(&mut open[i], &frame),
+                        Polled::Frame(i, frame) => {
+                            let before = self.queue.len_bytes();
+                            self.frame(&mut open[i], &frame);
+                            if self.pending_since.is_some() {
+                                self.queued_behind += self.queue.len_bytes().saturating_sub(before);
+                            }
+                        }
                         Polled::Ended(i) => {
                             let ended = open.swap_remove(i);
                             let outcome = self.ended(ended, session.is_some());
@@ -350,7 +361,7 @@ impl Socket {
                             }
                         }
                     }
-                    if self.pending_since.is_some() && self.queue.len_bytes() >= limits.max_queued_bytes {
+                    if self.queued_behind >= limits.max_queued_bytes {
                         self.shared.metrics.queue_full.inc();
                         return Closing::Behind;
                     }
