@@ -321,7 +321,7 @@ impl Socket {
                     self.pending_since = None;
                     self.queued_behind = 0;
                 }
-                () = sleep_until_opt(write_deadline), if write_deadline.is_some() => {
+                () = tokio::time::sleep_until(write_deadline.unwrap_or_else(tokio::time::Instant::now)), if write_deadline.is_some() => {
                     self.shared.metrics.write_timeouts.inc();
                     return Closing::Behind;
                 }
@@ -589,13 +589,6 @@ impl Socket {
 async fn next_start(session: &mut Option<crate::resume::sessions::Session>) -> Option<Token> {
     match session {
         Some(s) => s.next_start().await,
-        None => std::future::pending().await,
-    }
-}
-
-async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
 }
