@@ -51,6 +51,11 @@ impl AsyncRead for ClientIo {
         if !self.prefix.is_empty() {
             let n = self.prefix.len().min(buf.remaining());
             buf.put_slice(&self.prefix.split_to(n));
+            if self.prefix.is_empty() {
+                // An emptied `Bytes` still holds the buffer it was cut from (the head `http1` read) for the
+                // connection's whole life: an upgraded socket or an h2c connection would keep it.
+                self.prefix = Bytes::new();
+            }
             return Poll::Ready(Ok(()));
         }
         loop {

@@ -196,7 +196,8 @@ pub async fn serve(
         .max_message_size(Some(limits.max_message_bytes))
         .max_frame_size(Some(limits.max_message_bytes))
         .read_buffer_size(512)
-        .write_buffer_size(0);
+        // Messages handed over together go out in one write; the flush after them writes the rest.
+        .write_buffer_size(8 << 10);
     let ws = WebSocketStream::from_raw_socket(TokioIo::new(io), Role::Server, Some(config)).await;
     let _open = shared.metrics.opened(kind);
     let (tx, rx) = ws.split();
@@ -481,26 +482,39 @@ impl Socket {
 
     /// Writes what queued as one message when no write is pending.
     fn flush_queue(&mut self) -> Option<Closing> {
-        while self.pending_since.is_none() {
-            // What queued behind a pending write goes out as one batch; after that, one message at a time.
-            let (text, count) = if std::mem::take(&mut self.behind) {
-                self.queue.take_all(&self.session_id)?
-            } else {
-                (self.queue.take_one()?, 1)
-            };
-            self.shared.metrics.sent(count);
-            let ready = poll_fn(|cx| Poll::Ready(self.tx.poll_ready_unpin(cx)));
-            let sent = match futures_util::FutureExt::now_or_never(ready) {
-                Some(Poll::Ready(Ok(()))) => self.tx.start_send_unpin(Message::Text(text.into())),
-                _ => Err(WsError::ConnectionClosed),
-            };
-            if sent.is_err() {
-                return Some(Closing::Error);
+        while self.pending_since.is_none() && !self.queue.is_empty() {
+            // What queued behind a pending write goes out as one batch; else each message on its own, all in
+            // one flush. A socket that takes no more meanwhile has a pending write: the rest waits, batched.
+            let mut stalled = false;
+            loop {
+                match self.ready() {
+                    Err(c) => return Some(c),
+                    Ok(false) => {
+                        stalled = true;
+                        break;
+                    }
+                    Ok(true) => {}
+                }
+                let (text, count) = if std::mem::take(&mut self.behind) {
+                    match self.queue.take_all(&self.session_id) {
+                        Some(batch) => batch,
+                        None => break,
+                    }
+                } else {
+                    match self.queue.take_one() {
+                        Some(text) => (text, 1),
+                        None => break,
+                    }
+                };
+                self.shared.metrics.sent(count);
+                if self.tx.start_send_unpin(Message::Text(text.into())).is_err() {
+                    return Some(Closing::Error);
+                }
             }
             // Written at once if the socket takes it; else the write is pending and what comes meanwhile queues.
             let flushed = poll_fn(|cx| Poll::Ready(self.tx.poll_flush_unpin(cx)));
             match futures_util::FutureExt::now_or_never(flushed) {
-                Some(Poll::Ready(Ok(()))) => {}
+                Some(Poll::Ready(Ok(()))) if !stalled => {}
                 Some(Poll::Ready(Err(_))) => return Some(Closing::Error),
                 _ => {
                     self.pending_since = Some(Instant::now());
@@ -509,6 +523,16 @@ impl Socket {
             }
         }
         None
+    }
+
+    /// Whether the socket takes another message now.
+    fn ready(&mut self) -> Result<bool, Closing> {
+        let ready = poll_fn(|cx| Poll::Ready(self.tx.poll_ready_unpin(cx)));
+        match futures_util::FutureExt::now_or_never(ready) {
+            Some(Poll::Ready(Ok(()))) => Ok(true),
+            Some(Poll::Ready(Err(_))) => Err(Closing::Error),
+            _ => Ok(false),
+        }
     }
 
     /// Writes everything still queued, after the pending write if there is one: a queue left behind a pending
