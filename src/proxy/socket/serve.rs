@@ -196,8 +196,8 @@ pub async fn serve(
         .max_message_size(Some(limits.max_message_bytes))
         .max_frame_size(Some(limits.max_message_bytes))
         .read_buffer_size(512)
-        // Messages handed over together go out in one write; the flush after them writes the rest.
-        .write_buffer_size(8 << 10);
+        // Written through at once: a buffer kept per socket would cost every idle socket its capacity.
+        .write_buffer_size(0);
     let ws = WebSocketStream::from_raw_socket(TokioIo::new(io), Role::Server, Some(config)).await;
     let _open = shared.metrics.opened(kind);
     let (tx, rx) = ws.split();
