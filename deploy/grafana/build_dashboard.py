@@ -715,6 +715,27 @@ def build() -> dict:
             stack=True,
         ),
     )
+    L.add(
+        12,
+        7,
+        timeseries(
+            "Sessions open",
+            "Session sockets' registrations per instance (every stream of a binding, told as it starts on any "
+            "instance; docs/RESUME.md, Sessions). At most websocket.max_sockets; refusals per second beside.",
+            targets(
+                (sum_of("sse_gateway_resume_sessions", by="instance"), "{{instance}}"),
+                (sum_rate("sse_gateway_resume_sessions_refused_total"), "refused/s"),
+            ),
+        ),
+        timeseries(
+            "Stream starts told to sessions",
+            "Starts of streams told to session sockets per second: delivered, or dropped because a session "
+            "had resume.session_queue starts waiting (it reads its socket too slowly).",
+            targets((sum_rate("sse_gateway_resume_session_announcements_total", by="outcome"), "{{outcome}}")),
+            unit="ops",
+            stack=True,
+        ),
+    )
 
     variables = [
         {
