@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -148,9 +149,9 @@ fn now_ms() -> u64 {
 }
 
 /// Writes `s` as a JSON string.
-fn push_str(out: &mut Vec<u8>, s: &str) {
+fn push_str(out: &mut BytesMut, s: &str) {
     // A `&str` always serializes.
-    let _ = serde_json::to_writer(&mut *out, s);
+    let _ = serde_json::to_writer((&mut *out).writer(), s);
 }
 
 /// An envelope's fields the seed-004 format reads.
@@ -202,7 +203,7 @@ impl Encoder {
     }
 
     /// Appends the message (a JSON object) `ev` makes to `out`; false when it makes none.
-    pub fn event(&mut self, ev: &Event<'_>, out: &mut Vec<u8>) -> bool {
+    pub fn event(&mut self, ev: &Event<'_>, out: &mut BytesMut) -> bool {
         match self.proto {
             Subprotocol::Gateway => {
                 // The envelope's bytes are embedded as they are: the gateway's own encoder wrote them, one JSON
@@ -216,14 +217,14 @@ impl Encoder {
                 }
                 out.extend_from_slice(b",\"envelope\":");
                 out.extend_from_slice(ev.data);
-                out.push(b'}');
+                out.put_u8(b'}');
                 true
             }
             Subprotocol::AgentSdk => self.sdk_event(ev, out),
         }
     }
 
-    fn sdk_event(&mut self, ev: &Event<'_>, out: &mut Vec<u8>) -> bool {
+    fn sdk_event(&mut self, ev: &Event<'_>, out: &mut BytesMut) -> bool {
         let Ok(env) = serde_json::from_slice::<Envelope<'_>>(ev.data) else {
             return false;
         };
@@ -294,7 +295,7 @@ impl Encoder {
     }
 
     /// The message that ends a stream that completed (agent-sdk: `agent:complete`); false when there is none.
-    pub fn completed(&mut self, out: &mut Vec<u8>) -> bool {
+    pub fn completed(&mut self, out: &mut BytesMut) -> bool {
         if self.proto != Subprotocol::AgentSdk {
             return false;
         }
@@ -308,7 +309,7 @@ impl Encoder {
         true
     }
 
-    fn sdk_message(&self, ty: &str, payload: &str, id: Option<&str>, out: &mut Vec<u8>) {
+    fn sdk_message(&self, ty: &str, payload: &str, id: Option<&str>, out: &mut BytesMut) {
         out.extend_from_slice(b"{\"type\":");
         push_str(out, ty);
         out.extend_from_slice(b",\"payload\":");
@@ -319,12 +320,12 @@ impl Encoder {
             out.extend_from_slice(b",\"id\":");
             push_str(out, id);
         }
-        out.push(b'}');
+        out.put_u8(b'}');
     }
 }
 
 /// A session's word that a stream starts (default subprotocol only: seed 004 has none).
-pub fn stream_start(proto: Subprotocol, token: &str, url: &str, out: &mut Vec<u8>) -> bool {
+pub fn stream_start(proto: Subprotocol, token: &str, url: &str, out: &mut BytesMut) -> bool {
     if proto != Subprotocol::Gateway {
         return false;
     }
@@ -332,12 +333,12 @@ pub fn stream_start(proto: Subprotocol, token: &str, url: &str, out: &mut Vec<u8
     push_str(out, token);
     out.extend_from_slice(b",\"url\":");
     push_str(out, url);
-    out.push(b'}');
+    out.put_u8(b'}');
     true
 }
 
 /// A session's word that a stream ended.
-pub fn stream_end(proto: Subprotocol, token: &str, outcome: Outcome, out: &mut Vec<u8>) -> bool {
+pub fn stream_end(proto: Subprotocol, token: &str, outcome: Outcome, out: &mut BytesMut) -> bool {
     if proto != Subprotocol::Gateway {
         return false;
     }
@@ -350,13 +351,15 @@ pub fn stream_end(proto: Subprotocol, token: &str, outcome: Outcome, out: &mut V
 }
 
 /// Messages waiting to be written, each a JSON object: one at a time while the socket keeps up, all together as
-/// one batch when they queued behind a pending write.
+/// one batch when they queued behind a pending write. A message goes out as a slice of the queue's buffer, not a
+/// copy of it.
 pub struct Queue {
     proto: Subprotocol,
-    /// The messages from `head` on, separated by commas (so the batch is their bytes as they are).
-    bytes: Vec<u8>,
-    head: usize,
-    /// Where each message ends in `bytes`.
+    /// The messages, separated by commas (so the batch is their bytes as they are).
+    bytes: BytesMut,
+    /// Bytes taken from the front of `bytes` since it was last empty: `ends` count from there.
+    taken: usize,
+    /// Where each message ends.
     ends: std::collections::VecDeque<usize>,
 }
 
@@ -364,14 +367,14 @@ impl Queue {
     pub fn new(proto: Subprotocol) -> Self {
         Self {
             proto,
-            bytes: Vec::new(),
-            head: 0,
+            bytes: BytesMut::new(),
+            taken: 0,
             ends: std::collections::VecDeque::new(),
         }
     }
 
     pub fn len_bytes(&self) -> usize {
-        self.bytes.len() - self.head
+        self.bytes.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -379,56 +382,59 @@ impl Queue {
     }
 
     /// Appends one message with `write` (which returns false when it wrote none).
-    pub fn push(&mut self, write: impl FnOnce(&mut Vec<u8>) -> bool) {
+    pub fn push(&mut self, write: impl FnOnce(&mut BytesMut) -> bool) {
         let mark = self.bytes.len();
         if !self.ends.is_empty() {
-            self.bytes.push(b',');
+            self.bytes.put_u8(b',');
         }
         if write(&mut self.bytes) {
-            self.ends.push_back(self.bytes.len());
+            self.ends.push_back(self.taken + self.bytes.len());
         } else {
             self.bytes.truncate(mark);
         }
     }
 
     /// The first message alone.
-    pub fn take_one(&mut self) -> Option<String> {
-        let end = self.ends.pop_front()?;
-        let text = String::from_utf8_lossy(&self.bytes[self.head..end]).into_owned();
-        self.head = end + 1;
+    pub fn take_one(&mut self) -> Option<Bytes> {
+        let end = self.ends.pop_front()? - self.taken;
+        let message = self.bytes.split_to(end).freeze();
+        self.taken += end;
         if self.ends.is_empty() {
             self.clear();
+        } else {
+            // The comma before the next message.
+            self.bytes.advance(1);
+            self.taken += 1;
         }
-        Some(text)
+        Some(message)
     }
 
     /// Every queued message as one text message (a batch when more than one), and how many it holds.
-    pub fn take_all(&mut self, session: &str) -> Option<(String, usize)> {
+    pub fn take_all(&mut self, session: &str) -> Option<(Bytes, usize)> {
         let count = self.ends.len();
         if count <= 1 {
             return self.take_one().map(|t| (t, 1));
         }
-        let mut out = Vec::with_capacity(self.len_bytes() + 64);
+        let mut out = BytesMut::with_capacity(self.len_bytes() + 64);
         out.extend_from_slice(b"{\"type\":\"batch\",\"messages\":[");
-        out.extend_from_slice(&self.bytes[self.head..]);
-        out.push(b']');
+        out.extend_from_slice(&self.bytes);
+        out.put_u8(b']');
         if self.proto == Subprotocol::AgentSdk {
             out.extend_from_slice(format!(",\"timestamp\":{},\"sessionId\":", now_ms()).as_bytes());
             push_str(&mut out, session);
         }
-        out.push(b'}');
+        out.put_u8(b'}');
         self.clear();
-        // Every part is JSON text written from `&str`s and the gateway's own UTF-8 envelopes.
-        Some((String::from_utf8_lossy(&out).into_owned(), count))
+        Some((out.freeze(), count))
     }
 
     fn clear(&mut self) {
         self.ends.clear();
-        self.head = 0;
+        self.taken = 0;
         self.bytes.clear();
         // A burst's buffer is not kept by an idle socket.
         if self.bytes.capacity() > 64 << 10 {
-            self.bytes = Vec::new();
+            self.bytes = BytesMut::new();
         }
     }
 }
@@ -496,7 +502,7 @@ mod tests {
     fn the_default_subprotocol_embeds_the_envelope_byte_for_byte() {
         let mut enc = Encoder::new(Subprotocol::Gateway, "ab", 1 << 20);
         let ev = events(FRAME).next().unwrap();
-        let mut out = Vec::new();
+        let mut out = BytesMut::new();
         assert!(enc.event(&ev, &mut out));
         assert!(contains(&out, ev.data));
         let v: Value = serde_json::from_slice(&out).unwrap();
@@ -518,13 +524,13 @@ mod tests {
         ];
         for f in frames {
             for ev in events(f) {
-                let mut out = Vec::new();
+                let mut out = BytesMut::new();
                 if enc.event(&ev, &mut out) {
                     msgs.push(serde_json::from_slice::<Value>(&out).unwrap());
                 }
             }
         }
-        let mut out = Vec::new();
+        let mut out = BytesMut::new();
         assert!(enc.completed(&mut out));
         msgs.push(serde_json::from_slice(&out).unwrap());
         let types: Vec<&str> = msgs.iter().map(|m| m["type"].as_str().unwrap()).collect();
@@ -545,7 +551,7 @@ mod tests {
         let data = br#"{"type":"error","agent":"a","final":true,"delta":"{\"type\":\"stream_cancelled\",\"message\":\"the run was cancelled\"}"}"#;
         assert_eq!(Outcome::of_error(data), Some(Outcome::Cancelled));
         let mut enc = Encoder::new(Subprotocol::AgentSdk, "ab", 1 << 20);
-        let mut out = Vec::new();
+        let mut out = BytesMut::new();
         assert!(enc.event(&Event { id: None, data }, &mut out));
         let v: Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["type"], "agent:cancelled");
@@ -562,15 +568,15 @@ mod tests {
             })
         };
         push(&mut q, 1);
-        assert_eq!(q.take_all("s").unwrap(), ("{\"a\":1}".to_owned(), 1));
+        assert_eq!(q.take_all("s").unwrap(), (Bytes::from_static(b"{\"a\":1}"), 1));
         push(&mut q, 1);
         q.push(|_| false);
         push(&mut q, 2);
         push(&mut q, 3);
-        assert_eq!(q.take_one().as_deref(), Some("{\"a\":1}"));
+        assert_eq!(q.take_one().as_deref(), Some(&b"{\"a\":1}"[..]));
         let (text, n) = q.take_all("s").unwrap();
         assert_eq!(n, 2);
-        let v: Value = serde_json::from_str(&text).unwrap();
+        let v: Value = serde_json::from_slice(&text).unwrap();
         assert_eq!(v["type"], "batch");
         assert_eq!(v["messages"][0]["a"], 2);
         assert_eq!(v["messages"][1]["a"], 3);

@@ -18,7 +18,7 @@ use hyper_util::rt::TokioIo;
 use tokio::sync::watch;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
-use tokio_tungstenite::tungstenite::{Error as WsError, Message};
+use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
 use tokio_tungstenite::WebSocketStream;
 
 use crate::proxy::body::follow::{Follow, RemoteFollow};
@@ -507,7 +507,10 @@ impl Socket {
                     }
                 };
                 self.shared.metrics.sent(count);
-                if self.tx.start_send_unpin(Message::Text(text.into())).is_err() {
+                let Ok(text) = Utf8Bytes::try_from(text) else {
+                    return Some(Closing::Error);
+                };
+                if self.tx.start_send_unpin(Message::Text(text)).is_err() {
                     return Some(Closing::Error);
                 }
             }
@@ -588,12 +591,14 @@ impl Socket {
                 Some(FromClient::Auth(_)) | None => Heard::Close(Closing::Unsupported),
             },
             // tungstenite answers pings itself (its pong goes out with the next flush).
-            Message::Ping(_) | Message::Pong(_) => {
+            Message::Ping(_) => {
                 if self.pending_since.is_none() {
                     self.pending_since = Some(Instant::now());
                 }
                 Heard::Nothing
             }
+            // A pong only says the client is there (`last_heard`, above); nothing to write.
+            Message::Pong(_) => Heard::Nothing,
             Message::Close(_) => Heard::Close(Closing::Normal),
             Message::Binary(_) | Message::Frame(_) => Heard::Close(Closing::Unsupported),
         }
