@@ -19,13 +19,45 @@ pub enum StreamEnd {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Dialect {
-    /// XML items, plus raw-dialect JSON model events wherever they appear.
+    /// Told from the first event: XML items (with raw-dialect JSON model events wherever they appear),
+    /// cogency events or Agent SDK messages.
     #[default]
     Auto,
     /// XML items only: JSON model events are bad input.
     Xml,
     /// Raw dialect (DESIGN 3.4).
     Raw,
+    /// cogency's JSON events (DESIGN 3.7).
+    Cogency,
+    /// Claude Agent SDK messages (DESIGN 3.7).
+    AgentSdk,
+}
+
+impl Dialect {
+    /// Every dialect, in the order the docs list them.
+    pub const ALL: [Dialect; 5] = [
+        Dialect::Auto,
+        Dialect::Xml,
+        Dialect::Raw,
+        Dialect::Cogency,
+        Dialect::AgentSdk,
+    ];
+
+    /// The name in config, on the command line and in a request.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Dialect::Auto => "auto",
+            Dialect::Xml => "xml",
+            Dialect::Raw => "raw",
+            Dialect::Cogency => "cogency",
+            Dialect::AgentSdk => "agent_sdk",
+        }
+    }
+
+    /// Parses a name (`None` for anything else).
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|d| d.as_str() == s)
+    }
 }
 
 /// How the `data:` lines of one event are joined.
