@@ -1,9 +1,12 @@
 //! Criterion benches of the translator core, side by side with the naive alternative (BENCHMARKS.md).
 //!
 //! Groups: `small_deltas` (upstream events/s, 1–4 KiB reads), `large` (input MB/s, 16 KiB reads),
-//! `fixtures` (the golden fixtures, if `tests/fixtures/*.sse` exist). After criterion's own report, a
-//! summary times ours and naive interleaved in the same process and prints the ratios, and checks that both
-//! produce the same blocks, so the comparison is between two correct translators.
+//! `fixtures` (the golden fixtures, if `tests/fixtures/*.sse` exist), `dialects` (upstream events/s of each
+//! dialect: one conversation written in each, `benches/inputs/dialects.rs`, and each dialect's fixtures). After
+//! criterion's own report, a summary times ours and naive interleaved in the same process and prints the ratios,
+//! and checks that both produce the same blocks, so the comparison is between two correct translators; when the
+//! `dialects` group ran, a second summary times the dialects interleaved and checks that each carries the xml
+//! stream's content.
 
 mod inputs;
 #[path = "../tests/harness/legacy.rs"]
@@ -11,12 +14,13 @@ mod inputs;
 mod legacy;
 mod naive;
 
+use std::cell::Cell;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 use serde_json::Value;
-use sse_gateway::translate::{Options, Translator};
+use sse_gateway::translate::{Dialect, Options, Translator};
 
 use inputs::{escape, Input};
 use naive::{Naive, NaiveOptions};
@@ -24,6 +28,8 @@ use naive::{Naive, NaiveOptions};
 const AGENT: &str = "bench-agent";
 /// Size of each large-payload input.
 const LARGE_MIB: usize = 8;
+/// Turns of the conversation the `dialects` group writes in each dialect (about 15,000 upstream events).
+const DIALECT_ROUNDS: usize = 40;
 
 /// The feed/finish shape shared by the core and the naive translator.
 trait Stream {
@@ -80,33 +86,90 @@ fn naive(input: &Input, out: &mut Vec<u8>) -> usize {
     drive(Naive::new(NaiveOptions::default(), AGENT), input, out, None)
 }
 
-fn fixtures() -> Option<Input> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+fn dialect_options(dialect: Dialect) -> Options {
+    Options {
+        dialect,
+        ..Options::default()
+    }
+}
+
+/// Ours with the dialect named, as a config or request names it.
+#[inline(never)]
+fn ours_as(dialect: Dialect, input: &Input, out: &mut Vec<u8>) -> usize {
+    drive(Translator::new(dialect_options(dialect), AGENT), input, out, None)
+}
+
+/// SSE events in `bytes`: lines ending a non-empty run of lines (LF or CRLF).
+fn sse_events(bytes: &[u8]) -> u64 {
+    let mut events = 0;
+    let mut in_event = false;
+    for line in bytes.split(|&b| b == b'\n') {
+        let blank = line.is_empty() || line == b"\r";
+        if blank && in_event {
+            events += 1;
+        }
+        in_event = !blank;
+    }
+    events
+}
+
+/// The `.sse` fixtures of `tests/<dir>` whose names start with `prefix`, each one read of its own stream (one
+/// translator per fixture is set up in `ours_per_read`).
+fn fixture_streams(name: &'static str, dir: &str, prefix: &str) -> Option<Input> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join(dir);
     let mut paths: Vec<_> = std::fs::read_dir(dir)
         .ok()?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "sse"))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(prefix))
+        })
         .collect();
     paths.sort();
     let streams: Vec<Vec<u8>> = paths.iter().filter_map(|p| std::fs::read(p).ok()).collect();
     if streams.is_empty() {
         return None;
     }
-    // Each fixture is one read of its own stream; one translator per fixture is set up in the loop below.
     let reads = streams.iter().map(Vec::len).collect();
+    let bytes = streams.concat();
     Some(Input {
-        name: "fixtures",
-        bytes: streams.concat(),
-        events: 0,
+        name,
+        events: sse_events(&bytes),
+        bytes,
         reads,
     })
 }
 
+fn fixtures() -> Option<Input> {
+    fixture_streams("fixtures", "fixtures", "")
+}
+
+/// Each dialect's fixtures: the golden `xml_` and `raw_` ones, and the recorded cogency (3.3 and 3.0) and Agent
+/// SDK corpora of `tests/fixtures/dialects/` (not its `other_` inputs, which are no dialect).
+fn dialect_fixtures() -> Vec<(Dialect, Input)> {
+    [
+        (Dialect::Xml, "fixtures_xml", "fixtures", "xml_"),
+        (Dialect::Raw, "fixtures_raw", "fixtures", "raw_"),
+        (Dialect::Cogency, "fixtures_cogency", "fixtures/dialects", "cogency"),
+        (
+            Dialect::AgentSdk,
+            "fixtures_agent_sdk",
+            "fixtures/dialects",
+            "agent_sdk_",
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(d, name, dir, prefix)| Some((d, fixture_streams(name, dir, prefix)?)))
+    .collect()
+}
+
 /// Every fixture through its own translator (they are separate streams).
-fn ours_per_read(input: &Input, out: &mut Vec<u8>) -> usize {
+fn ours_per_read(opts: &Options, input: &Input, out: &mut Vec<u8>) -> usize {
     let mut total = 0;
     for piece in input.pieces() {
-        let mut t = Translator::new(Options::default(), AGENT);
+        let mut t = Translator::new(opts.clone(), AGENT);
         t.feed(piece, out);
         t.finish(out);
         total += out.len();
@@ -115,14 +178,20 @@ fn ours_per_read(input: &Input, out: &mut Vec<u8>) -> usize {
     total
 }
 
-fn bench_small(c: &mut Criterion, input: &Input) {
+/// Returns whether the group ran (criterion's filter may skip it).
+fn bench_small(c: &mut Criterion, input: &Input) -> bool {
+    let ran = Cell::new(false);
     let mut g = c.benchmark_group("small_deltas");
     g.sample_size(20);
     g.throughput(Throughput::Elements(input.events));
     let mut out = Vec::with_capacity(64 << 10);
-    g.bench_function("ours", |b| b.iter(|| black_box(ours(black_box(input), &mut out))));
+    g.bench_function("ours", |b| {
+        ran.set(true);
+        b.iter(|| black_box(ours(black_box(input), &mut out)))
+    });
     g.bench_function("naive", |b| b.iter(|| black_box(naive(black_box(input), &mut out))));
     g.finish();
+    ran.get()
 }
 
 fn bench_large(c: &mut Criterion, large: &[Input]) {
@@ -146,10 +215,38 @@ fn bench_fixtures(c: &mut Criterion, input: &Input) {
     g.sample_size(20);
     g.throughput(Throughput::Bytes(input.bytes.len() as u64));
     let mut out = Vec::with_capacity(64 << 10);
+    let opts = Options::default();
     g.bench_function("ours", |b| {
-        b.iter(|| black_box(ours_per_read(black_box(input), &mut out)))
+        b.iter(|| black_box(ours_per_read(&opts, black_box(input), &mut out)))
     });
     g.finish();
+}
+
+/// Upstream events/s of each dialect, side by side: the one conversation written in each
+/// (`dialects/conversation/<dialect>`), and each dialect's fixtures (`dialects/fixtures/<dialect>`), with the
+/// dialect named in the options. Returns whether the group ran.
+fn bench_dialects(c: &mut Criterion, conversations: &[(Dialect, Input)], fixtures: &[(Dialect, Input)]) -> bool {
+    let ran = Cell::new(false);
+    let mut g = c.benchmark_group("dialects");
+    g.sample_size(20);
+    let mut out = Vec::with_capacity(64 << 10);
+    for (dialect, input) in conversations {
+        g.throughput(Throughput::Elements(input.events));
+        g.bench_with_input(BenchmarkId::new("conversation", dialect.as_str()), input, |b, i| {
+            ran.set(true);
+            b.iter(|| black_box(ours_as(*dialect, i, &mut out)))
+        });
+    }
+    for (dialect, input) in fixtures {
+        let opts = dialect_options(*dialect);
+        g.throughput(Throughput::Elements(input.events));
+        g.bench_with_input(BenchmarkId::new("fixtures", dialect.as_str()), input, |b, i| {
+            ran.set(true);
+            b.iter(|| black_box(ours_per_read(&opts, i, &mut out)))
+        });
+    }
+    g.finish();
+    ran.get()
 }
 
 /// One logical block of output: a streamed block up to its final marker, a buffered block's chunks, one
@@ -348,6 +445,131 @@ fn summary(small: &Input, large: &[Input]) {
     }
 }
 
+/// The content of an output that the dialects share, block by block: text and thinking byte for byte, tool calls
+/// by name and arguments (as a JSON value), tool results by name and content. cogency's ids are the gateway's own
+/// and its result is the batch's JSON array: compared by the one entry's `content`. Also the lines over budget.
+fn shared_content(dialect: Dialect, out: &[u8]) -> (Vec<(String, String, String)>, usize) {
+    let (blocks, over) = blocks(out, Options::default().budget);
+    let name = |b: &Block| {
+        b.extras
+            .iter()
+            .find(|(k, _)| k == "name")
+            .and_then(|(_, v)| v.as_str())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let content = blocks
+        .iter()
+        .filter_map(|b| {
+            let content = match b.kind.as_str() {
+                "text" | "thinking" => b.content.clone(),
+                "tool_call" => {
+                    serde_json::from_str::<Value>(&b.content).map_or_else(|_| b.content.clone(), |v| v.to_string())
+                }
+                "tool_result" if dialect == Dialect::Cogency => serde_json::from_str::<Value>(&b.content)
+                    .ok()
+                    .and_then(|v| v.get(0)?.get("content")?.as_str().map(str::to_string))
+                    .unwrap_or_else(|| b.content.clone()),
+                "tool_result" => b.content.clone(),
+                _ => return None,
+            };
+            Some((b.kind.clone(), name(b), content))
+        })
+        .collect();
+    (content, over)
+}
+
+/// Whether `dialect`'s output of `input` carries the content of xml's output `reference`; prints the first
+/// difference.
+fn same_content(dialect: Dialect, input: &Input, reference: &[(String, String, String)]) -> bool {
+    let mut out = Vec::new();
+    drive(
+        Translator::new(dialect_options(dialect), AGENT),
+        input,
+        &mut Vec::new(),
+        Some(&mut out),
+    );
+    if let Some(dir) = std::env::var_os("BENCH_DUMP") {
+        let dir = std::path::Path::new(&dir);
+        let _ = std::fs::create_dir_all(dir);
+        let _ = std::fs::write(dir.join(format!("{}.sse", input.name)), &input.bytes);
+        let _ = std::fs::write(dir.join(format!("{}.out.sse", input.name)), &out);
+    }
+    let (content, over) = shared_content(dialect, &out);
+    if over > 0 {
+        println!("  {}: {over} lines over budget", input.name);
+        return false;
+    }
+    for (i, (x, y)) in content.iter().zip(reference).enumerate() {
+        if x != y {
+            println!("  {}: block {i} differs from xml's", input.name);
+            println!("    {:<9}: {} {} {}", dialect.as_str(), x.0, x.1, clip(&x.2));
+            println!("    xml      : {} {} {}", y.0, y.1, clip(&y.2));
+            return false;
+        }
+    }
+    if content.len() != reference.len() {
+        println!("  {}: {} blocks, xml {}", input.name, content.len(), reference.len());
+        return false;
+    }
+    true
+}
+
+/// Times the dialects' conversations alternately (xml raw cogency agent_sdk xml …) and prints events/s, the
+/// ratios to xml, and whether each carries xml's content.
+fn dialect_summary(conversations: &[(Dialect, Input)]) {
+    const ROUNDS: usize = 15;
+    println!(
+        "\n## Summary: one conversation in each dialect, interleaved in one process (median of {ROUNDS} rounds)\n"
+    );
+    println!("| dialect | events | size | events/s | vs xml | time per conversation | vs xml | xml's content |");
+    println!("|---|---|---|---|---|---|---|---|");
+    let mut out = Vec::with_capacity(64 << 10);
+    let mut times = vec![Vec::new(); conversations.len()];
+    for _ in 0..ROUNDS {
+        for ((dialect, input), t) in conversations.iter().zip(&mut times) {
+            let start = Instant::now();
+            black_box(ours_as(*dialect, input, &mut out));
+            t.push(start.elapsed());
+        }
+    }
+    let medians: Vec<Duration> = times.into_iter().map(median).collect();
+    let Some(((_, xml), xml_time)) = conversations
+        .iter()
+        .zip(&medians)
+        .find(|((d, _), _)| *d == Dialect::Xml)
+    else {
+        return;
+    };
+    let mut reference = Vec::new();
+    drive(
+        Translator::new(dialect_options(Dialect::Xml), AGENT),
+        xml,
+        &mut Vec::new(),
+        Some(&mut reference),
+    );
+    let (reference, _) = shared_content(Dialect::Xml, &reference);
+    let xml_rate = xml.events as f64 / xml_time.as_secs_f64();
+    for ((dialect, input), time) in conversations.iter().zip(&medians) {
+        let rate = input.events as f64 / time.as_secs_f64();
+        println!(
+            "| {} | {} | {:.2} MiB | {:.2} M | {:.2}× | {:.2} ms | {:.2}× | {} |",
+            dialect.as_str(),
+            input.events,
+            input.bytes.len() as f64 / (1 << 20) as f64,
+            rate / 1e6,
+            rate / xml_rate,
+            time.as_secs_f64() * 1e3,
+            time.as_secs_f64() / xml_time.as_secs_f64(),
+            if same_content(*dialect, input, &reference) {
+                "yes"
+            } else {
+                "NO"
+            }
+        );
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     // `cargo test --benches` runs each bench once in test mode: skip the summary there.
@@ -387,15 +609,22 @@ fn main() {
     }
     let small = inputs::small_deltas();
     let large = inputs::large(LARGE_MIB);
+    let conversations = inputs::dialects::all(DIALECT_ROUNDS);
     let mut c = Criterion::default().configure_from_args();
-    bench_small(&mut c, &small);
+    let small_ran = bench_small(&mut c, &small);
     bench_large(&mut c, &large);
     if let Some(fx) = fixtures() {
         bench_fixtures(&mut c, &fx);
     }
+    let dialects_ran = bench_dialects(&mut c, &conversations, &dialect_fixtures());
     c.final_summary();
     if bench_mode && std::env::var_os("BENCH_NO_SUMMARY").is_none() {
         println!("(set BENCH_DUMP=DIR to write each input and both outputs there)");
-        summary(&small, &large);
+        if small_ran {
+            summary(&small, &large);
+        }
+        if dialects_ran {
+            dialect_summary(&conversations);
+        }
     }
 }

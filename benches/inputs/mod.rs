@@ -2,6 +2,7 @@
 
 use serde_json::{json, Value};
 
+pub mod dialects;
 #[path = "../../tests/harness/escape.rs"]
 pub mod escape;
 #[path = "../../tests/harness/rng.rs"]
