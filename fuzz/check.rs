@@ -2,8 +2,8 @@
 //! file by path), so that a saved crash replays exactly as the fuzzer saw it.
 //!
 //! Input layout (so that seeds are easy to write by hand, see fuzz/README.md): byte 0 flags, byte 1
-//! budget, byte 2 limits, end and `require_done`, byte 3 number of splits `k` (mod 17), then `k`
-//! little-endian u16 split offsets, then the upstream stream itself.
+//! budget, byte 2 limits, end and `require_done`, byte 3 number of splits `k` (mod 17; its top bit also tells
+//! the two JSON dialects apart), then `k` little-endian u16 split offsets, then the upstream stream itself.
 //!
 //! Asserts: no panic (and no hang: libFuzzer's timeout); the split input gives exactly the output of the
 //! whole input (byte for byte); every output event of both is `data: <json>\n\n` with a JSON object
@@ -20,7 +20,8 @@ use sse_gateway::envelope::{EnvelopeKind, Split};
 use sse_gateway::sse::{Framing, LineEnds};
 use sse_gateway::translate::{DataJoin, Dialect, Options, Translator, UnknownTags, MIN_BUDGET};
 
-const HEADER: usize = 4;
+/// Header bytes before the split offsets.
+pub const HEADER: usize = 4;
 const MAX_SPLITS: usize = 16;
 
 /// `set` when `flags` has the bit `mask`, else `unset`.
@@ -32,9 +33,9 @@ fn bit<T>(flags: u8, mask: u8, set: T, unset: T) -> T {
     }
 }
 
-/// Options from the first three bytes; `true` if the stream ends with `abort` rather than `finish`.
-fn options(h: &[u8]) -> (Options, bool) {
-    let (flags, budget, limits) = (h[0], h[1], h[2]);
+/// Options from the header's four bytes; `true` if the stream ends with `abort` rather than `finish`.
+pub fn options(h: &[u8; HEADER]) -> (Options, bool) {
+    let (flags, budget, limits, splits) = (h[0], h[1], h[2], h[3]);
     let d = Options::default();
     let pick = |sel: u8, small: [usize; 3], default: usize| match sel & 3 {
         0 => default,
@@ -42,9 +43,13 @@ fn options(h: &[u8]) -> (Options, bool) {
     };
     let opts = Options {
         budget: MIN_BUDGET + 16 * budget as usize,
+        // Five dialects in two bits: 3 stands for both JSON dialects of DESIGN 3.7, cogency or (byte 3's top
+        // bit) agent_sdk. That bit was free in effect (the split count is taken mod 17), and 3 used to mean auto
+        // as 0 does, which no saved input used: every one keeps its meaning.
         dialect: match flags & 3 {
             1 => Dialect::Xml,
             2 => Dialect::Raw,
+            3 => bit(splits, 128, Dialect::AgentSdk, Dialect::Cogency),
             _ => Dialect::Auto,
         },
         line_ends: bit(flags, 4, LineEnds::Strict, LineEnds::Legacy),
@@ -128,10 +133,10 @@ fn check_output(out: &[u8], budget: usize) {
 
 /// Runs every check on one fuzz input; panics on a violation.
 pub fn check(data: &[u8]) {
-    if data.len() < HEADER {
+    let Some(header) = data.first_chunk::<HEADER>() else {
         return;
-    }
-    let (opts, abort) = options(&data[..3]);
+    };
+    let (opts, abort) = options(header);
     let k = data[3] as usize % (MAX_SPLITS + 1);
     let Some(stream) = data.get(HEADER + 2 * k..) else {
         return;

@@ -2,7 +2,7 @@
 //! `cargo test` even without cargo-fuzz:
 //!
 //! - `translate` (`fuzz/check.rs`): every file of `fuzz/regressions/translate/`, each an input that once crashed
-//!   the target, named after what it pins;
+//!   the target, named after what it pins, and the committed seeds of `fuzz/corpus/translate/`;
 //! - `edge` (`fuzz/check_edge.rs`): the committed seeds of `fuzz/corpus/edge/` and any `fuzz/regressions/edge/`.
 //!
 //! Every file must pass; a new crash is added here before the code is fixed. To triage fresh crashes:
@@ -16,14 +16,49 @@ mod check_edge;
 
 use std::path::{Path, PathBuf};
 
+use sse_gateway::translate::Dialect;
+
 #[test]
 fn saved_fuzz_inputs_pass_the_fuzz_target_checks() {
     // FUZZ_REGRESSIONS_DIR points elsewhere to triage a batch of fresh crashes (fuzz/artifacts/translate).
-    let dir = match std::env::var_os("FUZZ_REGRESSIONS_DIR") {
-        Some(d) => Path::new(&d).to_path_buf(),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions/translate"),
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dirs = match std::env::var_os("FUZZ_REGRESSIONS_DIR") {
+        Some(d) => vec![Path::new(&d).to_path_buf()],
+        None => vec![
+            root.join("fuzz/corpus/translate"),
+            root.join("fuzz/regressions/translate"),
+        ],
     };
-    replay(&[dir], check::check);
+    replay(&dirs, check::check);
+}
+
+#[test]
+fn dialect_seeds_run_under_the_dialect_they_name() {
+    // fuzz/seed_dialects.py names each seed after its fixture, with the dialect first when it is not the
+    // fixture's own (`auto_`, `cogency_other_`, `agent_sdk_other_`) and a setting before that.
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/translate");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).expect("the translate corpus") {
+        let path = entry.expect("a corpus entry").path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        let named = name
+            .trim_start_matches("budget256_")
+            .trim_start_matches("require_done_");
+        let want = if named.starts_with("auto_") {
+            Dialect::Auto
+        } else if named.starts_with("cogency") {
+            Dialect::Cogency
+        } else if named.starts_with("agent_sdk_") {
+            Dialect::AgentSdk
+        } else {
+            continue;
+        };
+        let data = std::fs::read(&path).expect("readable seed");
+        let header = data.first_chunk::<{ check::HEADER }>().expect("a seed holds a header");
+        assert_eq!(check::options(header).0.dialect, want, "{name}");
+        seen += 1;
+    }
+    assert!(seen > 0, "no dialect seeds in {}", dir.display());
 }
 
 #[test]
