@@ -570,11 +570,43 @@ fn dialect_summary(conversations: &[(Dialect, Input)]) {
     }
 }
 
+/// `BENCH_ONCE=dialect_<dialect>`: the `dialects` group's conversation in that dialect, `BENCH_REPEAT` times (default
+/// 1), through ours with the dialect named; prints the best rate. For instruction counts:
+/// `valgrind --tool=callgrind --toggle-collect='translate::ours_as' …`.
+fn once_dialect(name: &str) {
+    let Some((dialect, input)) = inputs::dialects::all(DIALECT_ROUNDS)
+        .into_iter()
+        .find(|(_, i)| i.name == name)
+    else {
+        panic!("no input named {name}");
+    };
+    let repeat: usize = std::env::var("BENCH_REPEAT")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(1);
+    let mut out = Vec::with_capacity(64 << 10);
+    let mut best = Duration::MAX;
+    for _ in 0..repeat {
+        let t = Instant::now();
+        black_box(ours_as(dialect, &input, &mut out));
+        best = best.min(t.elapsed());
+    }
+    eprintln!(
+        "{name}: {} events, best of {repeat} {:.2} M events/s",
+        input.events,
+        input.events as f64 / best.as_secs_f64() / 1e6
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     // `cargo test --benches` runs each bench once in test mode: skip the summary there.
     let bench_mode = args.iter().any(|a| a == "--bench") && !args.iter().any(|a| a == "--list");
     if let Ok(name) = std::env::var("BENCH_ONCE") {
+        if name.starts_with("dialect_") {
+            once_dialect(&name);
+            return;
+        }
         // One run of each translator over one input, for instruction counts that the machine's load
         // does not disturb: valgrind --tool=callgrind --toggle-collect='translate::ours' (or naive).
         let input = inputs::by_name(&name, LARGE_MIB).unwrap_or_else(|| panic!("no input named {name}"));
