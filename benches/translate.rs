@@ -6,7 +6,7 @@
 //! criterion's own report, a summary times ours and naive interleaved in the same process and prints the ratios,
 //! and checks that both produce the same blocks, so the comparison is between two correct translators; when the
 //! `dialects` group ran, a second summary times the dialects interleaved and checks that each carries the xml
-//! stream's content.
+//! stream's content. `dialect_parts` measures the input side of each dialect alone (SSE decoding, JSON parsing).
 
 mod inputs;
 #[path = "../tests/harness/legacy.rs"]
@@ -219,6 +219,82 @@ fn bench_fixtures(c: &mut Criterion, input: &Input) {
     g.bench_function("ours", |b| {
         b.iter(|| black_box(ours_per_read(&opts, black_box(input), &mut out)))
     });
+    g.finish();
+}
+
+/// How far a dialect's input side goes before any translating: what the `dialect_parts` group measures.
+#[derive(Clone, Copy)]
+enum Part {
+    /// SSE decoding, each event's data collected whole (as any JSON parser needs it).
+    Sse,
+    /// Then each event checked as JSON without building anything (`IgnoredAny`): the least a JSON dialect pays.
+    JsonSkim,
+    /// Then each event parsed into a `serde_json::Value` (owned strings, maps).
+    JsonValue,
+}
+
+impl Part {
+    const ALL: [Part; 3] = [Part::Sse, Part::JsonSkim, Part::JsonValue];
+
+    fn name(self) -> &'static str {
+        match self {
+            Part::Sse => "sse",
+            Part::JsonSkim => "sse+json_skim",
+            Part::JsonValue => "sse+json_value",
+        }
+    }
+}
+
+/// Feeds `input` read by read through the SSE decoder alone, doing `part` with each complete event; returns the
+/// events that parsed (so nothing is optimised away).
+#[inline(never)]
+fn input_side(part: Part, input: &Input, data: &mut Vec<u8>) -> usize {
+    use sse_gateway::sse::{Decoder, DecoderOptions, SseEvent};
+    let defaults = Options::default();
+    let mut decoder = Decoder::new(DecoderOptions {
+        line_ends: defaults.line_ends,
+        framing: defaults.framing,
+    });
+    let mut parsed = 0;
+    let mut sink = |ev: SseEvent<'_>| match ev {
+        SseEvent::Data(piece) => data.extend_from_slice(piece),
+        SseEvent::DataLine => {}
+        SseEvent::Dispatch { .. } => {
+            let ok = match part {
+                Part::Sse => !data.is_empty(),
+                Part::JsonSkim => serde_json::from_slice::<serde::de::IgnoredAny>(data).is_ok(),
+                Part::JsonValue => serde_json::from_slice::<Value>(data).is_ok(),
+            };
+            parsed += usize::from(ok);
+            data.clear();
+        }
+        SseEvent::Discard => data.clear(),
+    };
+    for piece in input.pieces() {
+        decoder.feed(piece, &mut sink);
+    }
+    decoder.finish(&mut sink);
+    parsed
+}
+
+/// The input side of each dialect's conversation alone (`dialect_parts/<part>/<dialect>`), beside the whole
+/// translation of the `dialects` group: where a dialect's time per event goes (envelope writing is the same
+/// content in every dialect, so the differences between dialects are on this side).
+fn bench_dialect_parts(c: &mut Criterion, conversations: &[(Dialect, Input)]) {
+    let mut g = c.benchmark_group("dialect_parts");
+    g.sample_size(20);
+    let mut data = Vec::with_capacity(64 << 10);
+    for part in Part::ALL {
+        for (dialect, input) in conversations {
+            if *dialect == Dialect::Xml && !matches!(part, Part::Sse) {
+                continue;
+            }
+            g.throughput(Throughput::Elements(input.events));
+            g.bench_with_input(BenchmarkId::new(part.name(), dialect.as_str()), input, |b, i| {
+                b.iter(|| black_box(input_side(part, i, &mut data)))
+            });
+        }
+    }
     g.finish();
 }
 
@@ -649,6 +725,7 @@ fn main() {
         bench_fixtures(&mut c, &fx);
     }
     let dialects_ran = bench_dialects(&mut c, &conversations, &dialect_fixtures());
+    bench_dialect_parts(&mut c, &conversations);
     c.final_summary();
     if bench_mode && std::env::var_os("BENCH_NO_SUMMARY").is_none() {
         println!("(set BENCH_DUMP=DIR to write each input and both outputs there)");
