@@ -648,8 +648,15 @@ fn dialect_summary(conversations: &[(Dialect, Input)]) {
 
 /// `BENCH_ONCE=dialect_<dialect>`: the `dialects` group's conversation in that dialect, `BENCH_REPEAT` times (default
 /// 1), through ours with the dialect named; prints the best rate. For instruction counts:
-/// `valgrind --tool=callgrind --toggle-collect='translate::ours_as' …`.
+/// `valgrind --tool=callgrind --toggle-collect='translate::ours_as' …`. With `BENCH_PART=sse|json_skim|json_value`,
+/// only that much of the input side (`dialect_parts`; `--toggle-collect='translate::input_side'`).
 fn once_dialect(name: &str) {
+    let part = std::env::var("BENCH_PART").ok().map(|p| {
+        Part::ALL
+            .into_iter()
+            .find(|x| x.name().ends_with(p.as_str()))
+            .unwrap_or_else(|| panic!("no part named {p}"))
+    });
     let Some((dialect, input)) = inputs::dialects::all(DIALECT_ROUNDS)
         .into_iter()
         .find(|(_, i)| i.name == name)
@@ -664,7 +671,10 @@ fn once_dialect(name: &str) {
     let mut best = Duration::MAX;
     for _ in 0..repeat {
         let t = Instant::now();
-        black_box(ours_as(dialect, &input, &mut out));
+        match part {
+            Some(part) => black_box(input_side(part, &input, &mut out)),
+            None => black_box(ours_as(dialect, &input, &mut out)),
+        };
         best = best.min(t.elapsed());
     }
     eprintln!(
