@@ -17,8 +17,12 @@
 //!   └── SkipEvent (after bad input, to the end of the event)
 //! ```
 //!
+//! The JSON dialects of DESIGN 3.7 (`cogency`, `agent_sdk`) take the `EventItem` path: each whole event goes to
+//! the dialect's module (`states/dialects.rs`), chosen by the options or, under `auto`, by the first event
+//! (`sniff`).
+//!
 //! Files run one way: the item types and their own methods (`body`, `text`, `raw`, `failure`, `tag`, `escape`,
-//! `kinds`, `scope`, `bytes`) know nothing of the parser; this file holds the `Parser` and its loop; `states/`
+//! `kinds`, `scope`, `bytes`, `report`, and the dialects `cogency`, `agent_sdk`, `sniff`) know nothing of the parser; this file holds the `Parser` and its loop; `states/`
 //! holds the parser's methods for each family of states, which name both and are named by neither.
 
 mod agent_sdk;
