@@ -22,8 +22,9 @@
 //! (`sniff`).
 //!
 //! Files run one way: the item types and their own methods (`body`, `text`, `raw`, `failure`, `tag`, `escape`,
-//! `kinds`, `scope`, `bytes`, `report`, and the dialects `cogency`, `agent_sdk`, `sniff`) know nothing of the parser; this file holds the `Parser` and its loop; `states/`
-//! holds the parser's methods for each family of states, which name both and are named by neither.
+//! `kinds`, `scope`, `bytes`, `report`, and the dialects `cogency`, `agent_sdk`, `sniff`) know nothing of the
+//! parser; this file holds the `Parser` and its loop; `states/` holds the parser's methods for each family of
+//! states, which name both and are named by neither.
 
 mod agent_sdk;
 mod body;
