@@ -297,3 +297,24 @@ fn the_observer_is_told_the_dialect_the_first_event_settled() {
         assert_eq!(stats.dialect, want, "{name} under {}", dialect.as_str());
     }
 }
+
+#[test]
+fn a_refused_stream_is_one_error_even_where_an_end_is_required() {
+    for (name, dialect) in [
+        ("other_legacy_xml", Dialect::Cogency),
+        ("other_json_shape", Dialect::Auto),
+    ] {
+        let o = Options {
+            require_done: true,
+            ..opts(dialect)
+        };
+        let mut t = Translator::new(o, FALLBACK);
+        let mut out = Vec::new();
+        t.feed(&input(name), &mut out);
+        let end = t.finish(&mut out);
+        let envs = envelopes(&parse(&out).unwrap());
+        assert_eq!(envs.len(), 1, "{name}: {envs:#?}");
+        assert!(envs[0]["delta"].as_str().unwrap().contains("parse_error"), "{name}");
+        assert_eq!(end, StreamEnd::Failed, "{name}");
+    }
+}

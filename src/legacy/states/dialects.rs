@@ -65,7 +65,9 @@ impl Parser {
         let end = match &mut self.active {
             Active::Cogency(c) => c.finish(cut, &self.scopes, sink),
             Active::AgentSdk(a) => a.finish(cut, &mut self.scopes, sink),
-            _ => StreamEnd::Cut,
+            // Its one `error` said why nothing was read: the stream ended as far as it was read, not cut.
+            Active::Refused => StreamEnd::Failed,
+            Active::Undecided | Active::Legacy => StreamEnd::Cut,
         };
         if self.end != StreamEnd::Failed {
             self.end = end;
