@@ -68,7 +68,7 @@ pub struct ServeArgs {
 struct TranslateArgs {
     /// Recorded legacy stream; stdin when absent or "-".
     file: Option<PathBuf>,
-    /// Upstream dialect.
+    /// Upstream dialect (auto tells them apart from the first event).
     #[arg(long, default_value = "auto", value_parser = serde_enum::<Dialect>())]
     dialect: Dialect,
     /// Agent id used until the stream's meta_init names one [default: a fresh UUID].
