@@ -799,3 +799,79 @@ async fn the_demo_serves_a_translated_run_in_cogency_and_in_agent_sdk() {
         assert!(printed.contains(&format!("speaking {dialect}")), "{printed}");
     }
 }
+
+// ------------------------------------------------------------------------------------------------------------
+// The comparison itself: it accepts a known translation and catches what it is there to catch.
+// ------------------------------------------------------------------------------------------------------------
+
+#[test]
+fn the_comparison_accepts_a_known_translation_and_catches_each_kind_of_difference() {
+    // A multimodal tool result as the xml dialect translates it (tests/fixtures/xml_tool_result_multimodal.jsonl).
+    let text = std::fs::read_to_string("tests/fixtures/xml_tool_result_multimodal.jsonl").expect("fixture");
+    let envs: Vec<Value> = text
+        .lines()
+        .filter(|l| *l != "[DONE]")
+        .map(|l| serde_json::from_str(l).expect("an envelope"))
+        .collect();
+    let image = |src: &str, media: &str| {
+        json!({"kind": "tool_result_image", "agent": "$root", "id": "toolu_05", "name": "screenshot", "src": src,
+               "media_type": media, "format": "text", "content": ""})
+    };
+    let expected = vec![
+        json!({"kind": "meta_init", "agent": "$root", "format": "json", "content": {"format": "json",
+               "user_query": "What's <new> & \"next\"?", "agent_uuid": "agent-1", "parent_agent_uuid": null,
+               "model": "claude-x"}}),
+        json!({"kind": "tool_call", "agent": "$root", "id": "toolu_05", "name": "screenshot", "format": "json",
+               "content": {}}),
+        json!({"kind": "tool_result", "agent": "$root", "id": "toolu_05", "name": "screenshot", "format": "text",
+               "content": "Two shots:\nsee below"}),
+        image("https://img.example.com/a.png?w=1&h=2", "image/png"),
+        image("data:image/jpeg;base64,/9j/4AAQ", "image/jpeg"),
+    ];
+    compare(&envs, &expected).expect("the known translation");
+    let changed = |at: usize, f: &dyn Fn(&mut Value)| {
+        let mut e = envs.clone();
+        f(&mut e[at]);
+        compare(&e, &expected)
+    };
+    assert!(
+        changed(2, &|v| v["delta"] = json!("Two shots:\nsee belov")).is_err(),
+        "a byte of text"
+    );
+    assert!(changed(1, &|v| v["id"] = json!("toolu_06")).is_err(), "an id");
+    assert!(
+        changed(1, &|v| v["delta"] = json!("{\"a\": 1}")).is_err(),
+        "a JSON value"
+    );
+    let renamed: Vec<Value> = envs
+        .iter()
+        .map(|v| {
+            let mut v = v.clone();
+            v["agent"] = json!("agent-2");
+            v
+        })
+        .collect();
+    assert!(
+        compare(&renamed, &expected).is_ok(),
+        "the root is whatever the stream calls it"
+    );
+    assert!(changed(1, &|v| v["agent"] = json!("agent-2")).is_err(), "an agent");
+    assert!(changed(5, &|v| v["final"] = json!(false)).is_err(), "a block left open");
+    assert!(
+        changed(3, &|v| v["media_type"] = json!("image/gif")).is_err(),
+        "an image's field"
+    );
+    let mut swapped = envs.clone();
+    swapped.swap(3, 4);
+    assert!(compare(&swapped, &expected).is_err(), "the images' order");
+    let mut extra = envs.clone();
+    extra.push(json!({"type": "error", "agent": "agent-1", "final": true, "delta": "{}"}));
+    assert!(compare(&extra, &expected).is_err(), "a block more");
+    assert!(compare(&envs[..5], &expected).is_err(), "the last envelope missing");
+    let mut gateway = expected.clone();
+    gateway.push(json!({"kind": "error", "agent": "$root", "format": "gateway", "content": null}));
+    assert!(
+        compare(&extra, &gateway).is_ok(),
+        "a gateway error's content is not compared"
+    );
+}
