@@ -21,23 +21,28 @@
 //! `kinds`, `scope`, `bytes`) know nothing of the parser; this file holds the `Parser` and its loop; `states/`
 //! holds the parser's methods for each family of states, which name both and are named by neither.
 
+mod agent_sdk;
 mod body;
 mod bytes;
+mod cogency;
 mod escape;
 mod failure;
 mod kinds;
 mod raw;
+mod report;
 mod scope;
+mod sniff;
 mod states;
 mod tag;
 mod text;
 
 use crate::envelope::chunker::Sink;
-use crate::envelope::{ids, BlockHeader, EnvelopeKind, Extras};
-use crate::pipeline::{DataJoin, Observer, Options, ParseErrorKind, StreamEnd};
+use crate::pipeline::{DataJoin, Dialect, Observer, Options, ParseErrorKind, StreamEnd};
 use crate::sse::SseEvent;
 
+use agent_sdk::AgentSdk;
 use body::{Body, CitationsCtx, Shown, ToolResultCtx};
+use cogency::Cogency;
 use escape::Escape;
 use kinds::ItemKind;
 use raw::RawBlocks;
@@ -71,6 +76,35 @@ enum State {
     Citations(Box<CitationsCtx>),
     /// After bad input: the rest of the event is dropped.
     SkipEvent,
+}
+
+/// The dialect the stream speaks (DESIGN 3.7), once known.
+#[derive(Debug)]
+enum Active {
+    /// `auto`, before the first event.
+    Undecided,
+    /// Legacy XML items, with raw-dialect JSON events.
+    Legacy,
+    Cogency(Box<Cogency>),
+    AgentSdk(Box<AgentSdk>),
+    /// A fixed JSON dialect whose first event was not its own: the rest is not read.
+    Refused,
+}
+
+impl Active {
+    fn of(dialect: Dialect) -> Self {
+        match dialect {
+            Dialect::Auto => Active::Undecided,
+            Dialect::Xml | Dialect::Raw => Active::Legacy,
+            Dialect::Cogency => Active::Cogency(Box::default()),
+            Dialect::AgentSdk => Active::AgentSdk(Box::default()),
+        }
+    }
+
+    /// One JSON event per SSE event, never an XML item.
+    fn is_json(&self) -> bool {
+        matches!(self, Active::Cogency(_) | Active::AgentSdk(_) | Active::Refused)
+    }
 }
 
 /// Where a stream position is, for fragmentation counts.
@@ -121,6 +155,9 @@ pub struct Parser {
     scratch: Vec<u8>,
     /// The last stream-ending item seen (`[DONE]`, a backend failure).
     end: StreamEnd,
+    active: Active,
+    /// A JSON dialect's unfinished last event (or, under `auto`, the first) was dropped at the end of input.
+    cut_event: bool,
 }
 
 /// Bad input found while reading a tag, reported by the caller.
@@ -128,6 +165,7 @@ struct TagFault(ParseErrorKind, String);
 
 impl Parser {
     pub fn new(opts: Options, fallback_agent: &str) -> Self {
+        let opts_dialect = opts.dialect;
         Self {
             opts,
             buf: Vec::new(),
@@ -150,6 +188,8 @@ impl Parser {
             raw: RawBlocks::default(),
             scratch: Vec::new(),
             end: StreamEnd::Cut,
+            active: Active::of(opts_dialect),
+            cut_event: false,
         }
     }
 
@@ -171,11 +211,17 @@ impl Parser {
             State::Citations(c) => c.buffered(),
             _ => 0,
         };
+        let dialect = match &self.active {
+            Active::Cogency(c) => c.buffered(),
+            Active::AgentSdk(a) => a.buffered(),
+            _ => 0,
+        };
         self.buf.capacity()
             + self.scratch.capacity()
             + self.pending_failure.as_ref().map_or(0, Vec::capacity)
             + self.raw.buffered()
             + state
+            + dialect
     }
 
     /// One decoder event.
@@ -212,6 +258,8 @@ impl Parser {
                 let streamed = self.event_streamed && matches!(self.state, State::Text);
                 if !streamed && matches!(self.state, State::Text | State::EventItem | State::Idle) {
                     let keep = self.event_from().min(self.buf.len());
+                    let json = self.active.is_json() || matches!(self.active, Active::Undecided);
+                    self.cut_event |= json && !self.buf[keep..].trim_ascii().is_empty();
                     self.buf.truncate(keep);
                     // A tag being scanned may have lost its tail.
                     self.tag_scan = TagScan::default();
@@ -337,7 +385,7 @@ impl Parser {
         if self.pos >= self.buf.len() {
             return Flow::Wait;
         }
-        if self.event_start == Some(self.pos) && self.buf[self.pos] != b'<' {
+        if self.event_start == Some(self.pos) && (self.buf[self.pos] != b'<' || self.active.is_json()) {
             if self.resync {
                 self.state = State::SkipEvent;
                 return Flow::Continue;
@@ -355,6 +403,9 @@ impl Parser {
         }
         self.resync = false;
         self.item_start.get_or_insert(self.seen);
+        if matches!(self.active, Active::Undecided) {
+            self.active = Active::Legacy;
+        }
         let _ = at_end;
         match self.next_tag(|name| ItemKind::of(name).attribute_escape()) {
             Err(TagFault(kind, message)) => self.bad_input(kind, &message, sink),
@@ -420,6 +471,21 @@ impl Parser {
             self.item_start = None;
             self.state = State::Idle;
             return Flow::Continue;
+        }
+        if matches!(self.active, Active::Undecided) {
+            self.active = match sniff::sniff(trimmed) {
+                sniff::Sniffed::Legacy => Active::Legacy,
+                sniff::Sniffed::Cogency => Active::Cogency(Box::default()),
+                sniff::Sniffed::AgentSdk => Active::AgentSdk(Box::default()),
+                sniff::Sniffed::Unknown => {
+                    self.active = Active::Refused;
+                    let message = "not a stream of any dialect: its first event is JSON none of them sends";
+                    return self.bad_input(ParseErrorKind::Unexpected, message, sink);
+                }
+            };
+        }
+        if self.active.is_json() {
+            return self.dialect_event(start, end, sink);
         }
         if trimmed == b"[DONE]" {
             sink.done();
@@ -501,7 +567,8 @@ impl Parser {
         self.abandon_item(sink);
         self.parse_error(kind, message, sink);
         self.item_start = None;
-        self.resync = true;
+        // A JSON dialect's next event is read afresh; a broken XML item's continuation events are skipped.
+        self.resync = !self.active.is_json();
         self.state = State::SkipEvent;
         Flow::Continue
     }
@@ -521,31 +588,16 @@ impl Parser {
         }
     }
 
-    /// `id` if every envelope may repeat it (`envelope::ids`), else `""` after an `error` envelope: a long or
-    /// unsafe identifier would multiply the output by its length (issue 13). `what` names it in the message.
     fn safe_id<'a>(&mut self, id: &'a str, what: &str, sink: &mut Sink<impl Observer>) -> &'a str {
-        if ids::is_valid(id) {
-            return id;
-        }
-        let message = format!(
-            "{what} of {} bytes is not an identifier (at most {} bytes, no control characters); replaced by \"\"",
-            id.len(),
-            ids::MAX_ID_BYTES
-        );
-        self.parse_error(ParseErrorKind::InvalidId, &message, sink);
-        ""
+        report::safe_id(&self.scopes, id, what, sink)
     }
 
-    /// Writes an `error` envelope `{"type":"parse_error","kind","message"}`.
     fn parse_error(&mut self, kind: ParseErrorKind, message: &str, sink: &mut Sink<impl Observer>) {
-        sink.obs.parse_error(kind);
-        let delta = serde_json::json!({"type": "parse_error", "kind": kind.as_str(), "message": message});
-        self.error_envelope(&delta.to_string(), sink);
+        report::parse_error(&self.scopes, kind, message, sink);
     }
 
     fn error_envelope(&mut self, delta: &str, sink: &mut Sink<impl Observer>) {
-        let header = BlockHeader::new(EnvelopeKind::Error, self.scopes.agent(), Extras::new());
-        sink.whole(header, delta);
+        report::error_envelope(&self.scopes, delta, sink);
     }
 
     /// End of input.
@@ -556,6 +608,9 @@ impl Parser {
             self.end_event(sink);
         }
         self.run(true, true, sink);
+        if self.active.is_json() || matches!(self.active, Active::Undecided) {
+            return self.finish_dialect(sink);
+        }
         let failure = self.pending_failure.take();
         let truncated = match &self.state {
             State::Idle | State::Text | State::SkipEvent => !self.rest().trim_ascii().is_empty(),
@@ -576,6 +631,11 @@ impl Parser {
         if truncated {
             self.parse_error(ParseErrorKind::Truncated, "input ended inside an item", sink);
         }
+        self.end_of_input(sink)
+    }
+
+    /// The last of `finish`: a stream that did not end as the dialect ends says so, if required.
+    fn end_of_input(&mut self, sink: &mut Sink<impl Observer>) -> StreamEnd {
         if self.end == StreamEnd::Cut && self.opts.require_done {
             let delta =
                 serde_json::json!({"type": "upstream_error", "message": "upstream ended the stream without [DONE]"});
@@ -589,6 +649,7 @@ impl Parser {
     /// The upstream failed: close what is open and say so.
     pub fn abort(&mut self, message: &str, sink: &mut Sink<impl Observer>) {
         self.release_held_failure(sink);
+        self.close_dialect(sink);
         if matches!(self.state, State::Text) {
             // The unfinished event is dropped, unless part of it went out.
             let end = if self.event_streamed {

@@ -6,10 +6,11 @@ use std::borrow::Cow;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use super::report;
 use super::scope::Scopes;
 use crate::envelope::chunker::Sink;
 use crate::envelope::{pyjson, BlockHeader, EnvelopeKind, Extras, PyStyle};
-use crate::pipeline::Observer;
+use crate::pipeline::{Observer, ParseErrorKind};
 
 /// The outcome of reading one JSON event.
 #[derive(Debug)]
@@ -32,6 +33,15 @@ pub(super) struct RawEvent<'a> {
     pub(super) content_block: Option<Map<String, Value>>,
     #[serde(default)]
     pub(super) error: Option<Value>,
+    /// `message_start`'s message (its id tells the Agent SDK's later copy of the same message).
+    #[serde(borrow, default)]
+    pub(super) message: Option<MessageRef<'a>>,
+}
+
+#[derive(Deserialize)]
+pub(super) struct MessageRef<'a> {
+    #[serde(borrow, default)]
+    pub(super) id: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
@@ -90,6 +100,169 @@ impl RawBlocks {
 
     pub(super) fn get_mut(&mut self, index: u64) -> Option<&mut RawBlock> {
         self.open.iter_mut().find(|(i, _)| *i == index).map(|(_, b)| b)
+    }
+
+    /// One raw model event (DESIGN 3.4): a block opens, takes a delta or stops; `max` bounds what one block
+    /// buffers (`max_item_bytes`).
+    pub fn event(&mut self, event: RawEvent<'_>, scopes: &mut Scopes, max: usize, sink: &mut Sink<impl Observer>) {
+        let index = event.index.unwrap_or(0);
+        match event.ty.as_deref().unwrap_or("") {
+            "content_block_start" => {
+                let cb = event.content_block.unwrap_or_default();
+                self.start(index, cb, scopes, sink);
+            }
+            "content_block_delta" => {
+                let Some(delta) = event.delta else {
+                    return;
+                };
+                let Some(block) = self.get_mut(index) else {
+                    report::parse_error(
+                        scopes,
+                        ParseErrorKind::Unexpected,
+                        "delta for a block that is not open",
+                        sink,
+                    );
+                    return;
+                };
+                match (delta.ty.as_deref().unwrap_or(""), block) {
+                    ("text_delta" | "thinking_delta", RawBlock::Streamed { header, chunks, .. }) => {
+                        let text = delta.text.or(delta.thinking).unwrap_or_default();
+                        *chunks += sink.streamed_delta(header, &text);
+                    }
+                    ("input_json_delta", RawBlock::Tool { input, .. }) => {
+                        let part = delta.partial_json.unwrap_or_default();
+                        if input.len() + part.len() > max {
+                            report::parse_error(
+                                scopes,
+                                ParseErrorKind::ItemTooLarge,
+                                "tool input larger than max_item_bytes",
+                                sink,
+                            );
+                        } else {
+                            input.push_str(&part);
+                        }
+                    }
+                    (
+                        "citations_delta",
+                        RawBlock::Streamed {
+                            citations, cited_bytes, ..
+                        },
+                    ) => {
+                        if *cited_bytes > max {
+                            report::parse_error(
+                                scopes,
+                                ParseErrorKind::ItemTooLarge,
+                                "citations larger than max_item_bytes",
+                                sink,
+                            );
+                        } else if let Some(c) = delta.citation {
+                            let (extras, text) = citation(c);
+                            *cited_bytes += extras.held_bytes() + text.len();
+                            citations.push((extras, text));
+                        }
+                    }
+                    // Signatures emit nothing; other pairs are ignored.
+                    _ => {}
+                }
+            }
+            "content_block_stop" => {
+                if let Some(block) = self.take(index) {
+                    stop(block, scopes, sink);
+                }
+            }
+            "message_start" | "message_delta" | "message_stop" | "ping" => {}
+            "error" => {
+                let error = event.error.unwrap_or(Value::Null);
+                let style = EnvelopeKind::Error.json_text().unwrap_or(PyStyle::Ascii);
+                report::error_envelope(scopes, &pyjson::to_string(&error, style), sink);
+            }
+            other => {
+                let msg = format!("unknown raw event type {other:?}");
+                report::parse_error(scopes, ParseErrorKind::Unexpected, &msg, sink);
+            }
+        }
+    }
+
+    pub(super) fn start(
+        &mut self,
+        index: u64,
+        mut cb: Map<String, Value>,
+        scopes: &mut Scopes,
+        sink: &mut Sink<impl Observer>,
+    ) {
+        let agent = scopes.agent().to_owned();
+        let ty = str_field(&cb, "type").to_owned();
+        let block = match ty.as_str() {
+            "text" | "thinking" => {
+                let kind = if ty == "text" {
+                    EnvelopeKind::Text
+                } else {
+                    EnvelopeKind::Thinking
+                };
+                let header = BlockHeader::new(kind, &agent, Extras::new());
+                let initial = str_field(&cb, &ty);
+                let chunks = sink.streamed_delta(&header, initial);
+                RawBlock::Streamed {
+                    header,
+                    chunks,
+                    citations: Vec::new(),
+                    cited_bytes: 0,
+                }
+            }
+            "tool_use" | "server_tool_use" | "mcp_tool_use" => {
+                let kind = if ty == "tool_use" {
+                    EnvelopeKind::ToolCall
+                } else {
+                    EnvelopeKind::ServerToolCall
+                };
+                let id = report::safe_id(scopes, str_field(&cb, "id"), "tool call id", sink).to_owned();
+                let tool = report::safe_id(scopes, str_field(&cb, "name"), "tool name", sink);
+                let extras = Extras::new().str("id", &id).str("name", tool);
+                // Input usually streams as input_json_delta; a non-empty
+                // initial input is the whole of it.
+                let input = match cb.get("input") {
+                    Some(Value::Object(m)) if !m.is_empty() => Value::Object(m.clone()).to_string(),
+                    _ => String::new(),
+                };
+                RawBlock::Tool {
+                    header: BlockHeader::new(kind, &agent, extras),
+                    id,
+                    input,
+                }
+            }
+            t if t.ends_with("_tool_result") => {
+                let id = cb
+                    .get("tool_use_id")
+                    .or_else(|| cb.get("id"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned();
+                let id = report::safe_id(scopes, &id, "tool result id", sink).to_owned();
+                let name = cb.get("name").and_then(Value::as_str).unwrap_or(t).to_owned();
+                let name = report::safe_id(scopes, &name, "tool result name", sink).to_owned();
+                // Structured content stays structured JSON (DESIGN 3.6), in the native text.
+                let style = EnvelopeKind::ServerToolResult.json_text().unwrap_or(PyStyle::Ascii);
+                let content = match cb.remove("content") {
+                    Some(Value::String(s)) => s,
+                    Some(Value::Null) | None => String::new(),
+                    Some(v) => pyjson::to_string(&v, style),
+                };
+                let extras = Extras::new().str("id", &id).str("name", &name);
+                let header = BlockHeader::new(EnvelopeKind::ServerToolResult, &agent, extras);
+                sink.whole(header, &content);
+                RawBlock::Ignored
+            }
+            "redacted_thinking" => RawBlock::Ignored,
+            _ => {
+                sink.obs.unknown_tag();
+                RawBlock::Ignored
+            }
+        };
+        if let Some(old) = self.take(index) {
+            sink.obs.scope_conflict();
+            stop(old, scopes, sink);
+        }
+        self.open.push((index, block));
     }
 
     /// End of stream: streamed blocks get their final marker; tool input

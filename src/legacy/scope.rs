@@ -116,6 +116,23 @@ impl Scopes {
         }
     }
 
+    /// Makes `child` the current agent, directly under the root (`None`: the root). Dialects whose every message
+    /// names its agent (the Agent SDK's `parent_tool_use_id`) set it per message instead of nesting.
+    pub fn enter(&mut self, child: Option<&str>) {
+        let child = child.filter(|c| !c.is_empty() && *c != self.stack[0].agent);
+        match child {
+            Some(c) if self.stack.len() == 2 && self.stack[1].agent == c => {}
+            Some(c) => {
+                self.stack.truncate(1);
+                self.stack.push(Scope {
+                    agent: c.to_owned(),
+                    calls: Vec::new(),
+                });
+            }
+            None => self.stack.truncate(1),
+        }
+    }
+
     /// A tool result: if it answers a call of an outer scope, the scopes
     /// inside that one are closed.
     pub fn tool_result(&mut self, id: &str) {

@@ -38,6 +38,7 @@ pub mod browser;
 pub mod cors;
 pub mod pages;
 pub mod ws;
+pub mod blocks;
 
 /// Generous bound on anything a test waits for: reaching it is a failure, not a measurement.
 pub const PATIENCE: Duration = Duration::from_secs(30);

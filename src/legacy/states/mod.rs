@@ -2,6 +2,7 @@
 //! states. They sit above the parser (`super::super`) and the item types it holds, which never name them.
 
 mod body;
+mod dialects;
 mod failure;
 mod items;
 mod raw;

@@ -1,0 +1,310 @@
+//! The cogency dialect (DESIGN 3.7; docs/TRANSLATION.md has the table): one JSON event per SSE event, as
+//! cogency's agent yields them (`cogency.core.protocols`, 3.0's `metrics` and 3.3's `metric` alike). Consecutive
+//! `think` / `respond` events stream as one block; a `call` is a whole `tool_call` with an id the gateway assigns;
+//! a `result` answers the batch of calls made since the last one; the run's end is `end` (3.3), `[DONE]`, or the
+//! stream ending after 3.0's `metrics`, and only then come `meta_final` and `[DONE]`.
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+use super::report::{self, Fault};
+use super::scope::Scopes;
+use crate::envelope::chunker::Sink;
+use crate::envelope::{pyjson, BlockHeader, EnvelopeKind, Extras, PyStyle};
+use crate::pipeline::{Observer, Options, ParseErrorKind, StreamEnd};
+
+/// Calls remembered while they wait for their result; a batch larger than this is answered by its first call all
+/// the same (only the oldest are forgotten).
+pub const MAX_PENDING_CALLS: usize = 1024;
+
+/// One cogency event; only the keys the translation reads.
+#[derive(Deserialize)]
+struct Event<'a> {
+    #[serde(rename = "type", borrow)]
+    ty: Cow<'a, str>,
+    #[serde(borrow, default)]
+    content: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    total: Option<&'a RawValue>,
+}
+
+/// A JSON string that borrows from the input when it has no escapes.
+#[derive(Deserialize)]
+struct Str<'a>(#[serde(borrow)] Cow<'a, str>);
+
+/// A call's content: `{"name", "args"}` as cogency dumps it.
+#[derive(Deserialize)]
+struct Call<'a> {
+    #[serde(borrow)]
+    name: Cow<'a, str>,
+    #[serde(default)]
+    args: Option<Value>,
+}
+
+/// An open `thinking` or `text` block.
+#[derive(Debug)]
+struct Open {
+    header: BlockHeader,
+    chunks: u32,
+}
+
+/// How the run stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Run {
+    Going,
+    /// Its end was seen; `meta_final` and `[DONE]` follow when the stream ends.
+    Ended,
+    /// An `error`, `interrupt` or `cancelled` ended it: nothing after is translated.
+    Over,
+}
+
+/// One cogency stream's state.
+#[derive(Debug)]
+pub struct Cogency {
+    open: Option<Open>,
+    /// Calls so far; the next id is `call_<calls + 1>`.
+    calls: u64,
+    /// `(id, name)` of the calls since the last result: the batch the next result answers.
+    pending: Vec<(String, String)>,
+    /// The last `total` of a `metric(s)` event, for `meta_final`.
+    total: Option<Box<RawValue>>,
+    user_seen: bool,
+    started: bool,
+    run: Run,
+}
+
+impl Default for Cogency {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Cogency {
+    pub fn new() -> Self {
+        Self {
+            open: None,
+            calls: 0,
+            pending: Vec::new(),
+            total: None,
+            user_seen: false,
+            started: false,
+            run: Run::Going,
+        }
+    }
+
+    /// Whether `ty` is a type cogency's protocol declares (3.0 or 3.3).
+    pub fn knows(ty: &str) -> bool {
+        matches!(
+            ty,
+            "user"
+                | "think"
+                | "call"
+                | "execute"
+                | "result"
+                | "respond"
+                | "chunk"
+                | "end"
+                | "metric"
+                | "metrics"
+                | "error"
+                | "interrupt"
+                | "cancelled"
+        )
+    }
+
+    pub fn buffered(&self) -> usize {
+        self.pending
+            .iter()
+            .map(|(i, n)| i.capacity() + n.capacity())
+            .sum::<usize>()
+            + self.total.as_ref().map_or(0, |t| t.get().len())
+    }
+
+    /// `[DONE]` from the backend: the run is complete (the gateway writes its own after `meta_final`).
+    pub fn done(&mut self) {
+        if self.run == Run::Going {
+            self.run = Run::Ended;
+        }
+    }
+
+    /// One complete event.
+    pub fn event(
+        &mut self,
+        ev: &[u8],
+        scopes: &mut Scopes,
+        opts: &Options,
+        sink: &mut Sink<impl Observer>,
+    ) -> Result<StreamEnd, Fault> {
+        let first = !std::mem::replace(&mut self.started, true);
+        let event: Event<'_> = serde_json::from_slice(ev).map_err(|e| Fault::of_json(&e, "a cogency event", first))?;
+        if first && !Self::knows(&event.ty) {
+            let message = format!("not a cogency stream: its first event has type {:?}", event.ty);
+            return Err(Fault::new(ParseErrorKind::Unexpected, message, true));
+        }
+        if self.run == Run::Over {
+            return Ok(StreamEnd::Failed);
+        }
+        let content = || text(event.content);
+        match &*event.ty {
+            "think" => self.stream(EnvelopeKind::Thinking, &content(), scopes, sink),
+            "respond" | "chunk" => self.stream(EnvelopeKind::Text, &content(), scopes, sink),
+            "user" => {
+                if !std::mem::replace(&mut self.user_seen, true) {
+                    self.close(sink);
+                    let format = if opts.rewrite_format { "json" } else { "cogency" };
+                    let init = serde_json::json!({"format": format, "user_query": content()});
+                    let header = BlockHeader::new(EnvelopeKind::MetaInit, scopes.agent(), Extras::new());
+                    sink.whole(header, &pyjson::to_string(&init, PyStyle::Unicode));
+                }
+            }
+            "call" => {
+                self.close(sink);
+                self.call(&content(), scopes, sink);
+            }
+            "result" => {
+                self.close(sink);
+                self.result(event.content, scopes, sink);
+            }
+            "metric" | "metrics" => {
+                if let Some(total) = event.total {
+                    self.total = Some(total.to_owned());
+                }
+                // cogency 3.0 sends no `end`: its last `metrics` is the run's end, if nothing follows.
+                if event.ty == "metrics" && self.run == Run::Going {
+                    self.run = Run::Ended;
+                    return Ok(StreamEnd::Cut);
+                }
+            }
+            "end" => self.run = Run::Ended,
+            "execute" => {}
+            "error" => {
+                self.close(sink);
+                report::error_envelope(scopes, &content(), sink);
+                self.run = Run::Over;
+                return Ok(StreamEnd::Failed);
+            }
+            "interrupt" | "cancelled" => {
+                self.close(sink);
+                report::error_envelope(scopes, r#"{"type": "cancelled"}"#, sink);
+                self.run = Run::Over;
+                return Ok(StreamEnd::Failed);
+            }
+            _ => sink.obs.unknown_tag(),
+        }
+        if event.ty != "metric" && event.ty != "execute" && event.ty != "end" && self.run == Run::Ended {
+            // 3.0's last `metrics` was not the end after all.
+            self.run = Run::Going;
+        }
+        Ok(StreamEnd::Cut)
+    }
+
+    /// A `think` or `respond` event: a delta of the open block of its kind.
+    fn stream(&mut self, kind: EnvelopeKind, text: &str, scopes: &Scopes, sink: &mut Sink<impl Observer>) {
+        if self.open.as_ref().is_some_and(|o| o.header.kind != kind) {
+            self.close(sink);
+        }
+        let open = self.open.get_or_insert_with(|| Open {
+            header: BlockHeader::new(kind, scopes.agent(), Extras::new()),
+            chunks: 0,
+        });
+        open.chunks += sink.streamed_delta(&open.header, text);
+    }
+
+    /// A `call`: a `tool_call` if its content is a call, else text (the seed's rule 3).
+    fn call(&mut self, content: &str, scopes: &Scopes, sink: &mut Sink<impl Observer>) {
+        let Ok(call) = serde_json::from_str::<Call<'_>>(content) else {
+            let header = BlockHeader::new(EnvelopeKind::Text, scopes.agent(), Extras::new());
+            let chunks = sink.streamed_delta(&header, content);
+            sink.envelope(&header, true, "");
+            sink.obs.block_closed(EnvelopeKind::Text, chunks + 1);
+            return;
+        };
+        self.calls += 1;
+        let id = format!("call_{}", self.calls);
+        let name = report::safe_id(scopes, &call.name, "tool name", sink).to_owned();
+        let args = match call.args {
+            None | Some(Value::Null) => Value::Object(serde_json::Map::new()),
+            Some(v) => v,
+        };
+        let style = EnvelopeKind::ToolCall.json_text().unwrap_or(PyStyle::Unicode);
+        let extras = Extras::new().str("id", &id).str("name", &name);
+        sink.whole(
+            BlockHeader::new(EnvelopeKind::ToolCall, scopes.agent(), extras),
+            &pyjson::to_string(&args, style),
+        );
+        if self.pending.len() == MAX_PENDING_CALLS {
+            self.pending.remove(1);
+        }
+        self.pending.push((id, name));
+    }
+
+    /// A `result`: answers the pending batch, whole, in its first call's name; none pending: `id` and `name` are
+    /// empty, counted as a conflict.
+    fn result(&mut self, content: Option<&RawValue>, scopes: &Scopes, sink: &mut Sink<impl Observer>) {
+        let (id, name) = match self.pending.first() {
+            Some((id, name)) => (id.as_str(), name.as_str()),
+            None => {
+                sink.obs.scope_conflict();
+                ("", "")
+            }
+        };
+        let extras = Extras::new().str("id", id).str("name", name);
+        let header = BlockHeader::new(EnvelopeKind::ToolResult, scopes.agent(), extras);
+        match content.filter(|c| !c.get().starts_with('"')) {
+            // Structured content (never sent by cogency itself) stays structured, in the native text.
+            Some(raw) if raw.get() != "null" => {
+                let value: Value = serde_json::from_str(raw.get()).unwrap_or(Value::Null);
+                let style = EnvelopeKind::ToolResult.json_text().unwrap_or(PyStyle::Ascii);
+                sink.whole(header, &pyjson::to_string(&value, style));
+            }
+            _ => sink.whole(header, &text(content)),
+        }
+        self.pending.clear();
+    }
+
+    /// Closes the open block.
+    pub fn close(&mut self, sink: &mut Sink<impl Observer>) {
+        if let Some(open) = self.open.take() {
+            sink.envelope(&open.header, true, "");
+            sink.obs.block_closed(open.header.kind, open.chunks + 1);
+        }
+    }
+
+    /// End of input: `meta_final` and `[DONE]` if the run ended (and nothing was cut off after it).
+    pub fn finish(&mut self, cut: bool, scopes: &Scopes, sink: &mut Sink<impl Observer>) -> StreamEnd {
+        self.close(sink);
+        match self.run {
+            Run::Over => StreamEnd::Failed,
+            Run::Ended if !cut => {
+                let total = self
+                    .total
+                    .as_ref()
+                    .and_then(|t| serde_json::from_str::<Value>(t.get()).ok());
+                let fin = match total {
+                    Some(t) => serde_json::json!({ "cumulative_usage": t }),
+                    None => serde_json::json!({}),
+                };
+                let header = BlockHeader::new(EnvelopeKind::MetaFinal, scopes.agent(), Extras::new());
+                sink.whole(header, &pyjson::to_string(&fin, PyStyle::Unicode));
+                sink.done();
+                StreamEnd::Done
+            }
+            _ => StreamEnd::Cut,
+        }
+    }
+}
+
+/// An event's `content` as text: a string's value, any other JSON as written, nothing as "".
+fn text(content: Option<&RawValue>) -> Cow<'_, str> {
+    match content {
+        None => Cow::Borrowed(""),
+        Some(raw) => match serde_json::from_str::<Str<'_>>(raw.get()) {
+            Ok(Str(s)) => s,
+            Err(_) if raw.get() == "null" => Cow::Borrowed(""),
+            Err(_) => Cow::Borrowed(raw.get()),
+        },
+    }
+}

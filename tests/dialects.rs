@@ -1,0 +1,282 @@
+//! The dialects `cogency` and `agent_sdk` (DESIGN 3.7, issue 29) through the translator: every fixture recorded
+//! from the real packages translates to its expected blocks, under `auto` and under its own dialect, at any split
+//! of its bytes and any budget, with every line within budget; input that is not the dialect gets one counted
+//! `error` envelope and a clean end.
+
+mod harness;
+
+use harness::blocks::{compare, ends_done, expected, input, names, reassemble};
+use harness::core::envelopes::{check_budget, parse, run, Out, FALLBACK};
+use proptest::prelude::*;
+use serde_json::Value;
+use sse_gateway::translate::{translate_all, Dialect, Options, ParseErrorKind, StreamEnd, Translator};
+
+fn opts(dialect: Dialect) -> Options {
+    Options {
+        dialect,
+        ..Options::default()
+    }
+}
+
+/// The dialects a fixture is read under, with the expectation each must meet (`None`: its own file).
+fn readings(name: &str) -> Vec<(Dialect, Option<Vec<Value>>)> {
+    let refused = || {
+        Some(serde_json::from_str(r#"[{"kind":"error","agent":"$root","format":"gateway","content":null}]"#).unwrap())
+    };
+    if name.starts_with("cogency") {
+        vec![(Dialect::Auto, None), (Dialect::Cogency, None)]
+    } else if name.starts_with("agent_sdk") {
+        vec![(Dialect::Auto, None), (Dialect::AgentSdk, None)]
+    } else if name == "other_truncated_cogency" {
+        vec![(Dialect::Auto, None), (Dialect::Cogency, None)]
+    } else if name == "other_truncated_agent_sdk" {
+        vec![(Dialect::Auto, None), (Dialect::AgentSdk, None)]
+    } else if name == "other_legacy_xml" {
+        vec![
+            (Dialect::Auto, None),
+            (Dialect::Cogency, refused()),
+            (Dialect::AgentSdk, refused()),
+        ]
+    } else {
+        vec![
+            (Dialect::Auto, None),
+            (Dialect::Cogency, None),
+            (Dialect::AgentSdk, None),
+        ]
+    }
+}
+
+/// Envelopes of a translated stream, `[DONE]` as the string.
+fn envelopes(outs: &[Out]) -> Vec<Value> {
+    outs.iter()
+        .map(|o| match o {
+            Out::Done => Value::from("[DONE]"),
+            Out::Env(e) => serde_json::from_str(&e.json).expect("envelope JSON"),
+        })
+        .collect()
+}
+
+/// Checks one translation of fixture `name` against `want`: blocks, `[DONE]` exactly when the run ended, budget.
+fn check(name: &str, input: &[u8], out: &[u8], want: &[Value], budget: usize) -> Result<(), String> {
+    let outs = parse(out).map_err(|e| format!("{name}: {e}"))?;
+    check_budget(&outs, budget).map_err(|e| format!("{name}: {e}"))?;
+    let envs = envelopes(&outs);
+    let (got, done) = reassemble(&envs);
+    let root = got
+        .first()
+        .and_then(|g| g["agent"].as_str())
+        .unwrap_or(FALLBACK)
+        .to_owned();
+    compare(name, &got, want, &root)?;
+    // A run ends as its dialect ends one; a legacy stream with its own `[DONE]`.
+    let legacy_done = input.ends_with(b"data: [DONE]\n\n") && !want.iter().any(|w| w["format"] == "gateway");
+    let want_done = ends_done(want) || legacy_done;
+    if done != want_done {
+        return Err(format!("{name}: [DONE] last: {done}, expected {want_done}"));
+    }
+    Ok(())
+}
+
+#[test]
+fn every_fixture_translates_to_its_expected_blocks() {
+    for name in names() {
+        let input = input(&name);
+        for (dialect, want) in readings(&name) {
+            let want = want.unwrap_or_else(|| expected(&name));
+            let (out, _) = translate_all(opts(dialect), FALLBACK, &input);
+            if let Err(e) = check(&name, &input, &out, &want, opts(dialect).budget) {
+                panic!("under {}: {e}", dialect.as_str());
+            }
+        }
+    }
+}
+
+#[test]
+fn every_fixture_translates_the_same_fed_byte_by_byte() {
+    for name in names() {
+        let input = input(&name);
+        for (dialect, _) in readings(&name) {
+            let whole = translate_all(opts(dialect), FALLBACK, &input).0;
+            let bytewise = harness::core::envelopes::run_bytewise(&opts(dialect), &input);
+            assert!(
+                whole == bytewise,
+                "{name} under {}: byte-by-byte output differs",
+                dialect.as_str()
+            );
+        }
+    }
+}
+
+#[test]
+fn small_budgets_cut_the_blocks_but_not_their_content() {
+    for budget in [256, 300, 512] {
+        for name in names() {
+            let input = input(&name);
+            let (dialect, want) = readings(&name).remove(0);
+            let want = want.unwrap_or_else(|| expected(&name));
+            let o = Options {
+                budget,
+                ..opts(dialect)
+            };
+            let (out, _) = translate_all(o, FALLBACK, &input);
+            if let Err(e) = check(&name, &input, &out, &want, budget) {
+                panic!("budget {budget}: {e}");
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// DESIGN 2 for the dialects: any split of the input gives the same output.
+    #[test]
+    fn any_split_gives_the_same_output(pick in any::<prop::sample::Index>(), cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..12)) {
+        let names = names();
+        let name = &names[pick.index(names.len())];
+        let input = input(name);
+        for (dialect, _) in readings(name) {
+            let whole = translate_all(opts(dialect), FALLBACK, &input).0;
+            let mut at: Vec<usize> = cuts.iter().map(|c| c.index(input.len() + 1)).collect();
+            at.sort_unstable();
+            let (split, _) = run(&opts(dialect), &input, &at);
+            prop_assert!(whole == split, "{} under {} cut at {:?}", name, dialect.as_str(), at);
+        }
+    }
+}
+
+/// Counts of a translation's parse errors, with the output.
+fn translate(dialect: Dialect, input: &[u8]) -> (Vec<Value>, sse_gateway::translate::Stats, StreamEnd) {
+    let mut t = Translator::new(opts(dialect), FALLBACK);
+    let mut out = Vec::new();
+    t.feed(input, &mut out);
+    let end = t.finish(&mut out);
+    let envs = envelopes(&parse(&out).expect("output parses"));
+    (envs, t.observer().clone(), end)
+}
+
+fn errors(envs: &[Value]) -> Vec<&Value> {
+    envs.iter().filter(|e| e["type"] == "error").collect()
+}
+
+#[test]
+fn a_json_line_of_another_shape_mid_stream_is_skipped_and_the_run_goes_on() {
+    let input = concat!(
+        "data: {\"type\": \"user\", \"content\": \"hi\", \"timestamp\": 1}\n\n",
+        "data: {\"type\": \"respond\", \"content\": \"a\", \"timestamp\": 2}\n\n",
+        "data: {\"kind\": \"no type\"}\n\n",
+        "data: [1, 2]\n\n",
+        "data: {\"type\": \"respond\", \"content\": \"cut\n\n",
+        "data: {\"type\": \"respond\", \"content\": \"b\", \"timestamp\": 3}\n\n",
+        "data: {\"type\": \"end\", \"timestamp\": 4}\n\n",
+    );
+    let (envs, stats, end) = translate(Dialect::Cogency, input.as_bytes());
+    assert_eq!(errors(&envs).len(), 3, "{envs:#?}");
+    assert_eq!(stats.parse_errors_of(ParseErrorKind::InvalidJson), 1);
+    assert_eq!(stats.parse_errors_of(ParseErrorKind::Unexpected), 2);
+    let text: String = envs
+        .iter()
+        .filter(|e| e["type"] == "text")
+        .map(|e| e["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(text, "ab");
+    assert_eq!(end, StreamEnd::Done);
+    assert_eq!(envs.last(), Some(&Value::from("[DONE]")));
+}
+
+#[test]
+fn an_event_over_max_item_bytes_is_one_counted_error_and_the_stream_ends_cleanly() {
+    for dialect in [Dialect::Cogency, Dialect::AgentSdk, Dialect::Auto] {
+        let o = Options {
+            max_item_bytes: 1 << 20,
+            ..opts(dialect)
+        };
+        let mut t = Translator::new(o, FALLBACK);
+        let mut out = Vec::new();
+        let first = match dialect {
+            Dialect::AgentSdk => "data: {\"type\":\"system\",\"subtype\":\"init\",\"session_id\":\"s-1\"}\n\n",
+            _ => "data: {\"type\": \"user\", \"content\": \"hi\", \"timestamp\": 1}\n\n",
+        };
+        t.feed(first.as_bytes(), &mut out);
+        t.feed(b"data: {\"type\": \"respond\", \"content\": \"", &mut out);
+        // 100 MB in 1 MiB pieces: the translator holds at most about max_item_bytes of it.
+        let piece = vec![b'x'; 1 << 20];
+        let mut held = 0;
+        for _ in 0..100 {
+            t.feed(&piece, &mut out);
+            held = held.max(t.buffered_bytes());
+        }
+        t.feed(b"\"}\n\n", &mut out);
+        t.finish(&mut out);
+        assert!(held < 3 << 20, "{}: held {held} bytes", dialect.as_str());
+        let envs = envelopes(&parse(&out).expect("output parses"));
+        assert_eq!(errors(&envs).len(), 1, "{}: {envs:#?}", dialect.as_str());
+        assert_eq!(t.observer().parse_errors_of(ParseErrorKind::ItemTooLarge), 1);
+        assert!(out.len() < 4096, "{}: {} bytes out", dialect.as_str(), out.len());
+    }
+}
+
+#[test]
+fn a_stream_cut_before_its_end_gets_no_meta_final_and_no_done() {
+    let input = concat!(
+        "data: {\"type\": \"user\", \"content\": \"hi\", \"timestamp\": 1}\n\n",
+        "data: {\"type\": \"respond\", \"content\": \"a\", \"timestamp\": 2}\n\n",
+    );
+    let (envs, _, end) = translate(Dialect::Auto, input.as_bytes());
+    assert_eq!(end, StreamEnd::Cut);
+    assert!(
+        !envs.iter().any(|e| e["type"] == "meta_final" || e == "[DONE]"),
+        "{envs:#?}"
+    );
+    // The daemon requires an end: the cut is said.
+    let o = Options {
+        require_done: true,
+        ..opts(Dialect::Auto)
+    };
+    let (out, _) = translate_all(o, FALLBACK, input.as_bytes());
+    let envs = envelopes(&parse(&out).unwrap());
+    let last = envs.last().unwrap();
+    assert_eq!(last["type"], "error");
+    assert!(last["delta"].as_str().unwrap().contains("upstream_error"), "{last}");
+}
+
+#[test]
+fn an_upstream_failure_closes_the_open_block_before_its_error() {
+    for (dialect, input) in [
+        (Dialect::Cogency, "data: {\"type\": \"respond\", \"content\": \"par\", \"timestamp\": 2}\n\n"),
+        (
+            Dialect::AgentSdk,
+            "data: {\"type\":\"stream_event\",\"event\":{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"par\"}}}\n\n",
+        ),
+    ] {
+        let mut t = Translator::new(opts(dialect), FALLBACK);
+        let mut out = Vec::new();
+        t.feed(input.as_bytes(), &mut out);
+        t.abort("upstream reset", &mut out);
+        let envs = envelopes(&parse(&out).unwrap());
+        let kinds: Vec<(&str, bool)> = envs
+            .iter()
+            .map(|e| (e["type"].as_str().unwrap(), e["final"].as_bool().unwrap()))
+            .collect();
+        assert_eq!(kinds, [("text", false), ("text", true), ("error", true)], "{}", dialect.as_str());
+    }
+}
+
+#[test]
+fn a_subagents_messages_carry_its_agent_until_its_call_returns() {
+    let (envs, _, _) = translate(Dialect::AgentSdk, &input("agent_sdk_partial_on"));
+    let root = envs[0]["agent"].as_str().unwrap().to_owned();
+    assert_eq!(root, "5f1c2e4a-7b3d-4c8e-9a10-2b3c4d5e6f70");
+    let sub: Vec<&str> = envs
+        .iter()
+        .filter(|e| e["agent"] == "toolu_01C")
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    assert!(sub.contains(&"tool_call") && sub.contains(&"text"), "{sub:?}");
+    // The Task call's own result is the root's.
+    let task_result = envs
+        .iter()
+        .find(|e| e["type"] == "tool_result" && e["id"] == "toolu_01C")
+        .unwrap();
+    assert_eq!(task_result["agent"], root.as_str());
+}
