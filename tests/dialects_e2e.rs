@@ -19,18 +19,16 @@ mod harness;
 use std::collections::BTreeSet;
 use std::io::Read;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use harness::blocks;
 use harness::browser::{available_or_skip, npm_package_installed};
 use harness::prelude::*;
 use harness::sse::{clip, split_id};
 use serde_json::{json, Value};
 
-/// Where the fixtures are.
-const DIR: &str = "tests/fixtures/dialects";
 /// The fallback agent every request names (`X-Agent-Id`): the root agent of a stream that names none.
 const AGENT: &str = "root-agent";
 /// Bound on any single wait of these tests: reaching it is a failure.
@@ -82,21 +80,13 @@ impl Fixture {
 
 /// The fixtures whose names start with one of `prefixes`, by name.
 fn fixtures(prefixes: &[&str]) -> Vec<Fixture> {
-    let mut names: Vec<String> = std::fs::read_dir(DIR)
-        .expect("the fixtures directory")
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter_map(|f| f.strip_suffix(".sse").map(str::to_owned))
-        .filter(|n| prefixes.iter().any(|p| n.starts_with(p)))
-        .collect();
-    names.sort();
-    names
+    blocks::names()
         .into_iter()
-        .map(|name| {
-            let sse = std::fs::read(Path::new(DIR).join(format!("{name}.sse"))).expect("a .sse fixture");
-            let text = std::fs::read_to_string(Path::new(DIR).join(format!("{name}.expected.json")))
-                .unwrap_or_else(|e| panic!("{name}.expected.json: {e}"));
-            let expected: Vec<Value> = serde_json::from_str(&text).expect("expected.json is a JSON array");
-            Fixture { name, sse, expected }
+        .filter(|n| prefixes.iter().any(|p| n.starts_with(p)))
+        .map(|name| Fixture {
+            sse: blocks::input(&name),
+            expected: blocks::expected(&name),
+            name,
         })
         .collect()
 }
@@ -183,139 +173,42 @@ async fn translated(addr: SocketAddr, path: &str, extra: &[(&str, &str)]) -> Res
 // Reassembly and the comparison with expected.json (tests/fixtures/dialects/README.md).
 // ------------------------------------------------------------------------------------------------------------
 
-/// The blocks of a translated stream, per the fixtures' schema: consecutive envelopes of one block (same type,
-/// agent and `id`) up to the one with `final:true`; each `tool_result_image` its own entry after its
-/// `tool_result`'s. Each entry: `kind`, `agent`, the block's extras, `content` (the deltas joined), and `final:
-/// false` when the stream left it open.
-fn reassemble(envelopes: &[Value]) -> Vec<Value> {
-    let mut out = Vec::new();
-    // The open block, and the images inside it (a multimodal tool result).
-    let mut open: Option<(Value, Vec<Value>)> = None;
-    let close = |open: &mut Option<(Value, Vec<Value>)>, out: &mut Vec<Value>, finished: bool| {
-        if let Some((mut entry, images)) = open.take() {
-            if !finished {
-                entry["final"] = json!(false);
-            }
-            out.push(entry);
-            out.extend(images);
-        }
-    };
-    for v in envelopes {
-        let entry_of = |v: &Value| {
-            let mut e = json!({"kind": kind(v), "agent": v["agent"], "content": ""});
-            for extra in ["id", "name", "src", "media_type"] {
-                if let Some(x) = v.get(extra) {
-                    e[extra] = x.clone();
-                }
-            }
-            e
-        };
-        let same = |e: &Value, k: &str| e["kind"] == k && e["agent"] == v["agent"] && e.get("id") == v.get("id");
-        if kind(v) == "tool_result_image" {
-            let mut image = entry_of(v);
-            image["content"] = json!(delta(v));
-            match &mut open {
-                Some((e, images)) if same(e, "tool_result") => images.push(image),
-                _ => {
-                    close(&mut open, &mut out, false);
-                    out.push(image);
-                }
-            }
-            continue;
-        }
-        if !open.as_ref().is_some_and(|(e, _)| same(e, kind(v))) {
-            close(&mut open, &mut out, false);
-            open = Some((entry_of(v), Vec::new()));
-        }
-        if let Some((e, _)) = &mut open {
-            let joined = format!("{}{}", e["content"].as_str().unwrap_or(""), delta(v));
-            e["content"] = json!(joined);
+/// Every block the stream opened was closed (`final:true`): reassembly alone would not tell.
+fn all_closed(envelopes: &[Value]) -> Result<(), String> {
+    let mut open: Vec<(&Value, &Value, Option<&Value>)> = Vec::new();
+    for v in envelopes.iter().filter(|v| kind(v) != "tool_result_image") {
+        let key = (&v["type"], &v["agent"], v.get("id"));
+        if !open.contains(&key) {
+            open.push(key);
         }
         if is_final(v) {
-            close(&mut open, &mut out, true);
+            open.retain(|k| *k != key);
         }
     }
-    close(&mut open, &mut out, false);
-    out
-}
-
-/// Whether one reassembled block is the expected one; `root` is the stream's root agent (`"$root"`).
-fn block_matches(got: &Value, want: &Value, root: &str) -> Result<(), String> {
-    if got.get("final") == Some(&json!(false)) {
-        return Err("the block was never closed (no final:true)".to_owned());
-    }
-    if got["kind"] != want["kind"] {
-        return Err("another kind".to_owned());
-    }
-    let agent = match want["agent"].as_str() {
-        Some("$root") => root,
-        Some(a) => a,
-        None => return Err("expected.json without agent".to_owned()),
-    };
-    if got["agent"] != agent {
-        return Err(format!("agent {} is not {agent}", got["agent"]));
-    }
-    for field in ["id", "name", "src", "media_type"] {
-        if let Some(w) = want.get(field) {
-            if got.get(field) != Some(w) {
-                return Err(format!("{field} {:?} is not {w}", got.get(field)));
-            }
-        }
-    }
-    let content = got["content"].as_str().unwrap_or("");
-    match want["format"].as_str() {
-        Some("text") if want["content"] != content => Err("other text".to_owned()),
-        Some("json") => match serde_json::from_str::<Value>(content) {
-            Ok(v) if v == want["content"] => Ok(()),
-            Ok(_) => Err("another JSON value".to_owned()),
-            Err(e) => Err(format!("the deltas are not JSON: {e}")),
-        },
-        Some("gateway") if got["kind"] != "error" => Err("not the gateway's error".to_owned()),
-        Some("text" | "gateway") => Ok(()),
-        other => Err(format!("expected.json format {other:?}")),
+    match open.first() {
+        None => Ok(()),
+        Some(k) => Err(format!("a block never closed (no final:true): {k:?}")),
     }
 }
 
-/// Compares a stream's envelopes with a fixture's expected blocks; `Err` says where they first differ.
+/// Compares a stream's envelopes with expected blocks (tests/harness/blocks.rs; the root agent is whatever the
+/// translator calls the first block's); `Err` says where they first differ.
 fn compare(envelopes: &[Value], expected: &[Value]) -> Result<(), String> {
-    let got = reassemble(envelopes);
-    // The root agent: whatever the translator calls the stream's first block's agent.
+    all_closed(envelopes)?;
+    let (got, _) = blocks::reassemble(envelopes);
     let root = got
         .first()
         .and_then(|b| b["agent"].as_str())
         .unwrap_or(AGENT)
         .to_owned();
-    for (i, want) in expected.iter().enumerate() {
-        let Some(g) = got.get(i) else {
-            return Err(format!(
-                "{} blocks, {} expected; missing from block {i}: {want}",
-                got.len(),
-                expected.len()
-            ));
-        };
-        if let Err(why) = block_matches(g, want, &root) {
-            return Err(format!(
-                "block {i}: {why}\n  got:      {}\n  expected: {want}",
-                clip(&g.to_string(), 600)
-            ));
-        }
-    }
-    if got.len() > expected.len() {
-        return Err(format!(
-            "{} more blocks than expected, from: {}",
-            got.len() - expected.len(),
-            clip(&got[expected.len()].to_string(), 600)
-        ));
-    }
-    Ok(())
+    blocks::compare("stream", &got, expected, &root)
 }
 
 /// A fixture's run as read, against its expected blocks: the blocks, and `[DONE]` at a clean end (the blocks end
 /// with `meta_final`: the gateway writes the frontends' usual end, since neither dialect's backend sends one).
 fn check_run(f: &Fixture, envelopes: &[Value], done: bool) -> Result<(), String> {
     compare(envelopes, &f.expected)?;
-    let clean = f.expected.last().is_some_and(|b| b["kind"] == "meta_final");
-    if clean && !done {
+    if blocks::ends_done(&f.expected) && !done {
         return Err("a clean end without [DONE]".to_owned());
     }
     Ok(())
@@ -444,48 +337,80 @@ async fn the_web_apps_own_client_reads_every_fixture_as_its_expected_blocks() {
 // 2. Not the dialect, or not whole: the counted error envelope and a clean end.
 // ------------------------------------------------------------------------------------------------------------
 
+/// The readings of the `other_` fixtures: each under `auto` with its own expectation, and the legacy stream under
+/// a fixed `cogency` or `agent_sdk`, where it is not the dialect at all: one gateway error (README).
+fn other_readings() -> Vec<(Fixture, Option<&'static str>)> {
+    let others = fixtures(&["other_"]);
+    assert!(others.len() >= 4, "the other_ fixtures are missing");
+    let mut readings: Vec<(Fixture, Option<&str>)> = others.iter().map(|f| (f.clone(), None)).collect();
+    let xml = others
+        .into_iter()
+        .find(|f| f.name == "other_legacy_xml")
+        .expect("other_legacy_xml");
+    for dialect in ["cogency", "agent_sdk"] {
+        let refused = Fixture {
+            expected: vec![json!({"kind": "error", "agent": "$root", "format": "gateway", "content": null})],
+            ..xml.clone()
+        };
+        readings.push((refused, Some(dialect)));
+    }
+    readings
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inputs_that_are_not_the_dialect_or_not_whole_end_cleanly_with_the_counted_error() {
-    let mut others = fixtures(&["other_"]);
-    assert!(others.len() >= 4, "the other_ fixtures are missing");
-    // A legacy stream read as either dialect is not the dialect at all: one gateway error (README).
-    let xml = others
-        .iter()
-        .find(|f| f.name == "other_legacy_xml")
-        .expect("other_legacy_xml")
-        .clone();
-    let up = serving(&others).await;
-    let gw = Process::against(&up.url(), &[]);
-    let mut failures = Vec::new();
-    let mut errors_sent = 0.0;
-    for f in &others {
-        match translated(gw.addr, &f.path(), &[]).await {
-            Ok((envs, done)) => {
-                errors_sent += count_parse_errors(&envs);
-                if let Err(why) = check_run(f, &envs, done) {
-                    failures.push(format!("{} (auto): {why}", f.name));
-                }
+    let readings = other_readings();
+    let served: Vec<Fixture> = readings.iter().map(|(f, _)| f.clone()).collect();
+    let up = serving(&served).await;
+    // The translator's own answer (`translate.require_done` off): exactly the fixture's blocks, the gateway's
+    // error last. Under the default the daemon also says that the stream did not end as its dialect ends: one
+    // `upstream_error` more (docs/TRANSLATION.md, "The run's end").
+    for require_done in [false, true] {
+        let env = [(
+            "SSE_GATEWAY__TRANSLATE__REQUIRE_DONE",
+            if require_done { "true" } else { "false" },
+        )];
+        let gw = Process::against(&up.url(), &env);
+        let mut failures = Vec::new();
+        let mut errors_sent = 0.0;
+        for (f, dialect) in &readings {
+            let extra: Vec<(&str, &str)> = dialect.iter().map(|d| ("x-stream-dialect", *d)).collect();
+            let went_bad = f.expected.last().is_some_and(|b| b["format"] == "gateway");
+            let mut expected = f.expected.clone();
+            if require_done && went_bad {
+                expected.push(json!({"kind": "error", "agent": "$root", "format": "gateway", "content": null}));
             }
-            Err(why) => failures.push(format!("{} (auto): {why}", f.name)),
-        }
-    }
-    for dialect in ["cogency", "agent_sdk"] {
-        let one_error = [json!({"kind": "error", "agent": "$root", "format": "gateway", "content": null})];
-        match translated(gw.addr, &xml.path(), &[("x-stream-dialect", dialect)]).await {
-            Ok((envs, _)) => {
-                errors_sent += count_parse_errors(&envs);
-                if let Err(why) = compare(&envs, &one_error) {
-                    failures.push(format!("{} ({dialect}): {why}", xml.name));
+            let how = format!(
+                "{} ({}, require_done {require_done})",
+                f.name,
+                dialect.unwrap_or("auto")
+            );
+            match translated(gw.addr, &f.path(), &extra).await {
+                Ok((envs, done)) => {
+                    errors_sent += count_parse_errors(&envs);
+                    let last = envs.last().map(error_type).unwrap_or_default();
+                    let want_last = if require_done { "upstream_error" } else { "parse_error" };
+                    let result = compare(&envs, &expected).and_then(|()| {
+                        if done && went_bad {
+                            Err("[DONE] after the gateway's error".to_owned())
+                        } else if went_bad && last != want_last {
+                            Err(format!("the last error is {last:?}, not {want_last}"))
+                        } else {
+                            Ok(())
+                        }
+                    });
+                    if let Err(why) = result {
+                        failures.push(format!("{how}: {why}"));
+                    }
                 }
+                Err(why) => failures.push(format!("{how}: {why}")),
             }
-            Err(why) => failures.push(format!("{} ({dialect}): {why}", xml.name)),
         }
+        assert_none_failed("inputs that are not the dialect", &failures, readings.len());
+        assert!(errors_sent >= 1.0, "no parse_error envelope was sent");
+        let counted = gw.metric("sse_gateway_parse_errors_total", &[]).await;
+        assert_eq!(counted, errors_sent, "every parse_error envelope is counted");
     }
-    others.push(xml);
-    assert_none_failed("inputs that are not the dialect", &failures, others.len() + 1);
-    assert!(errors_sent >= 1.0, "no parse_error envelope was sent");
-    let counted = gw.metric("sse_gateway_parse_errors_total", &[]).await;
-    assert_eq!(counted, errors_sent, "every parse_error envelope is counted");
 }
 
 /// How many of `envs` are `error` envelopes of type `parse_error`.
@@ -865,7 +790,8 @@ fn the_comparison_accepts_a_known_translation_and_catches_each_kind_of_differenc
     swapped.swap(3, 4);
     assert!(compare(&swapped, &expected).is_err(), "the images' order");
     let mut extra = envs.clone();
-    extra.push(json!({"type": "error", "agent": "agent-1", "final": true, "delta": "{}"}));
+    let parse_error = r#"{"type":"parse_error","kind":"unexpected","message":"m"}"#;
+    extra.push(json!({"type": "error", "agent": "agent-1", "final": true, "delta": parse_error}));
     assert!(compare(&extra, &expected).is_err(), "a block more");
     assert!(compare(&envs[..5], &expected).is_err(), "the last envelope missing");
     let mut gateway = expected.clone();
