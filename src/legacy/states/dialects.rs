@@ -32,6 +32,8 @@ impl Parser {
         self.pos = end;
         match result {
             Ok(end) => {
+                // Told once an event of it was read (a fixed dialect's first event may still refuse the stream).
+                self.tell_dialect(sink);
                 if end == StreamEnd::Failed {
                     self.end = StreamEnd::Failed;
                 }
