@@ -3,6 +3,7 @@
 # - tests/external_clients.rs: eventsource-parser (npm) and httpx-sse (PyPI);
 # - tests/resume_clients.rs: headless Chromium (Debian's `chromium`) and @microsoft/fetch-event-source (npm,
 #   version pinned in tests/external/node/package.json and package-lock.json);
+# - tests/dialects_e2e.rs: the same @microsoft/fetch-event-source under node;
 # - tests/websocket_clients.rs: npm `ws` (pinned in package.json and package-lock.json), PyPI `websockets` (pinned
 #   here) and Chromium's own WebSocket.
 # Those tests fail under CI=true when a client is missing, and are skipped with a note elsewhere.

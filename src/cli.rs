@@ -11,9 +11,10 @@ use serde::de::{DeserializeOwned, Error as _, Visitor};
 use serde::Deserializer;
 
 use crate::config::{redact_userinfo, ConfigError, Overrides, Settings};
+use crate::demo::{self, DemoDialect};
 use crate::proxy::accept::server::{banner, Gateway};
+use crate::telemetry;
 use crate::translate::{self, Dialect, Translator};
-use crate::{demo, telemetry};
 
 /// Exit status for a configuration or usage error.
 pub const EXIT_CONFIG: u8 = 2;
@@ -62,13 +63,17 @@ pub struct ServeArgs {
     /// Start the built-in demo backend on loopback and use it as the upstream.
     #[arg(long)]
     demo: bool,
+    /// The demo backend's dialect: the legacy stream, cogency 3.3 events or Agent SDK messages (with --demo or
+    /// no upstream).
+    #[arg(long, value_name = "DIALECT", default_value = "xml", value_parser = serde_enum::<DemoDialect>())]
+    demo_dialect: DemoDialect,
 }
 
 #[derive(Debug, Args)]
 struct TranslateArgs {
     /// Recorded legacy stream; stdin when absent or "-".
     file: Option<PathBuf>,
-    /// Upstream dialect.
+    /// Upstream dialect (auto tells them apart from the first event).
     #[arg(long, default_value = "auto", value_parser = serde_enum::<Dialect>())]
     dialect: Dialect,
     /// Agent id used until the stream's meta_init names one [default: a fresh UUID].
@@ -149,12 +154,14 @@ fn run_serve(args: &ServeArgs) -> ExitCode {
     }
     runtime.block_on(async move {
         if demo_mode {
-            match demo::start().await {
+            match demo::start(args.demo_dialect).await {
                 Ok(addr) => {
                     settings.upstream.url = format!("http://{addr}");
+                    let dialect = args.demo_dialect.dialect();
                     tracing::warn!(
                         upstream = %settings.upstream.url,
                         listen = %settings.server.listen,
+                        dialect = dialect.as_str(),
                         "DEMO MODE: the upstream is the built-in demo backend, not a real upstream; every answer is \
                          canned demo output (set upstream.url or --upstream to proxy a backend)"
                     );
@@ -168,7 +175,17 @@ fn run_serve(args: &ServeArgs) -> ExitCode {
         };
         println!("{}", banner(gateway.local_addr(), gateway.admin_addr()));
         if demo_mode {
-            println!("{}", demo::instructions(gateway.local_addr()));
+            println!("{}", demo::instructions(gateway.local_addr(), args.demo_dialect));
+            let configured = settings.translate.options.dialect;
+            if !args.demo_dialect.read_by(configured) {
+                tracing::warn!(
+                    "translate.dialect = {} does not read the demo's {} stream: its requests get error envelopes \
+                     unless they send X-Stream-Dialect: {}",
+                    configured.as_str(),
+                    args.demo_dialect.dialect().as_str(),
+                    args.demo_dialect.dialect().as_str(),
+                );
+            }
         }
         tracing::info!(
             listen = %gateway.local_addr(),

@@ -1223,6 +1223,21 @@ mod tests {
     }
 
     #[test]
+    fn every_dialect_name_loads_and_a_bad_one_names_the_key() {
+        for d in translate::Dialect::ALL {
+            let s = load(&[("SSE_GATEWAY__TRANSLATE__DIALECT", d.as_str())], Overrides::default()).unwrap();
+            assert_eq!(s.translate_options().dialect, d);
+        }
+        let e = load(
+            &[("SSE_GATEWAY__TRANSLATE__DIALECT", "agent-sdk")],
+            Overrides::default(),
+        )
+        .unwrap_err();
+        let e = e.to_string();
+        assert!(e.starts_with("translate.dialect:") && e.contains("agent_sdk"), "{e}");
+    }
+
+    #[test]
     fn unbound_streams_and_bad_cors_policies_are_refused_naming_the_key() {
         for (env, key) in [
             (("SSE_GATEWAY__RESUME__BIND_HEADERS", ""), "resume.bind_headers:"),

@@ -280,3 +280,41 @@ fn a_subagents_messages_carry_its_agent_until_its_call_returns() {
         .unwrap();
     assert_eq!(task_result["agent"], root.as_str());
 }
+
+#[test]
+fn the_observer_is_told_the_dialect_the_first_event_settled() {
+    let cases = [
+        ("cogency_respond", Dialect::Auto, Some(Dialect::Cogency)),
+        ("cogency30_long_respond", Dialect::Auto, Some(Dialect::Cogency)),
+        ("agent_sdk_seed004", Dialect::Auto, Some(Dialect::AgentSdk)),
+        ("agent_sdk_partial_on", Dialect::AgentSdk, Some(Dialect::AgentSdk)),
+        ("other_legacy_xml", Dialect::Auto, Some(Dialect::Xml)),
+        ("other_legacy_xml", Dialect::Cogency, None),
+        ("other_json_shape", Dialect::Auto, None),
+    ];
+    for (name, dialect, want) in cases {
+        let (_, stats) = translate_all(opts(dialect), FALLBACK, &input(name));
+        assert_eq!(stats.dialect, want, "{name} under {}", dialect.as_str());
+    }
+}
+
+#[test]
+fn a_refused_stream_is_one_error_even_where_an_end_is_required() {
+    for (name, dialect) in [
+        ("other_legacy_xml", Dialect::Cogency),
+        ("other_json_shape", Dialect::Auto),
+    ] {
+        let o = Options {
+            require_done: true,
+            ..opts(dialect)
+        };
+        let mut t = Translator::new(o, FALLBACK);
+        let mut out = Vec::new();
+        t.feed(&input(name), &mut out);
+        let end = t.finish(&mut out);
+        let envs = envelopes(&parse(&out).unwrap());
+        assert_eq!(envs.len(), 1, "{name}: {envs:#?}");
+        assert!(envs[0]["delta"].as_str().unwrap().contains("parse_error"), "{name}");
+        assert_eq!(end, StreamEnd::Failed, "{name}");
+    }
+}

@@ -386,6 +386,15 @@ def build() -> dict:
             unit="ops",
         ),
         timeseries(
+            "Streams by dialect",
+            "Translated streams started per second by the upstream dialect they were read as: xml (legacy, "
+            "raw events included), raw, cogency, agent_sdk. Under dialect = auto this is what the first event "
+            "told; a stream no dialect reads is not counted here but as an unexpected parse error.",
+            targets((sum_rate("sse_gateway_stream_dialects_total", by="dialect"), "{{dialect}}")),
+            unit="ops",
+            stack=True,
+        ),
+        timeseries(
             "Upstream events per legacy item",
             "How many upstream SSE events one legacy item spanned (p50 / p99 / max bucket).",
             targets(*quantiles("sse_gateway_item_upstream_events", qs=(0.5, 0.99, 1.0))),

@@ -5,7 +5,7 @@
 //! names its agent: `parent_tool_use_id` is a subagent's, absent or null the root's (`system` init's session).
 
 use std::borrow::Cow;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -14,7 +14,7 @@ use super::raw::{stop, RawBlocks, RawEvent};
 use super::report::{self, Fault};
 use super::scope::Scopes;
 use crate::envelope::chunker::{Chunked, Sink};
-use crate::envelope::{pyjson, BlockHeader, EnvelopeKind, Extras, PyStyle};
+use crate::envelope::{ids, pyjson, BlockHeader, EnvelopeKind, Extras, PyStyle};
 use crate::pipeline::{Observer, Options, ParseErrorKind, StreamEnd};
 
 /// Message ids remembered as streamed, and tool calls remembered as sent (their names answer results).
@@ -88,9 +88,9 @@ struct Agent {
 pub struct AgentSdk {
     agents: Vec<Agent>,
     /// Ids of messages whose blocks streamed (`message_start` seen).
-    streamed: VecDeque<String>,
-    /// `(id, name)` of tool calls sent.
-    calls: VecDeque<(String, String)>,
+    streamed: Remembered,
+    /// Tool calls sent: their ids, with their names.
+    calls: Remembered,
     init_sent: bool,
     started: bool,
     /// The last message was a `result`: the stream may end cleanly here.
@@ -122,13 +122,7 @@ impl AgentSdk {
     }
 
     pub fn buffered(&self) -> usize {
-        self.agents.iter().map(|a| a.raw.buffered()).sum::<usize>()
-            + self.streamed.iter().map(String::capacity).sum::<usize>()
-            + self
-                .calls
-                .iter()
-                .map(|(i, n)| i.capacity() + n.capacity())
-                .sum::<usize>()
+        self.agents.iter().map(|a| a.raw.buffered()).sum::<usize>() + self.streamed.bytes + self.calls.bytes
     }
 
     /// One complete message.
@@ -274,7 +268,7 @@ impl AgentSdk {
         let ty = event.ty.as_deref().unwrap_or("");
         if ty == "message_start" {
             if let Some(id) = event.message.as_ref().and_then(|m| m.id.as_deref()) {
-                remember(&mut self.streamed, id.to_owned());
+                self.streamed.insert(id, "");
             }
             return;
         }
@@ -282,7 +276,7 @@ impl AgentSdk {
         if ty == "content_block_start" {
             if let Some(id) = event.content_block.as_ref().and_then(tool_id) {
                 let name = event.content_block.as_ref().map_or("", |b| str_of(b, "name"));
-                remember(&mut self.calls, (id.to_owned(), name.to_owned()));
+                self.calls.insert(id, name);
             }
         }
         let agent = self.agent(key, scopes, sink);
@@ -306,7 +300,7 @@ impl AgentSdk {
     /// An `assistant` message: its blocks that did not stream, whole.
     fn assistant(&mut self, key: &str, mut message: Value, scopes: &mut Scopes, sink: &mut Sink<impl Observer>) {
         let id = message.get("id").and_then(Value::as_str);
-        let streamed = id.is_some_and(|id| self.streamed.iter().any(|s| s == id));
+        let streamed = id.is_some_and(|id| self.streamed.get(id).is_some());
         let mut skip_text = streamed;
         if id.is_none() {
             // Seed 004: the text streamed since the last message is this message's text.
@@ -339,10 +333,10 @@ impl AgentSdk {
         sink: &mut Sink<impl Observer>,
     ) {
         if let Some(id) = tool_id(&block) {
-            if self.calls.iter().any(|(c, _)| c == id) {
+            if self.calls.get(id).is_some() {
                 return;
             }
-            remember(&mut self.calls, (id.to_owned(), str_of(&block, "name").to_owned()));
+            self.calls.insert(id, str_of(&block, "name"));
         }
         let agent = self.agent(key, scopes, sink);
         agent.raw.start(WHOLE, block, scopes, sink);
@@ -355,11 +349,7 @@ impl AgentSdk {
     /// multimodal client result. The result of a subagent's call closes that subagent's blocks.
     fn tool_result(&mut self, mut block: Map<String, Value>, scopes: &mut Scopes, sink: &mut Sink<impl Observer>) {
         let id = report::safe_id(scopes, str_of(&block, "tool_use_id"), "tool result id", sink).to_owned();
-        let name = self
-            .calls
-            .iter()
-            .find(|(c, _)| *c == id)
-            .map_or(String::new(), |(_, n)| n.clone());
+        let name = self.calls.get(&id).unwrap_or("").to_owned();
         if let Some(at) = self.agents.iter().position(|a| !id.is_empty() && a.key == id) {
             let mut sub = self.agents.remove(at);
             sub.raw.close_all(scopes, sink);
@@ -509,9 +499,76 @@ fn tool_id(block: &Map<String, Value>) -> Option<&str> {
         .filter(|id| !id.is_empty())
 }
 
-fn remember<T>(list: &mut VecDeque<T>, item: T) {
-    if list.len() == MAX_REMEMBERED {
-        list.pop_front();
+/// Identifiers seen, each with a name: the newest [`MAX_REMEMBERED`]. Only identifiers (`envelope::ids`) are kept,
+/// so what is held stays small however long the backend's strings are.
+#[derive(Debug, Default)]
+struct Remembered {
+    names: HashMap<String, String>,
+    order: VecDeque<String>,
+    bytes: usize,
+}
+
+impl Remembered {
+    fn insert(&mut self, id: &str, name: &str) {
+        if !ids::is_valid(id) || self.names.contains_key(id) {
+            return;
+        }
+        let name = if ids::is_valid(name) { name } else { "" };
+        if self.order.len() == MAX_REMEMBERED {
+            if let Some(old) = self.order.pop_front() {
+                let gone = self.names.remove(&old).map_or(0, |n| n.len());
+                self.bytes -= 2 * old.len() + gone;
+            }
+        }
+        self.bytes += 2 * id.len() + name.len();
+        self.order.push_back(id.to_owned());
+        self.names.insert(id.to_owned(), name.to_owned());
     }
-    list.push_back(item);
+
+    fn get(&self, id: &str) -> Option<&str> {
+        self.names.get(id).map(String::as_str)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_identifiers_are_remembered_and_only_the_newest() {
+        let mut r = Remembered::default();
+        r.insert(&"x".repeat(10_000), "Bash");
+        assert!(r.names.is_empty(), "a string too long to be an id is not held");
+        r.insert("toolu_1", &"n".repeat(10_000));
+        assert_eq!(
+            r.get("toolu_1"),
+            Some(""),
+            "a name that is not an identifier is held as \"\""
+        );
+        for i in 0..2 * MAX_REMEMBERED {
+            r.insert(&format!("id_{i}"), "Read");
+        }
+        assert_eq!(r.names.len(), MAX_REMEMBERED);
+        assert_eq!(r.get("toolu_1"), None);
+        assert_eq!(r.get(&format!("id_{}", 2 * MAX_REMEMBERED - 1)), Some("Read"));
+        let held: usize = r.names.iter().map(|(k, v)| 2 * k.len() + v.len()).sum();
+        assert_eq!(r.bytes, held);
+    }
+
+    #[test]
+    fn every_message_type_the_sdk_sends_is_known_and_nothing_else() {
+        for ty in [
+            "system",
+            "stream_event",
+            "assistant",
+            "user",
+            "result",
+            "rate_limit_event",
+        ] {
+            assert!(AgentSdk::knows(ty), "{ty}");
+        }
+        for ty in ["content_block_delta", "think", ""] {
+            assert!(!AgentSdk::knows(ty), "{ty}");
+        }
+    }
 }

@@ -308,3 +308,79 @@ fn text(content: Option<&RawValue>) -> Cow<'_, str> {
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::Stats;
+
+    /// Runs `events` through one `Cogency`; returns the output and its counters.
+    fn run(events: &[&str]) -> (String, Stats) {
+        let (mut out, mut stats) = (Vec::new(), Stats::default());
+        let mut sink = Sink::new(&mut out, &mut stats, 2048);
+        let mut scopes = Scopes::new("a");
+        let mut c = Cogency::new();
+        for ev in events {
+            c.event(ev.as_bytes(), &mut scopes, &Options::default(), &mut sink)
+                .expect("an event");
+        }
+        c.finish(false, &scopes, &mut sink);
+        (String::from_utf8(out).expect("UTF-8"), stats)
+    }
+
+    #[test]
+    fn a_result_answers_the_whole_batch_and_the_next_goes_to_the_next_call() {
+        let call = |n: &str| format!(r#"{{"type": "call", "content": "{{\"name\": \"{n}\", \"args\": {{}}}}"}}"#);
+        let (out, stats) = run(&[
+            &call("a"),
+            &call("b"),
+            r#"{"type": "result", "content": "[1, 2]"}"#,
+            &call("c"),
+            r#"{"type": "result", "content": "3"}"#,
+            r#"{"type": "result", "content": "orphan"}"#,
+        ]);
+        let results: Vec<&str> = out.lines().filter(|l| l.contains(r#""type":"tool_result""#)).collect();
+        assert_eq!(results.len(), 3, "{out}");
+        assert!(
+            results[0].ends_with(r#""delta":"[1, 2]","id":"call_1","name":"a"}"#),
+            "{}",
+            results[0]
+        );
+        assert!(
+            results[1].ends_with(r#""delta":"3","id":"call_3","name":"c"}"#),
+            "{}",
+            results[1]
+        );
+        assert!(
+            results[2].ends_with(r#""delta":"orphan","id":"","name":""}"#),
+            "{}",
+            results[2]
+        );
+        assert_eq!(stats.scope_conflicts, 1);
+    }
+
+    #[test]
+    fn execute_and_metric_do_not_close_a_streamed_block_and_end_brings_meta_final() {
+        let (out, _) = run(&[
+            r#"{"type": "respond", "content": "a"}"#,
+            r#"{"type": "execute"}"#,
+            r#"{"type": "metric", "total": {"input": 1}}"#,
+            r#"{"type": "respond", "content": "b"}"#,
+            r#"{"type": "end"}"#,
+            r#"{"type": "metric", "total": {"input": 7}}"#,
+        ]);
+        let kinds: Vec<&str> = out
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .map(|l| {
+                if l == "[DONE]" {
+                    l
+                } else {
+                    &l[9..l[9..].find('"').map_or(0, |i| i + 9)]
+                }
+            })
+            .collect();
+        assert_eq!(kinds, ["text", "text", "text", "meta_final", "[DONE]"], "{out}");
+        assert!(out.contains(r#"{\"cumulative_usage\": {\"input\": 7}}"#), "{out}");
+    }
+}

@@ -17,9 +17,14 @@
 //!   └── SkipEvent (after bad input, to the end of the event)
 //! ```
 //!
+//! The JSON dialects of DESIGN 3.7 (`cogency`, `agent_sdk`) take the `EventItem` path: each whole event goes to
+//! the dialect's module (`states/dialects.rs`), chosen by the options or, under `auto`, by the first event
+//! (`sniff`).
+//!
 //! Files run one way: the item types and their own methods (`body`, `text`, `raw`, `failure`, `tag`, `escape`,
-//! `kinds`, `scope`, `bytes`) know nothing of the parser; this file holds the `Parser` and its loop; `states/`
-//! holds the parser's methods for each family of states, which name both and are named by neither.
+//! `kinds`, `scope`, `bytes`, `report`, and the dialects `cogency`, `agent_sdk`, `sniff`) know nothing of the
+//! parser; this file holds the `Parser` and its loop; `states/` holds the parser's methods for each family of
+//! states, which name both and are named by neither.
 
 mod agent_sdk;
 mod body;
@@ -158,6 +163,24 @@ pub struct Parser {
     active: Active,
     /// A JSON dialect's unfinished last event (or, under `auto`, the first) was dropped at the end of input.
     cut_event: bool,
+    /// The observer was told the dialect.
+    told: bool,
+}
+
+/// Tells the observer the dialect `active` reads, once (`told`); `options` tells a fixed `raw` from `xml`.
+fn tell_dialect(told: &mut bool, active: &Active, options: Dialect, sink: &mut Sink<impl Observer>) {
+    if *told {
+        return;
+    }
+    let dialect = match active {
+        Active::Legacy if options == Dialect::Raw => Dialect::Raw,
+        Active::Legacy => Dialect::Xml,
+        Active::Cogency(_) => Dialect::Cogency,
+        Active::AgentSdk(_) => Dialect::AgentSdk,
+        Active::Undecided | Active::Refused => return,
+    };
+    *told = true;
+    sink.obs.dialect(dialect);
 }
 
 /// Bad input found while reading a tag, reported by the caller.
@@ -190,6 +213,7 @@ impl Parser {
             end: StreamEnd::Cut,
             active: Active::of(opts_dialect),
             cut_event: false,
+            told: false,
         }
     }
 
@@ -406,6 +430,7 @@ impl Parser {
         if matches!(self.active, Active::Undecided) {
             self.active = Active::Legacy;
         }
+        self.tell_dialect(sink);
         let _ = at_end;
         match self.next_tag(|name| ItemKind::of(name).attribute_escape()) {
             Err(TagFault(kind, message)) => self.bad_input(kind, &message, sink),
@@ -487,6 +512,7 @@ impl Parser {
         if self.active.is_json() {
             return self.dialect_event(start, end, sink);
         }
+        tell_dialect(&mut self.told, &self.active, self.opts.dialect, sink);
         if trimmed == b"[DONE]" {
             sink.done();
             self.end = StreamEnd::Done;
@@ -545,6 +571,11 @@ impl Parser {
                 }
             }
         }
+    }
+
+    /// Tells the observer the dialect once the first event has settled it.
+    pub(in crate::legacy) fn tell_dialect(&mut self, sink: &mut Sink<impl Observer>) {
+        tell_dialect(&mut self.told, &self.active, self.opts.dialect, sink);
     }
 
     /// `data:` lines of the current event so far.

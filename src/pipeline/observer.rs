@@ -1,6 +1,7 @@
 //! Plain counters the translator reports into; the proxy turns them into
 //! Prometheus metrics. No prometheus types here.
 
+use super::options::Dialect;
 use crate::protocol::EnvelopeKind;
 
 /// Why an input was rejected. Each is answered by one `error` envelope.
@@ -71,6 +72,9 @@ pub trait Observer {
     /// A block opened while another was open, or a sibling subagent started
     /// inside a child scope.
     fn scope_conflict(&mut self) {}
+    /// The stream's dialect, once its first event settled it (`auto` never: it is told as what it found; a
+    /// legacy stream is `xml` unless the options fixed `raw`).
+    fn dialect(&mut self, _dialect: Dialect) {}
 }
 
 /// Counters for one stream (or summed over many).
@@ -91,6 +95,8 @@ pub struct Stats {
     pub parse_errors: [u64; ParseErrorKind::ALL.len()],
     pub unknown_tags: u64,
     pub scope_conflicts: u64,
+    /// The dialect the stream was read as, once told.
+    pub dialect: Option<Dialect>,
 }
 
 impl Stats {
@@ -137,6 +143,9 @@ impl Observer for Stats {
     fn scope_conflict(&mut self) {
         self.scope_conflicts += 1;
     }
+    fn dialect(&mut self, dialect: Dialect) {
+        self.dialect = Some(dialect);
+    }
 }
 
 /// Forwarding through `&mut` lets a caller keep ownership of its observer.
@@ -161,5 +170,8 @@ impl<O: Observer + ?Sized> Observer for &mut O {
     }
     fn scope_conflict(&mut self) {
         (**self).scope_conflict()
+    }
+    fn dialect(&mut self, dialect: Dialect) {
+        (**self).dialect(dialect)
     }
 }

@@ -32,6 +32,8 @@ impl Parser {
         self.pos = end;
         match result {
             Ok(end) => {
+                // Told once an event of it was read (a fixed dialect's first event may still refuse the stream).
+                self.tell_dialect(sink);
                 if end == StreamEnd::Failed {
                     self.end = StreamEnd::Failed;
                 }
@@ -63,7 +65,9 @@ impl Parser {
         let end = match &mut self.active {
             Active::Cogency(c) => c.finish(cut, &self.scopes, sink),
             Active::AgentSdk(a) => a.finish(cut, &mut self.scopes, sink),
-            _ => StreamEnd::Cut,
+            // Its one `error` said why nothing was read: the stream ended as far as it was read, not cut.
+            Active::Refused => StreamEnd::Failed,
+            Active::Undecided | Active::Legacy => StreamEnd::Cut,
         };
         if self.end != StreamEnd::Failed {
             self.end = end;

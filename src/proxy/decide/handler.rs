@@ -23,12 +23,12 @@ use crate::proxy::metrics::edge::Fault;
 use crate::proxy::metrics::translator::StreamObserver;
 use crate::proxy::request::body::UpstreamBody;
 use crate::proxy::request::body::{ClientBody, ClientErrorKind};
-use crate::proxy::request::headers::{X_ACCEL_BUFFERING, X_REQUEST_ID, X_STREAM_FORMAT};
+use crate::proxy::request::headers::{X_ACCEL_BUFFERING, X_REQUEST_ID, X_STREAM_DIALECT, X_STREAM_FORMAT};
 use crate::proxy::request::negotiate::Mode;
 use crate::proxy::upstream::kind::UpstreamErrorKind;
 use crate::proxy::upstream::pool::ForwardError;
 use crate::resume::{self, Resumer};
-use crate::translate::Translator;
+use crate::translate::{self, Translator};
 
 /// Longest `X-Request-Id` taken from a client; longer ones are replaced.
 const MAX_REQUEST_ID: usize = 128;
@@ -130,9 +130,11 @@ async fn proxy(
             route => return resumption::answer(r, route, req.headers(), shared, request_start).await,
         }
     }
-    let wants = match negotiate::requested(req.headers(), req.uri(), shared.default_format) {
-        Ok(f) => f,
-        Err(e) => return gateway_error(metrics, StatusCode::BAD_REQUEST, "bad_stream_format", &e.to_string()),
+    let negotiated = negotiate::requested(req.headers(), req.uri(), shared.default_format)
+        .and_then(|f| Ok((f, negotiate::requested_dialect(req.headers(), req.uri())?)));
+    let (wants, dialect) = match negotiated {
+        Ok(n) => n,
+        Err(e) => return gateway_error(metrics, StatusCode::BAD_REQUEST, e.code(), &e.to_string()),
     };
     let may_translate = wants == StreamFormat::Json;
     let method = req.method().clone();
@@ -185,6 +187,7 @@ async fn proxy(
     keep_chunked_body(&method, h, &body);
     headers::set_forwarded(h, peer.ip(), client_host.as_deref(), shared.trust_forwarded);
     h.remove(X_STREAM_FORMAT);
+    h.remove(X_STREAM_DIALECT);
     if let Some(p) = preflight {
         Cors::forward_preflight(p, h);
     }
@@ -240,7 +243,10 @@ async fn proxy(
     let translator = match mode {
         Mode::Passthrough => None,
         Mode::Translate | Mode::Shadow => Some(Translator::with_observer(
-            shared.options.clone(),
+            translate::Options {
+                dialect: dialect.unwrap_or(shared.options.dialect),
+                ..shared.options.clone()
+            },
             &agent,
             StreamObserver::new(Arc::clone(&metrics.translator)),
         )),

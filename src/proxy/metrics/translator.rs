@@ -9,7 +9,10 @@ use prometheus::{exponential_buckets, Histogram, IntCounter, Registry};
 
 use crate::envelope::EnvelopeKind;
 use crate::telemetry::{counter, counters, histogram, histograms, latency_buckets};
-use crate::translate::{Observer, ParseErrorKind};
+use crate::translate::{Dialect, Observer, ParseErrorKind};
+
+/// The dialects a stream is told as (never `auto`).
+const DIALECTS: [Dialect; 4] = [Dialect::Xml, Dialect::Raw, Dialect::Cogency, Dialect::AgentSdk];
 
 /// Translator-level families, resolved per envelope kind.
 pub struct TranslatorMetrics {
@@ -23,6 +26,8 @@ pub struct TranslatorMetrics {
     pub parse_errors: [IntCounter; ParseErrorKind::ALL.len()],
     pub unknown_tags: IntCounter,
     pub scope_conflicts: IntCounter,
+    /// Streams by the dialect they were read as (`auto` is told as what it found).
+    pub dialects: [IntCounter; DIALECTS.len()],
     /// Recorded by the response body, around each `feed`.
     pub event_translation: Histogram,
 }
@@ -78,6 +83,13 @@ impl TranslatorMetrics {
                 r,
                 "scope_conflicts_total",
                 "Blocks opened while another was open, or sibling subagents interleaved.",
+            )?,
+            dialects: counters(
+                r,
+                "stream_dialects_total",
+                "Translated streams by the upstream dialect they were read as.",
+                "dialect",
+                DIALECTS.map(Dialect::as_str),
             )?,
             event_translation: histogram(
                 r,
@@ -208,6 +220,12 @@ impl Observer for StreamObserver {
 
     fn scope_conflict(&mut self) {
         self.metrics.scope_conflicts.inc();
+    }
+
+    fn dialect(&mut self, dialect: Dialect) {
+        if let Some(at) = DIALECTS.iter().position(|d| *d == dialect) {
+            self.metrics.dialects[at].inc();
+        }
     }
 }
 

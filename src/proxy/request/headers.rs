@@ -24,6 +24,8 @@ pub const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-ho
 pub const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
 pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 pub const X_STREAM_FORMAT: HeaderName = HeaderName::from_static("x-stream-format");
+/// The request's choice of upstream dialect: the gateway's own, never forwarded (as `X-Stream-Format`).
+pub const X_STREAM_DIALECT: HeaderName = HeaderName::from_static("x-stream-dialect");
 pub const X_ACCEL_BUFFERING: HeaderName = HeaderName::from_static("x-accel-buffering");
 
 /// A `Content-Length` item: decimal digits only (no sign, no space), within `u64`.

@@ -1,11 +1,12 @@
-//! Per-request choice of wire format, and which responses are translated.
+//! Per-request choice of wire format and of the upstream dialect, and which responses are translated.
 
-use http::header::{self, HeaderMap};
+use http::header::{self, HeaderMap, HeaderName};
 use http::{Method, StatusCode, Uri};
 use thiserror::Error;
 
 use crate::config::StreamFormat;
-use crate::proxy::request::headers::X_STREAM_FORMAT;
+use crate::proxy::request::headers::{X_STREAM_DIALECT, X_STREAM_FORMAT};
+use crate::translate::Dialect;
 
 label_enum! {
     /// What the gateway did with a response body; the `mode` label.
@@ -18,13 +19,29 @@ label_enum! {
 
 /// The query parameter that chooses the format when the header is absent.
 pub const QUERY_PARAM: &str = "stream_format";
+/// The query parameter that chooses the dialect when the header is absent.
+pub const DIALECT_PARAM: &str = "stream_dialect";
 
-#[derive(Debug, Error, PartialEq, Eq)]
+#[derive(Debug, Clone, Error, PartialEq, Eq)]
 pub enum NegotiateError {
     #[error("X-Stream-Format must be json or legacy")]
     BadHeader,
     #[error("stream_format must be json or legacy")]
     BadQuery,
+    #[error("X-Stream-Dialect must be auto, xml, raw, cogency or agent_sdk")]
+    BadDialectHeader,
+    #[error("stream_dialect must be auto, xml, raw, cogency or agent_sdk")]
+    BadDialectQuery,
+}
+
+impl NegotiateError {
+    /// The `error` code of the 400 answer.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::BadHeader | Self::BadQuery => "bad_stream_format",
+            Self::BadDialectHeader | Self::BadDialectQuery => "bad_stream_dialect",
+        }
+    }
 }
 
 fn parse_format(v: &str) -> Option<StreamFormat> {
@@ -37,22 +54,59 @@ fn parse_format(v: &str) -> Option<StreamFormat> {
     }
 }
 
-/// What the client asked for: the `X-Stream-Format` header, else `stream_format=` in the query, else the default.
-pub fn requested(headers: &HeaderMap, uri: &Uri, default: StreamFormat) -> Result<StreamFormat, NegotiateError> {
-    if let Some(v) = headers.get(&X_STREAM_FORMAT) {
+/// A dialect's name, in any ASCII case (as the format's).
+fn parse_dialect(v: &str) -> Option<Dialect> {
+    Dialect::ALL.into_iter().find(|d| v.eq_ignore_ascii_case(d.as_str()))
+}
+
+/// The value of `header`, else of the query parameter `param`, parsed: `None` when neither is there, a bad value
+/// the error of where it came from.
+fn choice<T>(
+    headers: &HeaderMap,
+    uri: &Uri,
+    (header, param): (&HeaderName, &str),
+    parse: fn(&str) -> Option<T>,
+    (bad_header, bad_query): (NegotiateError, NegotiateError),
+) -> Result<Option<T>, NegotiateError> {
+    if let Some(v) = headers.get(header) {
         return v
             .to_str()
             .ok()
-            .and_then(|s| parse_format(s.trim()))
-            .ok_or(NegotiateError::BadHeader);
+            .and_then(|s| parse(s.trim()))
+            .map(Some)
+            .ok_or(bad_header);
     }
     let query = uri.query().unwrap_or("");
     for pair in query.split('&') {
-        if let Some(v) = pair.strip_prefix(QUERY_PARAM).and_then(|r| r.strip_prefix('=')) {
-            return parse_format(v).ok_or(NegotiateError::BadQuery);
+        if let Some(v) = pair.strip_prefix(param).and_then(|r| r.strip_prefix('=')) {
+            return parse(v).map(Some).ok_or(bad_query);
         }
     }
-    Ok(default)
+    Ok(None)
+}
+
+/// What the client asked for: the `X-Stream-Format` header, else `stream_format=` in the query, else the default.
+pub fn requested(headers: &HeaderMap, uri: &Uri, default: StreamFormat) -> Result<StreamFormat, NegotiateError> {
+    let asked = choice(
+        headers,
+        uri,
+        (&X_STREAM_FORMAT, QUERY_PARAM),
+        parse_format,
+        (NegotiateError::BadHeader, NegotiateError::BadQuery),
+    )?;
+    Ok(asked.unwrap_or(default))
+}
+
+/// The dialect the client named for its stream's translator: the `X-Stream-Dialect` header, else
+/// `stream_dialect=` in the query; `None` when it named none (`translate.dialect` applies).
+pub fn requested_dialect(headers: &HeaderMap, uri: &Uri) -> Result<Option<Dialect>, NegotiateError> {
+    choice(
+        headers,
+        uri,
+        (&X_STREAM_DIALECT, DIALECT_PARAM),
+        parse_dialect,
+        (NegotiateError::BadDialectHeader, NegotiateError::BadDialectQuery),
+    )
 }
 
 /// Whether a response head is an event stream we can translate (uncompressed, with a body).
@@ -166,6 +220,43 @@ mod tests {
         assert_eq!(
             requested(&HeaderMap::new(), &uri("/x?stream_formats=legacy"), StreamFormat::Json),
             Ok(StreamFormat::Json)
+        );
+    }
+
+    #[test]
+    fn a_dialect_is_named_by_header_else_query_in_any_case_and_a_bad_one_is_refused() {
+        let none = HeaderMap::new();
+        assert_eq!(requested_dialect(&none, &uri("/x")), Ok(None));
+        assert_eq!(
+            requested_dialect(&none, &uri("/x?a=1&stream_dialect=agent_sdk")),
+            Ok(Some(Dialect::AgentSdk))
+        );
+        for d in Dialect::ALL {
+            let mut h = HeaderMap::new();
+            h.insert(
+                X_STREAM_DIALECT,
+                HeaderValue::from_str(&d.as_str().to_uppercase()).unwrap(),
+            );
+            // The header wins over the query.
+            assert_eq!(requested_dialect(&h, &uri("/x?stream_dialect=bogus")), Ok(Some(d)));
+        }
+        let mut h = HeaderMap::new();
+        h.insert(X_STREAM_DIALECT, HeaderValue::from_static(" cogency "));
+        assert_eq!(requested_dialect(&h, &uri("/x")), Ok(Some(Dialect::Cogency)));
+        h.insert(X_STREAM_DIALECT, HeaderValue::from_static("json"));
+        let e = requested_dialect(&h, &uri("/x")).unwrap_err();
+        assert_eq!(
+            (e.clone(), e.code()),
+            (NegotiateError::BadDialectHeader, "bad_stream_dialect")
+        );
+        assert_eq!(
+            requested_dialect(&none, &uri("/x?stream_dialect=")),
+            Err(NegotiateError::BadDialectQuery)
+        );
+        assert_eq!(
+            requested_dialect(&none, &uri("/x?stream_dialects=xml")),
+            Ok(None),
+            "a parameter that merely starts with the name is not it"
         );
     }
 

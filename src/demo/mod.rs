@@ -1,0 +1,195 @@
+//! The built-in backend for `--demo`: answers `POST /agent/run` on loopback with a realistic agent run, paced, in
+//! the dialect `--demo-dialect` names: the legacy stream ([`legacy`]), cogency 3.3's events ([`cogency`]) or the
+//! Claude Agent SDK's messages ([`agent_sdk`]) (DESIGN 3 and 3.7).
+
+pub mod agent_sdk;
+pub mod cogency;
+pub mod legacy;
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{header, Method, Request, Response, StatusCode};
+use http_body::{Body, Frame};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use serde::Deserialize;
+use tokio::net::TcpListener;
+use tokio::time::Sleep;
+
+use crate::translate::Dialect;
+
+/// Pause between two events of the demo stream, so the stream visibly streams.
+pub const EVENT_PAUSE: Duration = Duration::from_millis(40);
+/// Largest request body the demo reads.
+const MAX_BODY: usize = 64 << 10;
+
+/// The dialect the demo backend speaks (`--demo-dialect`, default xml).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DemoDialect {
+    /// The legacy XML-in-SSE stream.
+    #[default]
+    Xml,
+    /// cogency 3.3's JSON events.
+    Cogency,
+    /// Claude Agent SDK messages, partial messages on.
+    AgentSdk,
+}
+
+impl DemoDialect {
+    /// The translator's name for it.
+    pub const fn dialect(self) -> Dialect {
+        match self {
+            DemoDialect::Xml => Dialect::Xml,
+            DemoDialect::Cogency => Dialect::Cogency,
+            DemoDialect::AgentSdk => Dialect::AgentSdk,
+        }
+    }
+
+    /// Whether a translator set to `d` reads this demo's stream.
+    pub fn read_by(self, d: Dialect) -> bool {
+        d == Dialect::Auto || d == self.dialect()
+    }
+
+    /// The run's SSE events (`data: …\n\n` each) for `query`, by `agent` (the legacy agent id, the SDK session).
+    fn stream(self, agent: &str, query: &str) -> Vec<String> {
+        match self {
+            DemoDialect::Xml => legacy::stream(agent, query),
+            DemoDialect::Cogency => cogency::stream(query, unix_now()),
+            DemoDialect::AgentSdk => agent_sdk::stream(agent),
+        }
+    }
+}
+
+/// Seconds since the epoch, in milliseconds (cogency's timestamps).
+fn unix_now() -> f64 {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    ms as f64 / 1000.0
+}
+
+/// Starts the demo backend speaking `dialect` on 127.0.0.1 (ephemeral port); returns its address. Runs until the
+/// process ends.
+pub async fn start(dialect: DemoDialect) -> std::io::Result<SocketAddr> {
+    let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            tokio::spawn(async move {
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(Duration::from_secs(10))
+                    .serve_connection(TokioIo::new(stream), service_fn(move |r| answer(r, dialect)))
+                    .await;
+            });
+        }
+    });
+    Ok(addr)
+}
+
+/// The commands printed at start-up, for a gateway listening on `public`: the run over SSE with curl, and the
+/// same run read again over a WebSocket (docs/WEBSOCKET.md) with PyPI `websockets`' own client.
+pub fn instructions(public: SocketAddr, dialect: DemoDialect) -> String {
+    let host = if public.ip().is_unspecified() {
+        SocketAddr::from(([127, 0, 0, 1], public.port()))
+    } else {
+        public
+    };
+    format!(
+        "sse-gateway: demo backend running (no upstream configured), speaking {dialect}. Watch a translated \
+         stream:\n  \
+         curl -N -X POST http://{host}/agent/run -H 'content-type: application/json' \
+         -d '{{\"query\":\"What is the weather in Paris?\"}}'\n\
+         sse-gateway: the same stream untranslated: add -H 'X-Stream-Format: legacy'\n\
+         sse-gateway: a run read over a WebSocket (pip install websockets):\n  \
+         python3 -m websockets ws://{host}$(curl -sD - -o /dev/null -X POST http://{host}/agent/run -d '{{}}' \
+         | sed -n 's/^x-gateway-stream: //ip' | tr -d '\\r')",
+        dialect = dialect.dialect().as_str(),
+    )
+}
+
+async fn answer(req: Request<Incoming>, dialect: DemoDialect) -> Result<Response<DemoBody>, Infallible> {
+    if req.method() != Method::POST || req.uri().path() != "/agent/run" {
+        let mut r = Response::new(DemoBody::new(
+            ["the demo backend answers POST /agent/run\n"],
+            Duration::ZERO,
+        ));
+        *r.status_mut() = StatusCode::NOT_FOUND;
+        return Ok(r);
+    }
+    let body = Limited::new(req.into_body(), MAX_BODY)
+        .collect()
+        .await
+        .map(|c| c.to_bytes())
+        .unwrap_or_default();
+    let parsed: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    let query = parsed["query"].as_str().unwrap_or("What is the weather in Paris?");
+    let agent = parsed["agent_uuid"]
+        .as_str()
+        .map_or_else(|| uuid::Uuid::new_v4().to_string(), str::to_owned);
+    let mut r = Response::new(DemoBody::new(dialect.stream(&agent, query), EVENT_PAUSE));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/event-stream"),
+    );
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, header::HeaderValue::from_static("no-cache"));
+    Ok(r)
+}
+
+/// The demo's response body: events handed out one per pause.
+pub struct DemoBody {
+    events: VecDeque<Bytes>,
+    pause: Duration,
+    sleep: Option<Pin<Box<Sleep>>>,
+}
+
+impl DemoBody {
+    fn new(events: impl IntoIterator<Item = impl Into<Bytes>>, pause: Duration) -> Self {
+        Self {
+            events: events.into_iter().map(Into::into).collect(),
+            pause,
+            sleep: None,
+        }
+    }
+}
+
+impl Body for DemoBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let this = &mut *self;
+        if let Some(s) = this.sleep.as_mut() {
+            if s.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+        }
+        match this.events.pop_front() {
+            None => Poll::Ready(None),
+            Some(e) => {
+                if !this.pause.is_zero() {
+                    this.sleep = Some(Box::pin(tokio::time::sleep(this.pause)));
+                }
+                Poll::Ready(Some(Ok(Frame::data(e))))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.events.is_empty()
+    }
+}
