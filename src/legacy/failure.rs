@@ -4,12 +4,33 @@
 //! model text; if the stream ends, the block closes and an `error` envelope carries it (traceback dropped unless
 //! `include_traceback`).
 
+use std::borrow::Cow;
+
+use serde::de::IgnoredAny;
+use serde::Deserialize;
+
+/// The failure's keys, and no other: read first so that any other JSON event (a raw model event starts with
+/// `"type"`) is turned away at its first key instead of being built into a map.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Keys<'a> {
+    #[serde(borrow)]
+    #[allow(dead_code)]
+    error: Cow<'a, str>,
+    #[allow(dead_code)]
+    message: IgnoredAny,
+    #[serde(default)]
+    #[allow(dead_code)]
+    traceback: Option<IgnoredAny>,
+}
+
 /// Whether `ev` is the backend failure JSON `{"error","message"[,"traceback"]}`.
 pub fn failure_shape(ev: &[u8]) -> Option<serde_json::Map<String, serde_json::Value>> {
     let t = ev.trim_ascii();
     if t.first() != Some(&b'{') || t.last() != Some(&b'}') {
         return None;
     }
+    serde_json::from_slice::<Keys<'_>>(t).ok()?;
     let map: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(t).ok()?;
     let shaped = map.get("error").is_some_and(|e| e.is_string())
         && map.contains_key("message")

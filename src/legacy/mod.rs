@@ -32,6 +32,7 @@ mod bytes;
 mod cogency;
 mod escape;
 mod failure;
+mod fast;
 mod kinds;
 mod raw;
 mod report;

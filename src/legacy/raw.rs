@@ -6,6 +6,7 @@ use std::borrow::Cow;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use super::fast::DeltaKind;
 use super::report;
 use super::scope::Scopes;
 use crate::envelope::chunker::Sink;
@@ -115,6 +116,22 @@ impl RawBlocks {
                 let Some(delta) = event.delta else {
                     return;
                 };
+                let ty = delta.ty.as_deref().unwrap_or("");
+                if let Some(kind) = DeltaKind::of(ty) {
+                    let text = match kind {
+                        DeltaKind::InputJson => delta.partial_json,
+                        _ => delta.text.or(delta.thinking),
+                    };
+                    if !self.piece(index, kind, &text.unwrap_or_default(), scopes, max, sink) {
+                        report::parse_error(
+                            scopes,
+                            ParseErrorKind::Unexpected,
+                            "delta for a block that is not open",
+                            sink,
+                        );
+                    }
+                    return;
+                }
                 let Some(block) = self.get_mut(index) else {
                     report::parse_error(
                         scopes,
@@ -124,24 +141,7 @@ impl RawBlocks {
                     );
                     return;
                 };
-                match (delta.ty.as_deref().unwrap_or(""), block) {
-                    ("text_delta" | "thinking_delta", RawBlock::Streamed { header, chunks, .. }) => {
-                        let text = delta.text.or(delta.thinking).unwrap_or_default();
-                        *chunks += sink.streamed_delta(header, &text);
-                    }
-                    ("input_json_delta", RawBlock::Tool { input, .. }) => {
-                        let part = delta.partial_json.unwrap_or_default();
-                        if input.len() + part.len() > max {
-                            report::parse_error(
-                                scopes,
-                                ParseErrorKind::ItemTooLarge,
-                                "tool input larger than max_item_bytes",
-                                sink,
-                            );
-                        } else {
-                            input.push_str(&part);
-                        }
-                    }
+                match (ty, block) {
                     (
                         "citations_delta",
                         RawBlock::Streamed {
@@ -181,6 +181,41 @@ impl RawBlocks {
                 report::parse_error(scopes, ParseErrorKind::Unexpected, &msg, sink);
             }
         }
+    }
+
+    /// A text, thinking or tool-input delta for the block at `index`; `false` if no block is open there. A delta
+    /// of another block's kind is ignored, as natively.
+    pub fn piece(
+        &mut self,
+        index: u64,
+        kind: DeltaKind,
+        text: &str,
+        scopes: &Scopes,
+        max: usize,
+        sink: &mut Sink<impl Observer>,
+    ) -> bool {
+        let Some(block) = self.get_mut(index) else {
+            return false;
+        };
+        match (kind, block) {
+            (DeltaKind::Text | DeltaKind::Thinking, RawBlock::Streamed { header, chunks, .. }) => {
+                *chunks += sink.streamed_delta(header, text);
+            }
+            (DeltaKind::InputJson, RawBlock::Tool { input, .. }) => {
+                if input.len() + text.len() > max {
+                    report::parse_error(
+                        scopes,
+                        ParseErrorKind::ItemTooLarge,
+                        "tool input larger than max_item_bytes",
+                        sink,
+                    );
+                } else {
+                    input.push_str(text);
+                }
+            }
+            _ => {}
+        }
+        true
     }
 
     pub(super) fn start(

@@ -1,0 +1,346 @@
+//! Hand-written readers for the JSON dialects' most frequent events, which serde_json reads at several times the
+//! cost of a whole legacy item (BENCHMARKS.md, issue 29): cogency's `think`/`respond` as `json.dumps` writes them,
+//! and the Agent SDK's `stream_event` carrying a `content_block_delta`, compact as the CLI writes it. Each reader
+//! takes exactly one byte layout and answers `None` for anything else (another key order, whitespace, an unusual
+//! key or value), which then goes to serde. Where a reader answers, serde would have read the same values: the
+//! strings are decoded by serde_json itself whenever they hold an escape, and everything skipped is checked to be
+//! valid JSON of the expected kind.
+
+use std::borrow::Cow;
+
+/// A delta's kind in a `content_block_delta`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeltaKind {
+    Text,
+    Thinking,
+    InputJson,
+}
+
+impl DeltaKind {
+    /// The kind a raw event's `delta.type` names, if it is one of these.
+    pub fn of(ty: &str) -> Option<Self> {
+        match ty {
+            "text_delta" => Some(DeltaKind::Text),
+            "thinking_delta" => Some(DeltaKind::Thinking),
+            "input_json_delta" => Some(DeltaKind::InputJson),
+            _ => None,
+        }
+    }
+}
+
+/// An Agent SDK `stream_event` with a `content_block_delta`.
+#[derive(Debug, PartialEq, Eq)]
+pub struct SdkDelta<'a> {
+    pub index: u64,
+    pub kind: DeltaKind,
+    pub text: Cow<'a, str>,
+    /// `parent_tool_use_id`, when it is a string.
+    pub parent: Option<&'a str>,
+}
+
+/// A cogency `think` (`true`) or `respond` (`false`) event: `{"type": "think", "content": "…"[, "timestamp": n]}`.
+pub fn cogency_stream(ev: &[u8]) -> Option<(bool, Cow<'_, str>)> {
+    const THINK: &[u8] = br#"{"type": "think", "content": ""#;
+    const RESPOND: &[u8] = br#"{"type": "respond", "content": ""#;
+    let (think, at) = if ev.starts_with(THINK) {
+        (true, THINK.len())
+    } else if ev.starts_with(RESPOND) {
+        (false, RESPOND.len())
+    } else {
+        return None;
+    };
+    let (text, mut at) = string(ev, at - 1)?;
+    if let Some(rest) = ev[at..].strip_prefix(br#", "timestamp": "#) {
+        at = ev.len() - rest.len();
+        at = number(ev, at)?;
+    }
+    (&ev[at..] == b"}").then_some((think, text))
+}
+
+/// An Agent SDK `stream_event` with a `content_block_delta`:
+/// `{"type":"stream_event","event":{"type":"content_block_delta","index":N,"delta":{"type":"…_delta","…":"…"}}`, then
+/// only `session_id`, `parent_tool_use_id` and `uuid`, each a string or null, at most once each.
+pub fn sdk_delta(ev: &[u8]) -> Option<SdkDelta<'_>> {
+    const HEAD: &[u8] = br#"{"type":"stream_event","event":{"type":"content_block_delta","index":"#;
+    let mut at = HEAD.len();
+    if !ev.starts_with(HEAD) {
+        return None;
+    }
+    let digits = ev[at..].iter().take_while(|b| b.is_ascii_digit()).count();
+    // JSON has no leading zeros; 19 digits always fit a u64.
+    if digits == 0 || digits > 19 || (digits > 1 && ev[at] == b'0') {
+        return None;
+    }
+    let index = std::str::from_utf8(&ev[at..at + digits]).ok()?.parse().ok()?;
+    at += digits;
+    let rest = ev[at..].strip_prefix(br#","delta":{"type":""#)?;
+    at = ev.len() - rest.len();
+    let (kind, field): (DeltaKind, &[u8]) = if rest.starts_with(br#"text_delta","text":""#) {
+        (DeltaKind::Text, br#"text_delta","text":""#)
+    } else if rest.starts_with(br#"thinking_delta","thinking":""#) {
+        (DeltaKind::Thinking, br#"thinking_delta","thinking":""#)
+    } else if rest.starts_with(br#"input_json_delta","partial_json":""#) {
+        (DeltaKind::InputJson, br#"input_json_delta","partial_json":""#)
+    } else {
+        return None;
+    };
+    let (text, end) = string(ev, at + field.len() - 1)?;
+    at = end;
+    if ev.get(at..at + 2)? != b"}}" {
+        return None;
+    }
+    at += 2;
+    let mut parent = None;
+    let mut seen = [false; 3];
+    while ev.get(at) == Some(&b',') {
+        let (key, end) = plain_string(ev, at + 1)?;
+        if ev.get(end) != Some(&b':') {
+            return None;
+        }
+        let slot = ["session_id", "parent_tool_use_id", "uuid"]
+            .iter()
+            .position(|k| *k == key)?;
+        if std::mem::replace(&mut seen[slot], true) {
+            return None;
+        }
+        at = end + 1;
+        if ev[at..].starts_with(b"null") {
+            at += 4;
+        } else {
+            let (value, end) = plain_string(ev, at)?;
+            if slot == 1 {
+                parent = Some(value);
+            }
+            at = end;
+        }
+    }
+    (&ev[at..] == b"}").then_some(SdkDelta {
+        index,
+        kind,
+        text,
+        parent,
+    })
+}
+
+/// The JSON string whose opening quote is at `ev[at]`, and the index after its closing quote. Without escapes it
+/// is borrowed (after a UTF-8 check); with escapes serde_json decodes it, so that both paths agree.
+fn string(ev: &[u8], at: usize) -> Option<(Cow<'_, str>, usize)> {
+    if ev.get(at) != Some(&b'"') {
+        return None;
+    }
+    let body = &ev[at + 1..];
+    let mut i = 0;
+    let mut escaped = false;
+    loop {
+        i += memchr::memchr2(b'"', b'\\', &body[i..])?;
+        if body[i] == b'"' {
+            break;
+        }
+        escaped = true;
+        // Skip the escaped character (serde checks that the escape is valid).
+        i += 2;
+        if i > body.len() {
+            return None;
+        }
+    }
+    let raw = &body[..i];
+    // JSON forbids raw control characters in strings.
+    if raw.iter().any(|&b| b < 0x20) {
+        return None;
+    }
+    let end = at + 1 + i + 1;
+    let text = if escaped {
+        Cow::Owned(serde_json::from_slice::<String>(&ev[at..end]).ok()?)
+    } else {
+        Cow::Borrowed(std::str::from_utf8(raw).ok()?)
+    };
+    Some((text, end))
+}
+
+/// A JSON string without escapes at `ev[at]`, borrowed, and the index after it.
+fn plain_string(ev: &[u8], at: usize) -> Option<(&str, usize)> {
+    if ev.get(at) != Some(&b'"') {
+        return None;
+    }
+    let len = memchr::memchr2(b'"', b'\\', &ev[at + 1..])?;
+    let raw = &ev[at + 1..at + 1 + len];
+    if ev[at + 1 + len] != b'"' || raw.iter().any(|&b| b < 0x20) {
+        return None;
+    }
+    Some((std::str::from_utf8(raw).ok()?, at + len + 2))
+}
+
+/// The index after the JSON number at `ev[at]` (`-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?`).
+fn number(ev: &[u8], mut at: usize) -> Option<usize> {
+    let digits = |at: usize| ev[at.min(ev.len())..].iter().take_while(|b| b.is_ascii_digit()).count();
+    if ev.get(at) == Some(&b'-') {
+        at += 1;
+    }
+    let n = digits(at);
+    if n == 0 || (n > 1 && ev[at] == b'0') {
+        return None;
+    }
+    at += n;
+    if ev.get(at) == Some(&b'.') {
+        let n = digits(at + 1);
+        if n == 0 {
+            return None;
+        }
+        at += 1 + n;
+    }
+    if matches!(ev.get(at), Some(b'e' | b'E')) {
+        at += 1;
+        if matches!(ev.get(at), Some(b'+' | b'-')) {
+            at += 1;
+        }
+        let n = digits(at);
+        if n == 0 {
+            return None;
+        }
+        at += n;
+    }
+    Some(at)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::Value;
+
+    /// What serde reads from a cogency event, for the comparison.
+    fn serde_cogency(ev: &[u8]) -> Option<(bool, String)> {
+        let v: Value = serde_json::from_slice(ev).ok()?;
+        let think = match v.get("type")?.as_str()? {
+            "think" => true,
+            "respond" => false,
+            _ => return None,
+        };
+        Some((think, v.get("content")?.as_str()?.to_owned()))
+    }
+
+    /// What serde reads from an Agent SDK delta message.
+    fn serde_sdk(ev: &[u8]) -> Option<(u64, DeltaKind, String, Option<String>)> {
+        let v: Value = serde_json::from_slice(ev).ok()?;
+        let e = v.get("event")?;
+        let d = e.get("delta")?;
+        let ty = DeltaKind::of(d.get("type")?.as_str()?)?;
+        let text = d
+            .get("text")
+            .or(d.get("thinking"))
+            .or(d.get("partial_json"))?
+            .as_str()?
+            .to_owned();
+        let parent = v.get("parent_tool_use_id").and_then(Value::as_str).map(str::to_owned);
+        Some((e.get("index")?.as_u64()?, ty, text, parent))
+    }
+
+    #[test]
+    fn the_hot_shapes_are_read_and_everything_else_is_left_to_serde() {
+        let (t, s) =
+            cogency_stream(br#"{"type": "respond", "content": "a \"b\" \u00e9", "timestamp": 1750000000.125}"#)
+                .unwrap();
+        assert!(!t);
+        assert_eq!(s, "a \"b\" \u{e9}");
+        assert!(cogency_stream(br#"{"type": "think", "content": "x"}"#).is_some());
+        for no in [
+            &br#"{"type":"think","content":"x"}"#[..],
+            br#"{"type": "think", "content": "x", "timestamp": 01}"#,
+            br#"{"type": "think", "content": "x", "timestamp": 1.}"#,
+            br#"{"type": "think", "content": "x", "other": 1}"#,
+            br#"{"type": "think", "content": "a	b"}"#,
+            br#"{"type": "think", "content": "\q"}"#,
+            br#"{"type": "think", "content": "x""#,
+        ] {
+            assert_eq!(cogency_stream(no), None, "{}", String::from_utf8_lossy(no));
+        }
+        let d = sdk_delta(br#"{"type":"stream_event","event":{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{\"a\""}},"session_id":"s","parent_tool_use_id":"toolu_1","uuid":"u"}"#).unwrap();
+        assert_eq!(
+            (d.index, d.kind, &*d.text, d.parent),
+            (2, DeltaKind::InputJson, "{\"a\"", Some("toolu_1"))
+        );
+        for no in [
+            &br#"{"type":"stream_event","event":{"type":"content_block_delta","index":01,"delta":{"type":"text_delta","text":"x"}}}"#[..],
+            br#"{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x"}},"type":"user"}"#,
+            br#"{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x"}},"uuid":"a","uuid":"b"}"#,
+            br#"{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x"}},"parent_tool_use_id":"a\"b"}"#,
+            br#"{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x","more":1}}}"#,
+            br#"{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x"}},"ttft_ms":5}"#,
+        ] {
+            assert_eq!(sdk_delta(no), None, "{}", String::from_utf8_lossy(no));
+        }
+    }
+
+    /// The `data:` values of a recorded fixture.
+    fn fixture(name: &str) -> Vec<Vec<u8>> {
+        let path = format!("{}/tests/fixtures/dialects/{name}.sse", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read(path).expect("fixture");
+        text.split(|&b| b == b'\n')
+            .filter_map(|l| l.strip_prefix(b"data: "))
+            .map(<[u8]>::to_vec)
+            .collect()
+    }
+
+    #[test]
+    fn the_recorded_hot_events_take_the_fast_readers() {
+        for name in ["cogency30_long_respond", "cogency_token_mode", "cogency_utf8_escapes"] {
+            for ev in fixture(name) {
+                let hot = ev.starts_with(br#"{"type": "think""#) || ev.starts_with(br#"{"type": "respond""#);
+                assert_eq!(
+                    cogency_stream(&ev).is_some(),
+                    hot,
+                    "{name}: {}",
+                    String::from_utf8_lossy(&ev)
+                );
+            }
+        }
+        let events = fixture("agent_sdk_partial_on");
+        let deltas = events
+            .iter()
+            .filter(|e| e.windows(21).any(|w| w == b"\"content_block_delta\""))
+            .count();
+        let fast = events.iter().filter(|e| sdk_delta(e).is_some()).count();
+        // Every delta but the signatures'.
+        assert!(
+            deltas > 20 && fast + 2 >= deltas && fast < deltas + 1,
+            "{fast} of {deltas}"
+        );
+    }
+
+    /// A JSON string body from pieces that stress the reader: escapes, quotes, control characters, non-ASCII.
+    fn body() -> impl Strategy<Value = String> {
+        let piece = prop_oneof![
+            "[a-z <>&]{0,6}",
+            Just("\\\"".to_owned()),
+            Just("\\\\".to_owned()),
+            Just("\\n".to_owned()),
+            Just("\\u00e9".to_owned()),
+            Just("\\ud83d\\ude00".to_owned()),
+            Just("\\ud800".to_owned()),
+            Just("\\x".to_owned()),
+            Just("\\".to_owned()),
+            Just("\"".to_owned()),
+            Just("\t".to_owned()),
+            Just("é漢🎉".to_owned()),
+        ];
+        prop::collection::vec(piece, 0..8).prop_map(|p| p.concat())
+    }
+
+    proptest! {
+        /// Wherever a reader answers, serde reads the same values from the same bytes.
+        #[test]
+        fn where_a_reader_answers_serde_agrees(text in body(), think in any::<bool>(), ts in prop_oneof![Just(String::new()), Just(", \"timestamp\": 1.5".to_owned()), Just(", \"timestamp\": -2e9".to_owned()), Just(", \"timestamp\": 1.".to_owned())], index in 0u64..1000, parent in prop_oneof![Just("null".to_owned()), Just("\"toolu_1\"".to_owned()), Just("\"a\\\"b\"".to_owned())], kind in 0..3usize) {
+            let ty = if think { "think" } else { "respond" };
+            let ev = format!(r#"{{"type": "{ty}", "content": "{text}"{ts}}}"#);
+            if let Some((t, s)) = cogency_stream(ev.as_bytes()) {
+                prop_assert_eq!(Some((t, s.into_owned())), serde_cogency(ev.as_bytes()), "{}", ev);
+            }
+            let (dt, field) = [("text_delta", "text"), ("thinking_delta", "thinking"), ("input_json_delta", "partial_json")][kind];
+            let ev = format!(r#"{{"type":"stream_event","event":{{"type":"content_block_delta","index":{index},"delta":{{"type":"{dt}","{field}":"{text}"}}}},"session_id":"s","parent_tool_use_id":{parent},"uuid":"u"}}"#);
+            if let Some(d) = sdk_delta(ev.as_bytes()) {
+                let got = (d.index, d.kind, d.text.into_owned(), d.parent.map(str::to_owned));
+                prop_assert_eq!(Some(got), serde_sdk(ev.as_bytes()), "{}", ev);
+            }
+        }
+    }
+}
