@@ -141,28 +141,27 @@ impl RawBlocks {
                     );
                     return;
                 };
-                match (ty, block) {
-                    (
-                        "citations_delta",
-                        RawBlock::Streamed {
-                            citations, cited_bytes, ..
-                        },
-                    ) => {
-                        if *cited_bytes > max {
-                            report::parse_error(
-                                scopes,
-                                ParseErrorKind::ItemTooLarge,
-                                "citations larger than max_item_bytes",
-                                sink,
-                            );
-                        } else if let Some(c) = delta.citation {
-                            let (extras, text) = citation(c);
-                            *cited_bytes += extras.held_bytes() + text.len();
-                            citations.push((extras, text));
-                        }
-                    }
-                    // Signatures emit nothing; other pairs are ignored.
-                    _ => {}
+                // Signatures emit nothing; other pairs are ignored.
+                let RawBlock::Streamed {
+                    citations, cited_bytes, ..
+                } = block
+                else {
+                    return;
+                };
+                if ty != "citations_delta" {
+                    return;
+                }
+                if *cited_bytes > max {
+                    report::parse_error(
+                        scopes,
+                        ParseErrorKind::ItemTooLarge,
+                        "citations larger than max_item_bytes",
+                        sink,
+                    );
+                } else if let Some(c) = delta.citation {
+                    let (extras, text) = citation(c);
+                    *cited_bytes += extras.held_bytes() + text.len();
+                    citations.push((extras, text));
                 }
             }
             "content_block_stop" => {
