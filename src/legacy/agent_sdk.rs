@@ -8,6 +8,7 @@ use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::fast;
@@ -39,9 +40,10 @@ struct Message<'a> {
     /// `stream_event`'s raw model event.
     #[serde(borrow, default)]
     event: Option<RawEvent<'a>>,
-    /// `assistant` / `user` (the API message); seed `assistant_message`.
-    #[serde(default)]
-    message: Option<Value>,
+    /// `assistant` / `user` (the API message); seed `assistant_message`. Read further only where needed: most
+    /// `assistant` messages repeat a message that streamed.
+    #[serde(borrow, default)]
+    message: Option<&'a RawValue>,
     /// `result`: the final text (SDK) or an object (seed 004).
     #[serde(default)]
     result: Option<Value>,
@@ -67,6 +69,40 @@ struct Message<'a> {
     is_error: Option<bool>,
     #[serde(default)]
     errors: Option<Vec<Value>>,
+}
+
+/// An API message's parts, its content left unread.
+#[derive(Deserialize)]
+struct ApiMessage<'a> {
+    #[serde(borrow, default)]
+    id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    content: Option<&'a RawValue>,
+}
+
+impl<'a> ApiMessage<'a> {
+    /// `message` if it is an object, else an empty one.
+    fn of(message: &'a RawValue) -> Self {
+        serde_json::from_str(message.get()).unwrap_or(ApiMessage {
+            id: None,
+            content: None,
+        })
+    }
+
+    /// Its content blocks (objects only).
+    fn blocks(&self) -> Vec<Map<String, Value>> {
+        let blocks = self
+            .content
+            .and_then(|c| serde_json::from_str::<Vec<Value>>(c.get()).ok());
+        blocks
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|b| match b {
+                Value::Object(m) => Some(m),
+                _ => None,
+            })
+            .collect()
+    }
 }
 
 /// A key that is present, `null` included (`Option<Value>` alone reads `null` as absent).
@@ -170,7 +206,7 @@ impl AgentSdk {
             }
             "assistant" | "assistant_message" => {
                 if let Some(message) = msg.message {
-                    self.assistant(key, message, scopes, sink);
+                    self.assistant(key, ApiMessage::of(message), scopes, sink);
                 }
             }
             "tool_use" => {
@@ -180,14 +216,10 @@ impl AgentSdk {
                 }
             }
             "user" => {
-                if let Some(Value::Array(blocks)) = msg.message.and_then(|mut m| m.get_mut("content").map(Value::take))
-                {
-                    for block in blocks {
-                        if let Value::Object(block) = block {
-                            if block.get("type").and_then(Value::as_str) == Some("tool_result") {
-                                self.tool_result(block, scopes, sink);
-                            }
-                        }
+                let blocks = msg.message.map(|m| ApiMessage::of(m).blocks()).unwrap_or_default();
+                for block in blocks {
+                    if block.get("type").and_then(Value::as_str) == Some("tool_result") {
+                        self.tool_result(block, scopes, sink);
                     }
                 }
             }
@@ -333,8 +365,8 @@ impl AgentSdk {
     }
 
     /// An `assistant` message: its blocks that did not stream, whole.
-    fn assistant(&mut self, key: &str, mut message: Value, scopes: &mut Scopes, sink: &mut Sink<impl Observer>) {
-        let id = message.get("id").and_then(Value::as_str);
+    fn assistant(&mut self, key: &str, message: ApiMessage<'_>, scopes: &mut Scopes, sink: &mut Sink<impl Observer>) {
+        let id = message.id.as_deref();
         let streamed = id.is_some_and(|id| self.streamed.get(id).is_some());
         let mut skip_text = streamed;
         if id.is_none() {
@@ -346,11 +378,7 @@ impl AgentSdk {
         if streamed {
             return;
         }
-        let Some(Value::Array(blocks)) = message.get_mut("content").map(Value::take) else {
-            return;
-        };
-        for block in blocks {
-            let Value::Object(block) = block else { continue };
+        for block in message.blocks() {
             let text = matches!(str_of(&block, "type"), "text" | "thinking");
             if !(text && skip_text) {
                 self.whole_block(key, block, scopes, sink);
