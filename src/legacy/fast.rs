@@ -97,9 +97,12 @@ pub fn sdk_delta(ev: &[u8]) -> Option<SdkDelta<'_>> {
         if ev.get(end) != Some(&b':') {
             return None;
         }
-        let slot = ["session_id", "parent_tool_use_id", "uuid"]
-            .iter()
-            .position(|k| *k == key)?;
+        let slot = match key {
+            b"session_id" => 0,
+            b"parent_tool_use_id" => 1,
+            b"uuid" => 2,
+            _ => return None,
+        };
         if std::mem::replace(&mut seen[slot], true) {
             return None;
         }
@@ -109,7 +112,9 @@ pub fn sdk_delta(ev: &[u8]) -> Option<SdkDelta<'_>> {
         } else {
             let (value, end) = plain_string(ev, at)?;
             if slot == 1 {
-                parent = Some(value);
+                parent = Some(std::str::from_utf8(value).ok()?);
+            } else if !value.is_ascii() {
+                std::str::from_utf8(value).ok()?;
             }
             at = end;
         }
@@ -144,8 +149,7 @@ fn string(ev: &[u8], at: usize) -> Option<(Cow<'_, str>, usize)> {
         }
     }
     let raw = &body[..i];
-    // JSON forbids raw control characters in strings.
-    if raw.iter().any(|&b| b < 0x20) {
+    if has_control(raw) {
         return None;
     }
     let end = at + 1 + i + 1;
@@ -157,17 +161,23 @@ fn string(ev: &[u8], at: usize) -> Option<(Cow<'_, str>, usize)> {
     Some((text, end))
 }
 
-/// A JSON string without escapes at `ev[at]`, borrowed, and the index after it.
-fn plain_string(ev: &[u8], at: usize) -> Option<(&str, usize)> {
+/// A JSON string without escapes at `ev[at]`, its bytes (UTF-8 not checked yet), and the index after it.
+fn plain_string(ev: &[u8], at: usize) -> Option<(&[u8], usize)> {
     if ev.get(at) != Some(&b'"') {
         return None;
     }
     let len = memchr::memchr2(b'"', b'\\', &ev[at + 1..])?;
     let raw = &ev[at + 1..at + 1 + len];
-    if ev[at + 1 + len] != b'"' || raw.iter().any(|&b| b < 0x20) {
+    if ev[at + 1 + len] != b'"' || has_control(raw) {
         return None;
     }
-    Some((std::str::from_utf8(raw).ok()?, at + len + 2))
+    Some((raw, at + len + 2))
+}
+
+/// Whether `raw` holds a control character, which JSON forbids in a string (read without an early exit, so that
+/// it runs on whole vectors).
+fn has_control(raw: &[u8]) -> bool {
+    raw.iter().fold(false, |bad, &b| bad | (b < 0x20))
 }
 
 /// The index after the JSON number at `ev[at]` (`-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?`).
