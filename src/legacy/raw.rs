@@ -117,21 +117,6 @@ impl RawBlocks {
                     return;
                 };
                 let ty = delta.ty.as_deref().unwrap_or("");
-                if let Some(kind) = DeltaKind::of(ty) {
-                    let text = match kind {
-                        DeltaKind::InputJson => delta.partial_json,
-                        _ => delta.text.or(delta.thinking),
-                    };
-                    if !self.piece(index, kind, &text.unwrap_or_default(), scopes, max, sink) {
-                        report::parse_error(
-                            scopes,
-                            ParseErrorKind::Unexpected,
-                            "delta for a block that is not open",
-                            sink,
-                        );
-                    }
-                    return;
-                }
                 let Some(block) = self.get_mut(index) else {
                     report::parse_error(
                         scopes,
@@ -141,6 +126,14 @@ impl RawBlocks {
                     );
                     return;
                 };
+                if let Some(kind) = DeltaKind::of(ty) {
+                    let text = match kind {
+                        DeltaKind::InputJson => delta.partial_json,
+                        _ => delta.text.or(delta.thinking),
+                    };
+                    self.piece(index, kind, &text.unwrap_or_default(), scopes, max, sink);
+                    return;
+                }
                 // Signatures emit nothing; other pairs are ignored.
                 let RawBlock::Streamed {
                     citations, cited_bytes, ..
