@@ -134,6 +134,8 @@ pub struct AgentSdk {
     ended: bool,
     /// A seed `error` ended the run.
     over: bool,
+    /// Where a delta's escaped text is decoded, kept from message to message.
+    scratch: String,
 }
 
 impl AgentSdk {
@@ -159,7 +161,10 @@ impl AgentSdk {
     }
 
     pub fn buffered(&self) -> usize {
-        self.agents.iter().map(|a| a.raw.buffered()).sum::<usize>() + self.streamed.bytes + self.calls.bytes
+        self.agents.iter().map(|a| a.raw.buffered()).sum::<usize>()
+            + self.streamed.bytes
+            + self.calls.bytes
+            + self.scratch.capacity()
     }
 
     /// One complete message.
@@ -255,9 +260,30 @@ impl AgentSdk {
     /// The most frequent message, a `stream_event` delta for an open block, read without serde (`fast`): the same
     /// steps as `event` and `stream_event`. `false`: not that message, or not for an open block, nothing done.
     fn fast_delta(&mut self, ev: &[u8], scopes: &mut Scopes, opts: &Options, sink: &mut Sink<impl Observer>) -> bool {
-        let Some(delta) = fast::sdk_delta(ev) else {
-            return false;
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let taken = match fast::sdk_delta(ev, &mut scratch) {
+            Some(delta) => self.fast_piece(delta, scopes, opts, sink),
+            None => false,
         };
+        self.keep(scratch);
+        taken
+    }
+
+    /// Puts the decoding buffer back, unless one large event grew it past `fast::SCRATCH_KEEP`.
+    fn keep(&mut self, scratch: String) {
+        if scratch.capacity() <= fast::SCRATCH_KEEP {
+            self.scratch = scratch;
+        }
+    }
+
+    /// `fast_delta`'s steps once the message is read.
+    fn fast_piece(
+        &mut self,
+        delta: fast::SdkDelta<'_>,
+        scopes: &mut Scopes,
+        opts: &Options,
+        sink: &mut Sink<impl Observer>,
+    ) -> bool {
         if self.over {
             return false;
         }
@@ -278,7 +304,7 @@ impl AgentSdk {
         agent.streamed_since_message = true;
         agent
             .raw
-            .piece(delta.index, delta.kind, &delta.text, scopes, opts.max_item_bytes, sink);
+            .piece(delta.index, delta.kind, delta.text, scopes, opts.max_item_bytes, sink);
         self.ended = false;
         true
     }

@@ -75,6 +75,8 @@ pub struct Cogency {
     user_seen: bool,
     started: bool,
     run: Run,
+    /// Where an event's escaped text is decoded, kept from event to event.
+    scratch: String,
 }
 
 impl Default for Cogency {
@@ -93,6 +95,7 @@ impl Cogency {
             user_seen: false,
             started: false,
             run: Run::Going,
+            scratch: String::new(),
         }
     }
 
@@ -122,6 +125,7 @@ impl Cogency {
             .map(|(i, n)| i.capacity() + n.capacity())
             .sum::<usize>()
             + self.total.as_ref().map_or(0, |t| t.get().len())
+            + self.scratch.capacity()
     }
 
     /// `[DONE]` from the backend: the run is complete (the gateway writes its own after `meta_final`).
@@ -140,22 +144,28 @@ impl Cogency {
         sink: &mut Sink<impl Observer>,
     ) -> Result<StreamEnd, Fault> {
         let first = !std::mem::replace(&mut self.started, true);
-        if let Some((think, text)) = fast::cogency_stream(ev) {
-            // The most frequent events, read without serde (`fast`); the same steps as below.
-            if self.run == Run::Over {
-                return Ok(StreamEnd::Failed);
-            }
-            let kind = if think {
-                EnvelopeKind::Thinking
+        // The most frequent events, read without serde (`fast`); the same steps as below.
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let hot = fast::cogency_stream(ev, &mut scratch);
+        if let Some((think, text)) = hot {
+            let end = if self.run == Run::Over {
+                StreamEnd::Failed
             } else {
-                EnvelopeKind::Text
+                let kind = if think {
+                    EnvelopeKind::Thinking
+                } else {
+                    EnvelopeKind::Text
+                };
+                self.stream(kind, text, scopes, sink);
+                if self.run == Run::Ended {
+                    self.run = Run::Going;
+                }
+                StreamEnd::Cut
             };
-            self.stream(kind, &text, scopes, sink);
-            if self.run == Run::Ended {
-                self.run = Run::Going;
-            }
-            return Ok(StreamEnd::Cut);
+            self.keep(scratch);
+            return Ok(end);
         }
+        self.keep(scratch);
         let event: Event<'_> = serde_json::from_slice(ev).map_err(|e| Fault::of_json(&e, "a cogency event", first))?;
         if first && !Self::knows(&event.ty) {
             let message = format!("not a cogency stream: its first event has type {:?}", event.ty);
@@ -216,6 +226,13 @@ impl Cogency {
             self.run = Run::Going;
         }
         Ok(StreamEnd::Cut)
+    }
+
+    /// Puts the decoding buffer back, unless one large event grew it past `fast::SCRATCH_KEEP`.
+    fn keep(&mut self, scratch: String) {
+        if scratch.capacity() <= fast::SCRATCH_KEEP {
+            self.scratch = scratch;
+        }
     }
 
     /// A `think` or `respond` event: a delta of the open block of its kind.

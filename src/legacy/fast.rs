@@ -6,8 +6,6 @@
 //! strings are decoded by serde_json itself whenever they hold an escape, and everything skipped is checked to be
 //! valid JSON of the expected kind.
 
-use std::borrow::Cow;
-
 /// A delta's kind in a `content_block_delta`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeltaKind {
@@ -33,13 +31,16 @@ impl DeltaKind {
 pub struct SdkDelta<'a> {
     pub index: u64,
     pub kind: DeltaKind,
-    pub text: Cow<'a, str>,
+    pub text: &'a str,
     /// `parent_tool_use_id`, when it is a string.
     pub parent: Option<&'a str>,
 }
 
+/// A decoding buffer larger than this after an event is let go rather than kept for the next one.
+pub const SCRATCH_KEEP: usize = 64 << 10;
+
 /// A cogency `think` (`true`) or `respond` (`false`) event: `{"type": "think", "content": "…"[, "timestamp": n]}`.
-pub fn cogency_stream(ev: &[u8]) -> Option<(bool, Cow<'_, str>)> {
+pub fn cogency_stream<'a>(ev: &'a [u8], scratch: &'a mut String) -> Option<(bool, &'a str)> {
     const THINK: &[u8] = br#"{"type": "think", "content": ""#;
     const RESPOND: &[u8] = br#"{"type": "respond", "content": ""#;
     let (think, at) = if ev.starts_with(THINK) {
@@ -49,7 +50,7 @@ pub fn cogency_stream(ev: &[u8]) -> Option<(bool, Cow<'_, str>)> {
     } else {
         return None;
     };
-    let (text, mut at) = string(ev, at - 1)?;
+    let (text, mut at) = string(ev, at - 1, scratch)?;
     if let Some(rest) = ev[at..].strip_prefix(br#", "timestamp": "#) {
         at = ev.len() - rest.len();
         at = number(ev, at)?;
@@ -60,7 +61,7 @@ pub fn cogency_stream(ev: &[u8]) -> Option<(bool, Cow<'_, str>)> {
 /// An Agent SDK `stream_event` with a `content_block_delta`:
 /// `{"type":"stream_event","event":{"type":"content_block_delta","index":N,"delta":{"type":"…_delta","…":"…"}}`, then
 /// only `session_id`, `parent_tool_use_id` and `uuid`, each a string or null, at most once each.
-pub fn sdk_delta(ev: &[u8]) -> Option<SdkDelta<'_>> {
+pub fn sdk_delta<'a>(ev: &'a [u8], scratch: &'a mut String) -> Option<SdkDelta<'a>> {
     const HEAD: &[u8] = br#"{"type":"stream_event","event":{"type":"content_block_delta","index":"#;
     let mut at = HEAD.len();
     if !ev.starts_with(HEAD) {
@@ -84,7 +85,7 @@ pub fn sdk_delta(ev: &[u8]) -> Option<SdkDelta<'_>> {
     } else {
         return None;
     };
-    let (text, end) = string(ev, at + field.len() - 1)?;
+    let (text, end) = string(ev, at + field.len() - 1, scratch)?;
     at = end;
     if ev.get(at..at + 2)? != b"}}" {
         return None;
@@ -128,8 +129,9 @@ pub fn sdk_delta(ev: &[u8]) -> Option<SdkDelta<'_>> {
 }
 
 /// The JSON string whose opening quote is at `ev[at]`, and the index after its closing quote. Without escapes it
-/// is borrowed (after a UTF-8 check); with escapes serde_json decodes it, so that both paths agree.
-fn string(ev: &[u8], at: usize) -> Option<(Cow<'_, str>, usize)> {
+/// is borrowed from `ev` (after a UTF-8 check); with escapes it is decoded into `scratch`, a buffer the stream keeps,
+/// and anything serde_json would refuse (an unknown escape, a lone surrogate) is `None`.
+fn string<'a>(ev: &'a [u8], at: usize, scratch: &'a mut String) -> Option<(&'a str, usize)> {
     if ev.get(at) != Some(&b'"') {
         return None;
     }
@@ -142,7 +144,7 @@ fn string(ev: &[u8], at: usize) -> Option<(Cow<'_, str>, usize)> {
             break;
         }
         escaped = true;
-        // Skip the escaped character (serde checks that the escape is valid).
+        // Skip the escaped character (`unescape` checks the escape).
         i += 2;
         if i > body.len() {
             return None;
@@ -153,12 +155,70 @@ fn string(ev: &[u8], at: usize) -> Option<(Cow<'_, str>, usize)> {
         return None;
     }
     let end = at + 1 + i + 1;
-    let text = if escaped {
-        Cow::Owned(serde_json::from_slice::<String>(&ev[at..end]).ok()?)
-    } else {
-        Cow::Borrowed(std::str::from_utf8(raw).ok()?)
+    let text = std::str::from_utf8(raw).ok()?;
+    if !escaped {
+        return Some((text, end));
+    }
+    scratch.clear();
+    unescape(text, scratch)?;
+    Some((scratch.as_str(), end))
+}
+
+/// Decodes a JSON string's escapes (RFC 8259 §7) onto `out`; `None` for an escape JSON does not have or a
+/// surrogate without its pair, as serde_json refuses them.
+fn unescape(mut rest: &str, out: &mut String) -> Option<()> {
+    while let Some(p) = rest.find('\\') {
+        out.push_str(&rest[..p]);
+        let esc = *rest.as_bytes().get(p + 1)?;
+        if !esc.is_ascii() {
+            return None;
+        }
+        // The escape's letter is one ASCII byte: `p + 2` is a character boundary.
+        rest = &rest[p + 2..];
+        let c = match esc {
+            b'"' => '"',
+            b'\\' => '\\',
+            b'/' => '/',
+            b'b' => '\u{8}',
+            b'f' => '\u{c}',
+            b'n' => '\n',
+            b'r' => '\r',
+            b't' => '\t',
+            b'u' => {
+                let (c, used) = unicode(rest)?;
+                rest = &rest[used..];
+                c
+            }
+            _ => return None,
+        };
+        out.push(c);
+    }
+    out.push_str(rest);
+    Some(())
+}
+
+/// The character of a `\u` escape whose four hex digits start `rest` (with its low surrogate's escape after a high
+/// one), and the bytes it took.
+fn unicode(rest: &str) -> Option<(char, usize)> {
+    let hex = |s: &str| -> Option<u32> {
+        let h = s.get(..4)?;
+        h.bytes()
+            .all(|b| b.is_ascii_hexdigit())
+            .then(|| u32::from_str_radix(h, 16).ok())
+            .flatten()
     };
-    Some((text, end))
+    let u = hex(rest)?;
+    match u {
+        0xD800..=0xDBFF => {
+            let lo = hex(rest.get(4..)?.strip_prefix("\\u")?)?;
+            if !(0xDC00..=0xDFFF).contains(&lo) {
+                return None;
+            }
+            Some((char::from_u32(0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00))?, 10))
+        }
+        0xDC00..=0xDFFF => None,
+        _ => Some((char::from_u32(u)?, 4)),
+    }
 }
 
 /// A JSON string without escapes at `ev[at]`, its bytes (UTF-8 not checked yet), and the index after it.
@@ -177,7 +237,7 @@ fn plain_string(ev: &[u8], at: usize) -> Option<(&[u8], usize)> {
 /// Whether `raw` holds a control character, which JSON forbids in a string (read without an early exit, so that
 /// it runs on whole vectors).
 fn has_control(raw: &[u8]) -> bool {
-    raw.iter().fold(false, |bad, &b| bad | (b < 0x20))
+    raw.iter().fold(0xff, |least: u8, &b| least.min(b)) < 0x20
 }
 
 /// The index after the JSON number at `ev[at]` (`-?(0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?`).
@@ -247,12 +307,12 @@ mod tests {
 
     #[test]
     fn the_hot_shapes_are_read_and_everything_else_is_left_to_serde() {
-        let (t, s) =
-            cogency_stream(br#"{"type": "respond", "content": "a \"b\" \u00e9", "timestamp": 1750000000.125}"#)
-                .unwrap();
+        let mut scratch = String::new();
+        let ev = br#"{"type": "respond", "content": "a \"b\" \u00e9 \ud83c\udf89", "timestamp": 1750000000.125}"#;
+        let (t, s) = cogency_stream(ev, &mut scratch).unwrap();
         assert!(!t);
-        assert_eq!(s, "a \"b\" \u{e9}");
-        assert!(cogency_stream(br#"{"type": "think", "content": "x"}"#).is_some());
+        assert_eq!(s, "a \"b\" \u{e9} \u{1f389}");
+        assert!(cogency_stream(br#"{"type": "think", "content": "x"}"#, &mut String::new()).is_some());
         for no in [
             &br#"{"type":"think","content":"x"}"#[..],
             br#"{"type": "think", "content": "x", "timestamp": 01}"#,
@@ -262,11 +322,16 @@ mod tests {
             br#"{"type": "think", "content": "\q"}"#,
             br#"{"type": "think", "content": "x""#,
         ] {
-            assert_eq!(cogency_stream(no), None, "{}", String::from_utf8_lossy(no));
+            assert_eq!(
+                cogency_stream(no, &mut String::new()),
+                None,
+                "{}",
+                String::from_utf8_lossy(no)
+            );
         }
-        let d = sdk_delta(br#"{"type":"stream_event","event":{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{\"a\""}},"session_id":"s","parent_tool_use_id":"toolu_1","uuid":"u"}"#).unwrap();
+        let d = sdk_delta(br#"{"type":"stream_event","event":{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{\"a\""}},"session_id":"s","parent_tool_use_id":"toolu_1","uuid":"u"}"#, &mut scratch).unwrap();
         assert_eq!(
-            (d.index, d.kind, &*d.text, d.parent),
+            (d.index, d.kind, d.text, d.parent),
             (2, DeltaKind::InputJson, "{\"a\"", Some("toolu_1"))
         );
         for no in [
@@ -277,7 +342,7 @@ mod tests {
             br#"{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x","more":1}}}"#,
             br#"{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x"}},"ttft_ms":5}"#,
         ] {
-            assert_eq!(sdk_delta(no), None, "{}", String::from_utf8_lossy(no));
+            assert_eq!(sdk_delta(no, &mut String::new()), None, "{}", String::from_utf8_lossy(no));
         }
     }
 
@@ -297,7 +362,7 @@ mod tests {
             for ev in fixture(name) {
                 let hot = ev.starts_with(br#"{"type": "think""#) || ev.starts_with(br#"{"type": "respond""#);
                 assert_eq!(
-                    cogency_stream(&ev).is_some(),
+                    cogency_stream(&ev, &mut String::new()).is_some(),
                     hot,
                     "{name}: {}",
                     String::from_utf8_lossy(&ev)
@@ -309,7 +374,10 @@ mod tests {
             .iter()
             .filter(|e| e.windows(21).any(|w| w == b"\"content_block_delta\""))
             .count();
-        let fast = events.iter().filter(|e| sdk_delta(e).is_some()).count();
+        let fast = events
+            .iter()
+            .filter(|e| sdk_delta(e, &mut String::new()).is_some())
+            .count();
         // Every delta but the signatures'.
         assert!(
             deltas > 20 && fast + 2 >= deltas && fast < deltas + 1,
@@ -342,13 +410,13 @@ mod tests {
         fn where_a_reader_answers_serde_agrees(text in body(), think in any::<bool>(), ts in prop_oneof![Just(String::new()), Just(", \"timestamp\": 1.5".to_owned()), Just(", \"timestamp\": -2e9".to_owned()), Just(", \"timestamp\": 1.".to_owned())], index in 0u64..1000, parent in prop_oneof![Just("null".to_owned()), Just("\"toolu_1\"".to_owned()), Just("\"a\\\"b\"".to_owned())], kind in 0..3usize) {
             let ty = if think { "think" } else { "respond" };
             let ev = format!(r#"{{"type": "{ty}", "content": "{text}"{ts}}}"#);
-            if let Some((t, s)) = cogency_stream(ev.as_bytes()) {
-                prop_assert_eq!(Some((t, s.into_owned())), serde_cogency(ev.as_bytes()), "{}", ev);
+            if let Some((t, s)) = cogency_stream(ev.as_bytes(), &mut String::new()) {
+                prop_assert_eq!(Some((t, s.to_owned())), serde_cogency(ev.as_bytes()), "{}", ev);
             }
             let (dt, field) = [("text_delta", "text"), ("thinking_delta", "thinking"), ("input_json_delta", "partial_json")][kind];
             let ev = format!(r#"{{"type":"stream_event","event":{{"type":"content_block_delta","index":{index},"delta":{{"type":"{dt}","{field}":"{text}"}}}},"session_id":"s","parent_tool_use_id":{parent},"uuid":"u"}}"#);
-            if let Some(d) = sdk_delta(ev.as_bytes()) {
-                let got = (d.index, d.kind, d.text.into_owned(), d.parent.map(str::to_owned));
+            if let Some(d) = sdk_delta(ev.as_bytes(), &mut String::new()) {
+                let got = (d.index, d.kind, d.text.to_owned(), d.parent.map(str::to_owned));
                 prop_assert_eq!(Some(got), serde_sdk(ev.as_bytes()), "{}", ev);
             }
         }
