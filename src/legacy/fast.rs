@@ -93,21 +93,13 @@ pub fn sdk_delta<'a>(ev: &'a [u8], scratch: &'a mut String) -> Option<SdkDelta<'
     at += 2;
     let mut parent = None;
     let mut seen = [false; 3];
+    const KEYS: [&[u8]; 3] = [br#","session_id":"#, br#","parent_tool_use_id":"#, br#","uuid":"#];
     while ev.get(at) == Some(&b',') {
-        let (key, end) = plain_string(ev, at + 1)?;
-        if ev.get(end) != Some(&b':') {
-            return None;
-        }
-        let slot = match key {
-            b"session_id" => 0,
-            b"parent_tool_use_id" => 1,
-            b"uuid" => 2,
-            _ => return None,
-        };
+        let slot = KEYS.iter().position(|k| ev[at..].starts_with(k))?;
         if std::mem::replace(&mut seen[slot], true) {
             return None;
         }
-        at = end + 1;
+        at += KEYS[slot].len();
         if ev[at..].starts_with(b"null") {
             at += 4;
         } else {
@@ -228,7 +220,9 @@ fn plain_string(ev: &[u8], at: usize) -> Option<(&[u8], usize)> {
     }
     let len = memchr::memchr2(b'"', b'\\', &ev[at + 1..])?;
     let raw = &ev[at + 1..at + 1 + len];
-    if ev[at + 1 + len] != b'"' || has_control(raw) {
+    // Identifiers (a session, a uuid) are short and printable ASCII: one early-exit pass answers for them.
+    let printable = raw.iter().all(|&b| (0x20..0x80).contains(&b));
+    if ev[at + 1 + len] != b'"' || (!printable && has_control(raw)) {
         return None;
     }
     Some((raw, at + len + 2))
