@@ -273,12 +273,17 @@ fn a_subagents_messages_carry_its_agent_until_its_call_returns() {
         .map(|e| e["type"].as_str().unwrap())
         .collect();
     assert!(sub.contains(&"tool_call") && sub.contains(&"text"), "{sub:?}");
-    // The Task call's own result is the root's.
-    let task_result = envs
+    // The Task call's own result is the root's, and nothing after it is the subagent's.
+    let returned = envs
         .iter()
-        .find(|e| e["type"] == "tool_result" && e["id"] == "toolu_01C")
+        .position(|e| e["type"] == "tool_result" && e["id"] == "toolu_01C")
         .unwrap();
-    assert_eq!(task_result["agent"], root.as_str());
+    assert_eq!(envs[returned]["agent"], root.as_str());
+    let first_sub = envs.iter().position(|e| e["agent"] == "toolu_01C").unwrap();
+    assert!(first_sub < returned);
+    let after: Vec<&Value> = envs[returned..].iter().filter(|e| e.is_object()).collect();
+    assert!(after.len() > 2, "the root goes on after the subagent: {after:#?}");
+    assert!(after.iter().all(|e| e["agent"] == root.as_str()), "{after:#?}");
 }
 
 #[test]

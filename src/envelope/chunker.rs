@@ -76,6 +76,13 @@ impl<'a, O: Observer> Sink<'a, O> {
         self.obs.block_closed(c.header.kind, c.chunks);
     }
 
+    /// Ends a streamed block (text, thinking) with its empty `final:true` marker, counting the block closed after
+    /// the `chunks` deltas before it.
+    pub fn end_block(&mut self, header: &BlockHeader, chunks: u32) {
+        self.envelope(header, true, "");
+        self.obs.block_closed(header.kind, chunks + 1);
+    }
+
     /// Writes a block of one envelope (a citation, an image, a final marker) and counts it closed.
     pub fn single(&mut self, header: &BlockHeader, is_final: bool, delta: &str) {
         self.envelope(header, is_final, delta);

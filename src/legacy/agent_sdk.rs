@@ -11,8 +11,9 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+use super::body::ToolResultCtx;
 use super::fast;
-use super::raw::{stop, RawBlocks, RawEvent};
+use super::raw::{stop, str_field, RawBlocks, RawEvent};
 use super::report::{self, Fault};
 use super::scope::Scopes;
 use crate::envelope::chunker::{Chunked, Sink};
@@ -368,7 +369,7 @@ impl AgentSdk {
         let index = event.index.unwrap_or(0);
         if ty == "content_block_start" {
             if let Some(id) = event.content_block.as_ref().and_then(tool_id) {
-                let name = event.content_block.as_ref().map_or("", |b| str_of(b, "name"));
+                let name = event.content_block.as_ref().map_or("", |b| str_field(b, "name"));
                 self.calls.insert(id, name);
             }
         }
@@ -405,7 +406,7 @@ impl AgentSdk {
             return;
         }
         for block in message.blocks() {
-            let text = matches!(str_of(&block, "type"), "text" | "thinking");
+            let text = matches!(str_field(&block, "type"), "text" | "thinking");
             if !(text && skip_text) {
                 self.whole_block(key, block, scopes, sink);
             }
@@ -425,7 +426,7 @@ impl AgentSdk {
             if self.calls.get(id).is_some() {
                 return;
             }
-            self.calls.insert(id, str_of(&block, "name"));
+            self.calls.insert(id, str_field(&block, "name"));
         }
         let agent = self.agent(key, scopes, sink);
         agent.raw.start(WHOLE, block, scopes, sink);
@@ -437,21 +438,25 @@ impl AgentSdk {
     /// A tool result block (`user` message content or seed 004's `tool_result`): text and images as DESIGN 3.2's
     /// multimodal client result. The result of a subagent's call closes that subagent's blocks.
     fn tool_result(&mut self, mut block: Map<String, Value>, scopes: &mut Scopes, sink: &mut Sink<impl Observer>) {
-        let id = report::safe_id(scopes, str_of(&block, "tool_use_id"), "tool result id", sink).to_owned();
+        let id = report::safe_id(scopes, str_field(&block, "tool_use_id"), "tool result id", sink).to_owned();
         let name = self.calls.get(&id).unwrap_or("").to_owned();
         if let Some(at) = self.agents.iter().position(|a| !id.is_empty() && a.key == id) {
             let mut sub = self.agents.remove(at);
             sub.raw.close_all(scopes, sink);
         }
-        let extras = Extras::new().str("id", &id).str("name", &name);
-        let header = BlockHeader::new(EnvelopeKind::ToolResult, scopes.agent(), extras);
+        let result = ToolResultCtx {
+            id,
+            name,
+            agent: scopes.agent().to_owned(),
+            multimodal: false,
+        };
         match block.remove("content") {
-            Some(Value::String(s)) => sink.whole(header, &s),
-            None | Some(Value::Null) => sink.whole(header, ""),
-            Some(Value::Array(parts)) => multimodal(header, &id, &name, parts, scopes, sink),
+            Some(Value::String(s)) => sink.whole(result.header(), &s),
+            None | Some(Value::Null) => result.close(sink),
+            Some(Value::Array(parts)) => multimodal(result, parts, sink),
             Some(other) => {
                 let style = EnvelopeKind::ToolResult.json_text().unwrap_or(PyStyle::Ascii);
-                sink.whole(header, &pyjson::to_string(&other, style));
+                sink.whole(result.header(), &pyjson::to_string(&other, style));
             }
         }
     }
@@ -529,15 +534,9 @@ impl AgentSdk {
     }
 }
 
-/// A multimodal result: the text parts joined (`final:false`), one `tool_result_image` per image, the final marker.
-fn multimodal(
-    header: BlockHeader,
-    id: &str,
-    name: &str,
-    parts: Vec<Value>,
-    scopes: &Scopes,
-    sink: &mut Sink<impl Observer>,
-) {
+/// A result whose content is a list (DESIGN 3.2): its text parts joined into one plain result; with images, the text
+/// `final:false`, one `tool_result_image` per image, then the final marker, as a multimodal client result.
+fn multimodal(result: ToolResultCtx, parts: Vec<Value>, sink: &mut Sink<impl Observer>) {
     let mut images = Vec::new();
     let mut text = String::new();
     for part in parts {
@@ -548,44 +547,36 @@ fn multimodal(
         }
     }
     if images.is_empty() {
-        // Text only: one plain result.
-        sink.whole(header, &text);
+        sink.whole(result.header(), &text);
         return;
     }
-    let mut chunked = Chunked::new(header.clone()).never_final();
+    let mut chunked = Chunked::new(result.header()).never_final();
     chunked.push(text.as_bytes(), sink);
     chunked.finish(sink);
-    for image in images {
-        let source = image.get("source").cloned().unwrap_or(Value::Null);
-        let media_type = source.get("media_type").and_then(Value::as_str).unwrap_or("");
-        let src = match source.get("type").and_then(Value::as_str) {
+    for image in &images {
+        let field = |k: &str| image.get("source").and_then(|s| s.get(k)).and_then(Value::as_str);
+        let media_type = field("media_type");
+        let src = match field("type") {
             Some("base64") => format!(
-                "data:{media_type};base64,{}",
-                source.get("data").and_then(Value::as_str).unwrap_or("")
+                "data:{};base64,{}",
+                media_type.unwrap_or(""),
+                field("data").unwrap_or("")
             ),
-            _ => source.get("url").and_then(Value::as_str).unwrap_or("").to_owned(),
+            _ => field("url").unwrap_or("").to_owned(),
         };
-        let extras = Extras::new()
-            .str("id", id)
-            .str("name", name)
-            .str("src", &src)
-            .str("media_type", media_type);
-        let h = BlockHeader::new(EnvelopeKind::ToolResultImage, scopes.agent(), extras);
-        sink.envelope(&h, false, "");
-        sink.obs.block_closed(EnvelopeKind::ToolResultImage, 1);
+        result.image(Some(&src), Some(media_type.unwrap_or("")), sink);
     }
-    sink.whole(header, "");
-}
-
-fn str_of<'m>(m: &'m Map<String, Value>, k: &str) -> &'m str {
-    m.get(k).and_then(Value::as_str).unwrap_or("")
+    result.close(sink);
 }
 
 /// The id of a tool call block (`tool_use`, `server_tool_use`, `mcp_tool_use`).
 fn tool_id(block: &Map<String, Value>) -> Option<&str> {
-    matches!(str_of(block, "type"), "tool_use" | "server_tool_use" | "mcp_tool_use")
-        .then(|| str_of(block, "id"))
-        .filter(|id| !id.is_empty())
+    matches!(
+        str_field(block, "type"),
+        "tool_use" | "server_tool_use" | "mcp_tool_use"
+    )
+    .then(|| str_field(block, "id"))
+    .filter(|id| !id.is_empty())
 }
 
 /// Identifiers seen, each with a name: the newest [`MAX_REMEMBERED`]. Only identifiers (`envelope::ids`) are kept,

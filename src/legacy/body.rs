@@ -343,6 +343,19 @@ impl ToolResultCtx {
         )
     }
 
+    /// One image of a multimodal result (DESIGN 3.2): its own `tool_result_image` envelope with the result's id and
+    /// name, always `final:false` (the result's final marker closes the whole).
+    pub fn image(&self, src: Option<&str>, media_type: Option<&str>, sink: &mut Sink<impl Observer>) {
+        let mut extras = Extras::new().str("id", &self.id).str("name", &self.name);
+        for (key, value) in [("src", src), ("media_type", media_type)] {
+            if let Some(v) = value {
+                extras = extras.str(key, v);
+            }
+        }
+        let header = BlockHeader::new(EnvelopeKind::ToolResultImage, &self.agent, extras);
+        sink.single(&header, false, "");
+    }
+
     /// Closes the block: the multimodal final marker, or an empty result.
     pub(super) fn close(&self, sink: &mut Sink<impl Observer>) {
         sink.whole(self.header(), "");

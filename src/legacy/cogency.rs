@@ -252,8 +252,7 @@ impl Cogency {
         let Ok(call) = serde_json::from_str::<Call<'_>>(content) else {
             let header = BlockHeader::new(EnvelopeKind::Text, scopes.agent(), Extras::new());
             let chunks = sink.streamed_delta(&header, content);
-            sink.envelope(&header, true, "");
-            sink.obs.block_closed(EnvelopeKind::Text, chunks + 1);
+            sink.end_block(&header, chunks);
             return;
         };
         self.calls += 1;
@@ -302,8 +301,7 @@ impl Cogency {
     /// Closes the open block.
     pub fn close(&mut self, sink: &mut Sink<impl Observer>) {
         if let Some(open) = self.open.take() {
-            sink.envelope(&open.header, true, "");
-            sink.obs.block_closed(open.header.kind, open.chunks + 1);
+            sink.end_block(&open.header, open.chunks);
         }
     }
 

@@ -399,19 +399,21 @@ mod tests {
     }
 
     proptest! {
-        /// Wherever a reader answers, serde reads the same values from the same bytes.
+        /// Wherever a reader answers, serde reads the same values from the same bytes; and on its own shape a reader
+        /// answers wherever serde reads it (so the fast path is taken, not only harmless), except for a
+        /// `parent_tool_use_id` with an escape, which is left to serde on purpose.
         #[test]
-        fn where_a_reader_answers_serde_agrees(text in body(), think in any::<bool>(), ts in prop_oneof![Just(String::new()), Just(", \"timestamp\": 1.5".to_owned()), Just(", \"timestamp\": -2e9".to_owned()), Just(", \"timestamp\": 1.".to_owned())], index in 0u64..1000, parent in prop_oneof![Just("null".to_owned()), Just("\"toolu_1\"".to_owned()), Just("\"a\\\"b\"".to_owned())], kind in 0..3usize) {
+        fn the_readers_and_serde_read_the_same_events_alike(text in body(), think in any::<bool>(), ts in prop_oneof![Just(String::new()), Just(", \"timestamp\": 1.5".to_owned()), Just(", \"timestamp\": -2e9".to_owned()), Just(", \"timestamp\": 1.".to_owned())], index in 0u64..1000, parent in prop_oneof![Just("null".to_owned()), Just("\"toolu_1\"".to_owned()), Just("\"a\\\"b\"".to_owned())], kind in 0..3usize) {
             let ty = if think { "think" } else { "respond" };
             let ev = format!(r#"{{"type": "{ty}", "content": "{text}"{ts}}}"#);
-            if let Some((t, s)) = cogency_stream(ev.as_bytes(), &mut String::new()) {
-                prop_assert_eq!(Some((t, s.to_owned())), serde_cogency(ev.as_bytes()), "{}", ev);
-            }
+            let fast = cogency_stream(ev.as_bytes(), &mut String::new()).map(|(t, s)| (t, s.to_owned()));
+            prop_assert_eq!(fast, serde_cogency(ev.as_bytes()), "{}", ev);
             let (dt, field) = [("text_delta", "text"), ("thinking_delta", "thinking"), ("input_json_delta", "partial_json")][kind];
             let ev = format!(r#"{{"type":"stream_event","event":{{"type":"content_block_delta","index":{index},"delta":{{"type":"{dt}","{field}":"{text}"}}}},"session_id":"s","parent_tool_use_id":{parent},"uuid":"u"}}"#);
-            if let Some(d) = sdk_delta(ev.as_bytes(), &mut String::new()) {
-                let got = (d.index, d.kind, d.text.to_owned(), d.parent.map(str::to_owned));
-                prop_assert_eq!(Some(got), serde_sdk(ev.as_bytes()), "{}", ev);
+            let fast = sdk_delta(ev.as_bytes(), &mut String::new())
+                .map(|d| (d.index, d.kind, d.text.to_owned(), d.parent.map(str::to_owned)));
+            if fast.is_some() || !parent.contains('\\') {
+                prop_assert_eq!(fast, serde_sdk(ev.as_bytes()), "{}", ev);
             }
         }
     }

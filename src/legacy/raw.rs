@@ -310,8 +310,7 @@ pub(super) fn stop(block: RawBlock, scopes: &mut Scopes, sink: &mut Sink<impl Ob
             citations,
             ..
         } => {
-            sink.envelope(&header, true, "");
-            sink.obs.block_closed(header.kind, chunks + 1);
+            sink.end_block(&header, chunks);
             // Citations on a stopped text block follow its final marker.
             let n = citations.len();
             for (i, (extras, text)) in citations.into_iter().enumerate() {

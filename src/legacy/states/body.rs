@@ -1,7 +1,6 @@
 //! The parser's buffered-item states: a body's steps, its end, and a client tool result's children.
 
 use crate::envelope::chunker::{Chunked, Sink};
-use crate::envelope::{BlockHeader, EnvelopeKind, Extras};
 use crate::legacy::body::{citation_extras, Body, BodyStep, CitationsCtx, Dest, EndRule, Parent, ToolResultCtx};
 use crate::legacy::bytes::CDATA_OPEN;
 use crate::legacy::escape::Escape;
@@ -122,16 +121,7 @@ impl Parser {
                 };
                 self.pos += len;
                 ctx.multimodal = true;
-                // The enclosing result's id and name, then the image's own fields.
-                let mut extras = Extras::new().str("id", &ctx.id).str("name", &ctx.name);
-                for key in ["src", "media_type"] {
-                    if let Some(v) = attr(&attrs, key) {
-                        extras = extras.str(key, v);
-                    }
-                }
-                let header = BlockHeader::new(EnvelopeKind::ToolResultImage, &ctx.agent, extras);
-                sink.envelope(&header, false, "");
-                sink.obs.block_closed(EnvelopeKind::ToolResultImage, 1);
+                ctx.image(attr(&attrs, "src"), attr(&attrs, "media_type"), sink);
                 self.state = State::ToolResult(ctx);
             }
             (TagKind::Close, "image") | (TagKind::Close, "text") => {

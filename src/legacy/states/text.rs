@@ -157,8 +157,7 @@ impl Parser {
     }
 
     fn close_block(&mut self, block: Streamed, sink: &mut Sink<impl Observer>) {
-        sink.envelope(&block.header, true, "");
-        sink.obs.block_closed(block.header.kind, block.chunks + 1);
+        sink.end_block(&block.header, block.chunks);
         if block.invalid_utf8 {
             self.parse_error(
                 ParseErrorKind::InvalidUtf8,
