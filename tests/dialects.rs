@@ -1,7 +1,8 @@
 //! The dialects `cogency` and `agent_sdk` (DESIGN 3.7, issue 29) through the translator: every fixture recorded
 //! from the real packages translates to its expected blocks, under `auto` and under its own dialect, at any split
-//! of its bytes and any budget, with every line within budget; input that is not the dialect gets one counted
-//! `error` envelope and a clean end.
+//! of its bytes and any budget, with every line within budget; an event that is not the dialect's gets one counted
+//! `error` envelope wherever it stands and the run goes on; `auto` refuses a stream whose first event is JSON no
+//! dialect sends.
 
 mod harness;
 
@@ -18,31 +19,19 @@ fn opts(dialect: Dialect) -> Options {
     }
 }
 
-/// The dialects a fixture is read under, with the expectation each must meet (`None`: its own file).
-fn readings(name: &str) -> Vec<(Dialect, Option<Vec<Value>>)> {
-    let refused = || {
-        Some(serde_json::from_str(r#"[{"kind":"error","agent":"$root","format":"gateway","content":null}]"#).unwrap())
-    };
-    if name.starts_with("cogency") {
-        vec![(Dialect::Auto, None), (Dialect::Cogency, None)]
-    } else if name.starts_with("agent_sdk") {
-        vec![(Dialect::Auto, None), (Dialect::AgentSdk, None)]
-    } else if name == "other_truncated_cogency" {
-        vec![(Dialect::Auto, None), (Dialect::Cogency, None)]
-    } else if name == "other_truncated_agent_sdk" {
-        vec![(Dialect::Auto, None), (Dialect::AgentSdk, None)]
-    } else if name == "other_legacy_xml" {
-        vec![
-            (Dialect::Auto, None),
-            (Dialect::Cogency, refused()),
-            (Dialect::AgentSdk, refused()),
-        ]
+/// The dialects a fixture is read under: `fixed_<dialect>_` fixtures under that dialect alone, the dialects' own
+/// under `auto` and their dialect, the streams of no dialect under `auto`.
+fn readings(name: &str) -> Vec<Dialect> {
+    if name.starts_with("fixed_cogency_") {
+        vec![Dialect::Cogency]
+    } else if name.starts_with("fixed_agent_sdk_") {
+        vec![Dialect::AgentSdk]
+    } else if name.starts_with("cogency") || name == "other_truncated_cogency" {
+        vec![Dialect::Auto, Dialect::Cogency]
+    } else if name.starts_with("agent_sdk") || name == "other_truncated_agent_sdk" {
+        vec![Dialect::Auto, Dialect::AgentSdk]
     } else {
-        vec![
-            (Dialect::Auto, None),
-            (Dialect::Cogency, None),
-            (Dialect::AgentSdk, None),
-        ]
+        vec![Dialect::Auto]
     }
 }
 
@@ -68,9 +57,8 @@ fn check(name: &str, input: &[u8], out: &[u8], want: &[Value], budget: usize) ->
         .unwrap_or(FALLBACK)
         .to_owned();
     compare(name, &got, want, &root)?;
-    // A run ends as its dialect ends one; a legacy stream with its own `[DONE]`.
-    let legacy_done = input.ends_with(b"data: [DONE]\n\n") && !want.iter().any(|w| w["format"] == "gateway");
-    let want_done = ends_done(want) || legacy_done;
+    // A run ends as its dialect ends one, or with the backend's own `[DONE]`.
+    let want_done = ends_done(want) || input.ends_with(b"data: [DONE]\n\n");
     if done != want_done {
         return Err(format!("{name}: [DONE] last: {done}, expected {want_done}"));
     }
@@ -81,8 +69,8 @@ fn check(name: &str, input: &[u8], out: &[u8], want: &[Value], budget: usize) ->
 fn every_fixture_translates_to_its_expected_blocks() {
     for name in names() {
         let input = input(&name);
-        for (dialect, want) in readings(&name) {
-            let want = want.unwrap_or_else(|| expected(&name));
+        let want = expected(&name);
+        for dialect in readings(&name) {
             let (out, _) = translate_all(opts(dialect), FALLBACK, &input);
             if let Err(e) = check(&name, &input, &out, &want, opts(dialect).budget) {
                 panic!("under {}: {e}", dialect.as_str());
@@ -95,7 +83,7 @@ fn every_fixture_translates_to_its_expected_blocks() {
 fn every_fixture_translates_the_same_fed_byte_by_byte() {
     for name in names() {
         let input = input(&name);
-        for (dialect, _) in readings(&name) {
+        for dialect in readings(&name) {
             let whole = translate_all(opts(dialect), FALLBACK, &input).0;
             let bytewise = harness::core::envelopes::run_bytewise(&opts(dialect), &input);
             assert!(
@@ -112,8 +100,8 @@ fn small_budgets_cut_the_blocks_but_not_their_content() {
     for budget in [256, 300, 512] {
         for name in names() {
             let input = input(&name);
-            let (dialect, want) = readings(&name).remove(0);
-            let want = want.unwrap_or_else(|| expected(&name));
+            let dialect = readings(&name)[0];
+            let want = expected(&name);
             let o = Options {
                 budget,
                 ..opts(dialect)
@@ -135,7 +123,7 @@ proptest! {
         let names = names();
         let name = &names[pick.index(names.len())];
         let input = input(name);
-        for (dialect, _) in readings(name) {
+        for dialect in readings(name) {
             let whole = translate_all(opts(dialect), FALLBACK, &input).0;
             let mut at: Vec<usize> = cuts.iter().map(|c| c.index(input.len() + 1)).collect();
             at.sort_unstable();
@@ -294,7 +282,12 @@ fn the_observer_is_told_the_dialect_the_first_event_settled() {
         ("agent_sdk_seed004", Dialect::Auto, Some(Dialect::AgentSdk)),
         ("agent_sdk_partial_on", Dialect::AgentSdk, Some(Dialect::AgentSdk)),
         ("other_legacy_xml", Dialect::Auto, Some(Dialect::Xml)),
-        ("other_legacy_xml", Dialect::Cogency, None),
+        ("other_legacy_xml", Dialect::Cogency, Some(Dialect::Cogency)),
+        (
+            "fixed_agent_sdk_bad_events_null",
+            Dialect::AgentSdk,
+            Some(Dialect::AgentSdk),
+        ),
         ("other_json_shape", Dialect::Auto, None),
     ];
     for (name, dialect, want) in cases {
@@ -304,22 +297,132 @@ fn the_observer_is_told_the_dialect_the_first_event_settled() {
 }
 
 #[test]
-fn a_refused_stream_is_one_error_even_where_an_end_is_required() {
-    for (name, dialect) in [
-        ("other_legacy_xml", Dialect::Cogency),
-        ("other_json_shape", Dialect::Auto),
+fn auto_refuses_a_first_event_of_no_dialect_with_one_error_even_where_an_end_is_required() {
+    let o = Options {
+        require_done: true,
+        ..opts(Dialect::Auto)
+    };
+    let mut t = Translator::new(o, FALLBACK);
+    let mut out = Vec::new();
+    t.feed(&input("other_json_shape"), &mut out);
+    let end = t.finish(&mut out);
+    let envs = envelopes(&parse(&out).unwrap());
+    assert_eq!(envs.len(), 1, "{envs:#?}");
+    assert!(envs[0]["delta"].as_str().unwrap().contains("parse_error"));
+    assert_eq!(end, StreamEnd::Failed);
+}
+
+#[test]
+fn under_a_fixed_dialect_a_bad_first_event_is_one_error_and_every_later_event_is_read() {
+    let run = concat!(
+        "data: {\"type\": \"user\", \"content\": \"hi\"}\n\n",
+        "data: {\"type\": \"respond\", \"content\": \"Hello\"}\n\n",
+        "data: {\"type\": \"end\"}\n\n",
+    );
+    for first in ["{}", "null", "[1]", "{\"type\": \"message_start\"}", "{\"type\": \"us"] {
+        let input = format!("data: {first}\n\n{run}");
+        let (envs, stats, end) = translate(Dialect::Cogency, input.as_bytes());
+        let kinds: Vec<&str> = envs.iter().map(|e| e["type"].as_str().unwrap_or("[DONE]")).collect();
+        assert_eq!(
+            kinds,
+            ["error", "meta_init", "text", "text", "meta_final", "[DONE]"],
+            "first {first}: {envs:#?}"
+        );
+        assert_eq!(stats.total_parse_errors(), 1, "first {first}");
+        assert_eq!(end, StreamEnd::Done, "first {first}");
+    }
+}
+
+#[test]
+fn an_error_the_backend_reports_ends_the_run_with_meta_final_and_exactly_one_done() {
+    let sdk_error = r#"{"type":"error","error":{"type":"overloaded_error","message":"busy"}}"#;
+    for (dialect, error) in [
+        (Dialect::Cogency, r#"{"type": "error", "content": "boom"}"#),
+        (Dialect::Cogency, r#"{"type": "cancelled"}"#),
+        (Dialect::Cogency, r#"{"type": "interrupt"}"#),
+        (Dialect::AgentSdk, sdk_error),
     ] {
-        let o = Options {
-            require_done: true,
-            ..opts(dialect)
+        let text = match dialect {
+            Dialect::AgentSdk => {
+                r#"{"type":"stream_event","event":{"type":"content_block_delta","delta":{"type":"text_delta","text":"par"}}}"#
+            }
+            _ => r#"{"type": "respond", "content": "par"}"#,
         };
-        let mut t = Translator::new(o, FALLBACK);
-        let mut out = Vec::new();
-        t.feed(&input(name), &mut out);
-        let end = t.finish(&mut out);
-        let envs = envelopes(&parse(&out).unwrap());
-        assert_eq!(envs.len(), 1, "{name}: {envs:#?}");
-        assert!(envs[0]["delta"].as_str().unwrap().contains("parse_error"), "{name}");
-        assert_eq!(end, StreamEnd::Failed, "{name}");
+        for backend_done in [false, true] {
+            let mut input = format!("data: {text}\n\ndata: {error}\n\n");
+            if backend_done {
+                input.push_str("data: [DONE]\n\n");
+            }
+            let (envs, stats, _) = translate(dialect, input.as_bytes());
+            let kinds: Vec<&str> = envs.iter().map(|e| e["type"].as_str().unwrap_or("[DONE]")).collect();
+            assert_eq!(
+                kinds,
+                ["text", "text", "error", "meta_final", "[DONE]"],
+                "{error} (backend [DONE]: {backend_done})"
+            );
+            assert_eq!(stats.total_parse_errors(), 0);
+            // Nothing more is owed: the daemon's missing-[DONE] error does not follow.
+            let o = Options {
+                require_done: true,
+                ..opts(dialect)
+            };
+            let (out, _) = translate_all(o, FALLBACK, input.as_bytes());
+            let envs = envelopes(&parse(&out).unwrap());
+            assert_eq!(envs.last(), Some(&Value::from("[DONE]")), "{error}: {envs:#?}");
+        }
+    }
+}
+
+#[test]
+fn a_run_that_said_end_gets_meta_final_and_done_whatever_closing_events_follow() {
+    let head = concat!(
+        "data: {\"type\": \"respond\", \"content\": \"a\"}\n\n",
+        "data: {\"type\": \"end\"}\n\n",
+    );
+    for tail in [
+        "data: {\"type\": \"metrics\", \"total\": {\"input\": 9}}\n\n",
+        "data: {\"type\": \"metric\", \"total\": {\"input\": 9}}\n\ndata: {\"type\": \"metrics\", \"total\": {\"input\": 9}}\n\n",
+        "data: {\"type\": \"metrics\", \"total\": {\"input\": 9}}\n\ndata: [DONE]\n\n",
+        "data: {\"type\": \"execute\"}\n\ndata: {\"type\": \"metrics\", \"total\": {\"input\": 9}}\n\n",
+    ] {
+        let (envs, _, end) = translate(Dialect::Cogency, format!("{head}{tail}").as_bytes());
+        let kinds: Vec<&str> = envs.iter().map(|e| e["type"].as_str().unwrap_or("[DONE]")).collect();
+        assert_eq!(kinds, ["text", "text", "meta_final", "[DONE]"], "{tail}");
+        assert_eq!(envs[2]["delta"], r#"{"cumulative_usage": {"input": 9}}"#, "{tail}");
+        assert_eq!(end, StreamEnd::Done);
+    }
+}
+
+#[test]
+fn a_result_with_only_a_payload_carries_the_payload_and_three_point_three_counts_are_dropped() {
+    let call = r#"data: {"type": "call", "content": "{\"name\": \"f\", \"args\": {}}"}"#;
+    let cases = [
+        (
+            r#"{"type": "result", "payload": {"outcome": "Found file", "content": "...", "error": false}}"#,
+            r#"{"outcome": "Found file", "content": "...", "error": false}"#,
+        ),
+        (
+            r#"{"type": "result", "payload": {"outcome": "Gr\u00fc\u00df"}, "content": null}"#,
+            r#"{"outcome": "Gr\u00fc\u00df"}"#,
+        ),
+        (
+            r#"{"type": "result", "payload": {"tools_executed": 1, "success_count": 1, "failure_count": 0}}"#,
+            "",
+        ),
+        (
+            r#"{"type": "result", "payload": {"tools_executed": 1}, "content": "out"}"#,
+            "out",
+        ),
+        (r#"{"type": "result", "payload": null}"#, ""),
+    ];
+    for (result, want) in cases {
+        let input = format!("{call}\n\ndata: {result}\n\n");
+        let (envs, _, _) = translate(Dialect::Cogency, input.as_bytes());
+        let got: String = envs
+            .iter()
+            .filter(|e| e["type"] == "tool_result")
+            .map(|e| e["delta"].as_str().unwrap())
+            .collect();
+        assert_eq!(got, want, "{result}");
     }
 }

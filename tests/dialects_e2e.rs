@@ -7,7 +7,8 @@
 //!   request names, and read by the legacy web app's own client, npm `@microsoft/fetch-event-source` under node,
 //!   JSON-parsing each message as the app does (tests/external/node/dialect-client.mjs; installed by
 //!   `.ci/external-clients.sh`, skipped with a note when missing, except under `CI=true`).
-//! - Inputs that are not the dialect, or not whole (`other_*`), get the counted `error` envelope and a clean end.
+//! - Inputs that are not the dialect, or not whole (`other_*` under `auto`, `fixed_<dialect>_*` under their dialect), get
+//!   a counted `error` envelope per bad event and a clean end.
 //! - Resumption: a client cut mid-stream reconnects with `Last-Event-ID` and gets the rest exactly once, with the
 //!   ids and envelopes a fresh read of the same run gets.
 //! - The per-request dialect (`X-Stream-Dialect`, `stream_dialect=`): it overrides `translate.dialect` both ways, a
@@ -332,25 +333,20 @@ async fn the_web_apps_own_client_reads_every_fixture_as_its_expected_blocks() {
 }
 
 // ------------------------------------------------------------------------------------------------------------
-// 2. Not the dialect, or not whole: the counted error envelope and a clean end.
+// 2. Not the dialect, or not whole: a counted error envelope per bad event, and a clean end.
 // ------------------------------------------------------------------------------------------------------------
 
-/// The readings of the `other_` fixtures: each under `auto` with its own expectation, and the legacy stream under
-/// a fixed `cogency` or `agent_sdk`, where it is not the dialect at all: one gateway error (README).
+/// The readings of the inputs that are not a dialect's run, whole: the `other_` fixtures under `auto`, each with its
+/// own expectation, and the `fixed_<dialect>_` ones under that dialect (bad events in every position, the streams
+/// of no dialect read as one).
 fn other_readings() -> Vec<(Fixture, Option<&'static str>)> {
     let others = fixtures(&["other_"]);
     assert!(others.len() >= 4, "the other_ fixtures are missing");
-    let mut readings: Vec<(Fixture, Option<&str>)> = others.iter().map(|f| (f.clone(), None)).collect();
-    let xml = others
-        .into_iter()
-        .find(|f| f.name == "other_legacy_xml")
-        .expect("other_legacy_xml");
+    let mut readings: Vec<(Fixture, Option<&str>)> = others.into_iter().map(|f| (f, None)).collect();
     for dialect in ["cogency", "agent_sdk"] {
-        let refused = Fixture {
-            expected: vec![json!({"kind": "error", "agent": "$root", "format": "gateway", "content": null})],
-            ..xml.clone()
-        };
-        readings.push((refused, Some(dialect)));
+        let fixed = fixtures(&[&format!("fixed_{dialect}_")]);
+        assert!(fixed.len() >= 4, "the fixed_{dialect}_ fixtures are missing");
+        readings.extend(fixed.into_iter().map(|f| (f, Some(dialect))));
     }
     readings
 }
@@ -360,9 +356,9 @@ async fn inputs_that_are_not_the_dialect_or_not_whole_end_cleanly_with_the_count
     let readings = other_readings();
     let served: Vec<Fixture> = readings.iter().map(|(f, _)| f.clone()).collect();
     let up = serving(&served).await;
-    // The translator's own answer (`translate.require_done` off): exactly the fixture's blocks, the gateway's
-    // error last. Under the default the daemon also says that a cut stream did not end as its dialect ends: one
-    // `upstream_error` more (docs/TRANSLATION.md, "The run's end"); a refused stream is its one error.
+    // The translator's own answer (`translate.require_done` off): exactly the fixture's blocks. Under the default
+    // the daemon also says that a run cut short did not end as its dialect ends: one `upstream_error` more
+    // (docs/TRANSLATION.md, "The run's end"); a stream `auto` refused is its one error.
     for require_done in [false, true] {
         let env = [(
             "SSE_GATEWAY__TRANSLATE__REQUIRE_DONE",
@@ -373,12 +369,11 @@ async fn inputs_that_are_not_the_dialect_or_not_whole_end_cleanly_with_the_count
         let mut errors_sent = 0.0;
         for (f, dialect) in &readings {
             let extra: Vec<(&str, &str)> = dialect.iter().map(|d| ("x-stream-dialect", *d)).collect();
-            let went_bad = f.expected.last().is_some_and(|b| b["format"] == "gateway");
-            // A stream no dialect reads (or not the one named) is refused whole: its one error says why, and no
-            // missing end follows it.
-            let refused = f.name == "other_json_shape" || dialect.is_some();
+            // A run ends as its dialect ends one, or with the backend's `[DONE]`, bad events or not.
+            let ends = blocks::ends_done(&f.expected) || f.sse.ends_with(b"data: [DONE]\n\n");
+            let refused = f.name == "other_json_shape";
             let mut expected = f.expected.clone();
-            if require_done && went_bad && !refused {
+            if require_done && !ends && !refused {
                 expected.push(json!({"kind": "error", "agent": "$root", "format": "gateway", "content": null}));
             }
             let how = format!(
@@ -396,9 +391,9 @@ async fn inputs_that_are_not_the_dialect_or_not_whole_end_cleanly_with_the_count
                         "parse_error"
                     };
                     let result = compare(&envs, &expected).and_then(|()| {
-                        if done && went_bad {
-                            Err("[DONE] after the gateway's error".to_owned())
-                        } else if went_bad && last != want_last {
+                        if done != ends {
+                            Err(format!("[DONE] at the end: {done}, expected {ends}"))
+                        } else if !ends && last != want_last {
                             Err(format!("the last error is {last:?}, not {want_last}"))
                         } else {
                             Ok(())

@@ -133,8 +133,10 @@ pub struct AgentSdk {
     started: bool,
     /// The last message was a `result`: the stream may end cleanly here.
     ended: bool,
-    /// A seed `error` ended the run.
+    /// A seed `error` ended the run: nothing after it is translated; it ends as a finished run.
     over: bool,
+    /// The `error` message's `session_id`, for the run's `meta_final`.
+    over_session: Option<String>,
     /// Where a delta's escaped text is decoded, kept from message to message.
     scratch: String,
 }
@@ -166,6 +168,7 @@ impl AgentSdk {
             + self.streamed.bytes
             + self.calls.bytes
             + self.scratch.capacity()
+            + self.over_session.as_ref().map_or(0, String::capacity)
     }
 
     /// One complete message.
@@ -180,12 +183,15 @@ impl AgentSdk {
         if self.fast_delta(ev, scopes, opts, sink) {
             return Ok(StreamEnd::Cut);
         }
-        let msg: Message<'_> =
-            serde_json::from_slice(ev).map_err(|e| Fault::of_json(&e, "an Agent SDK message", first))?;
+        let msg: Message<'_> = serde_json::from_slice(ev).map_err(|e| Fault::of_json(&e, "an Agent SDK message"))?;
         if !Self::knows(&msg.ty) {
             if first {
-                let message = format!("not an Agent SDK stream: its first message has type {:?}", msg.ty);
-                return Err(Fault::new(ParseErrorKind::Unexpected, message, true));
+                // Said once, for a misconfigured dialect; later unknown types are the SDK growing.
+                let message = format!(
+                    "not an Agent SDK message: the stream's first message has type {:?}",
+                    msg.ty
+                );
+                return Err(Fault::new(ParseErrorKind::Unexpected, message));
             }
             // The union grows with every SDK release: a type we do not know is skipped, not an error.
             sink.obs.unknown_tag();
@@ -249,6 +255,7 @@ impl AgentSdk {
                 let style = EnvelopeKind::Error.json_text().unwrap_or(PyStyle::Ascii);
                 report::error_envelope(scopes, &pyjson::to_string(&delta, style), sink);
                 self.over = true;
+                self.over_session = msg.session_id.map(Cow::into_owned);
                 return Ok(StreamEnd::Failed);
             }
             // Progress, status and rate-limit notices carry nothing the envelopes have.
@@ -515,10 +522,18 @@ impl AgentSdk {
         scopes.enter(None);
     }
 
-    /// End of input: `[DONE]` if the last message was a `result` (and nothing was cut off after it).
+    /// End of input: `[DONE]` if the last message was a `result` (and nothing was cut off after it); after an `error`,
+    /// the run's `meta_final` (it had no `result`) and `[DONE]`.
     pub fn finish(&mut self, cut: bool, scopes: &mut Scopes, sink: &mut Sink<impl Observer>) -> StreamEnd {
         self.close_all(scopes, sink);
         if self.over {
+            let mut fin = Map::new();
+            if let Some(s) = self.over_session.take() {
+                fin.insert("session_id".into(), Value::from(s));
+            }
+            let header = BlockHeader::new(EnvelopeKind::MetaFinal, scopes.agent(), Extras::new());
+            sink.whole(header, &pyjson::to_string(&Value::Object(fin), PyStyle::Unicode));
+            sink.done();
             StreamEnd::Failed
         } else if self.ended && !cut {
             sink.done();

@@ -1,8 +1,9 @@
 //! The cogency dialect (DESIGN 3.7; docs/TRANSLATION.md has the table): one JSON event per SSE event, as
 //! cogency's agent yields them (`cogency.core.protocols`, 3.0's `metrics` and 3.3's `metric` alike). Consecutive
 //! `think` / `respond` events stream as one block; a `call` is a whole `tool_call` with an id the gateway assigns;
-//! a `result` answers the batch of calls made since the last one; the run's end is `end` (3.3), `[DONE]`, or the
-//! stream ending after 3.0's `metrics`, and only then come `meta_final` and `[DONE]`.
+//! a `result` answers the batch of calls made since the last one (its `content`, or the seed's `payload`); the run's
+//! end is `end` (3.3), `[DONE]`, an error the backend reports, or the stream ending after 3.0's `metrics`, and only
+//! then, once the stream ends, come `meta_final` and `[DONE]`.
 
 use std::borrow::Cow;
 
@@ -30,6 +31,9 @@ struct Event<'a> {
     content: Option<&'a RawValue>,
     #[serde(borrow, default)]
     total: Option<&'a RawValue>,
+    /// A `result`'s payload: 3.3's counts, or the seed's `{outcome, content, error}`.
+    #[serde(borrow, default)]
+    payload: Option<&'a RawValue>,
 }
 
 /// A JSON string that borrows from the input when it has no escapes.
@@ -52,14 +56,34 @@ struct Open {
     chunks: u32,
 }
 
-/// How the run stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How the run stands: what its end will be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 enum Run {
+    #[default]
     Going,
-    /// Its end was seen; `meta_final` and `[DONE]` follow when the stream ends.
+    /// Its last event was 3.0's `metrics`, which ends a run only if nothing but `metric` / `execute` follows.
+    MetricsLast,
+    /// `end` or the backend's `[DONE]`: whatever follows, `meta_final` and `[DONE]` come when the stream ends.
     Ended,
-    /// An `error`, `interrupt` or `cancelled` ended it: nothing after is translated.
+    /// An `error`, `interrupt` or `cancelled` ended it: nothing after is translated, and the run ends as a
+    /// finished one (`meta_final`, `[DONE]`).
     Over,
+}
+
+impl Run {
+    /// Content arrived: only 3.0's tentative end is undone by it.
+    fn content(&mut self) {
+        if *self == Run::MetricsLast {
+            *self = Run::Going;
+        }
+    }
+
+    /// The backend said the run is complete (`end`, `[DONE]`).
+    fn end(&mut self) {
+        if *self != Run::Over {
+            *self = Run::Ended;
+        }
+    }
 }
 
 /// One cogency stream's state.
@@ -130,9 +154,7 @@ impl Cogency {
 
     /// `[DONE]` from the backend: the run is complete (the gateway writes its own after `meta_final`).
     pub fn done(&mut self) {
-        if self.run == Run::Going {
-            self.run = Run::Ended;
-        }
+        self.run.end();
     }
 
     /// One complete event.
@@ -157,19 +179,22 @@ impl Cogency {
                     EnvelopeKind::Text
                 };
                 self.stream(kind, text, scopes, sink);
-                if self.run == Run::Ended {
-                    self.run = Run::Going;
-                }
+                self.run.content();
                 StreamEnd::Cut
             };
             self.keep(scratch);
             return Ok(end);
         }
         self.keep(scratch);
-        let event: Event<'_> = serde_json::from_slice(ev).map_err(|e| Fault::of_json(&e, "a cogency event", first))?;
-        if first && !Self::knows(&event.ty) {
-            let message = format!("not a cogency stream: its first event has type {:?}", event.ty);
-            return Err(Fault::new(ParseErrorKind::Unexpected, message, true));
+        let event: Event<'_> = serde_json::from_slice(ev).map_err(|e| Fault::of_json(&e, "a cogency event"))?;
+        if !Self::knows(&event.ty) {
+            if first {
+                // Said once, for a misconfigured dialect; later unknown types are the protocol growing.
+                let message = format!("not a cogency event: the stream's first event has type {:?}", event.ty);
+                return Err(Fault::new(ParseErrorKind::Unexpected, message));
+            }
+            sink.obs.unknown_tag();
+            return Ok(StreamEnd::Cut);
         }
         if self.run == Run::Over {
             return Ok(StreamEnd::Failed);
@@ -193,38 +218,37 @@ impl Cogency {
             }
             "result" => {
                 self.close(sink);
-                self.result(event.content, scopes, sink);
+                self.result(event.content, event.payload, scopes, sink);
             }
             "metric" | "metrics" => {
                 if let Some(total) = event.total {
                     self.total = Some(total.to_owned());
                 }
-                // cogency 3.0 sends no `end`: its last `metrics` is the run's end, if nothing follows.
+                // cogency 3.0 sends no `end`: its last `metrics` is the run's end, if nothing but metrics follows.
                 if event.ty == "metrics" && self.run == Run::Going {
-                    self.run = Run::Ended;
-                    return Ok(StreamEnd::Cut);
+                    self.run = Run::MetricsLast;
                 }
+                return Ok(StreamEnd::Cut);
             }
-            "end" => self.run = Run::Ended,
-            "execute" => {}
-            "error" => {
+            "end" => {
+                self.run.end();
+                return Ok(StreamEnd::Cut);
+            }
+            "execute" => return Ok(StreamEnd::Cut),
+            "error" | "interrupt" | "cancelled" => {
                 self.close(sink);
-                report::error_envelope(scopes, &content(), sink);
+                let delta = if event.ty == "error" {
+                    content()
+                } else {
+                    Cow::Borrowed(r#"{"type": "cancelled"}"#)
+                };
+                report::error_envelope(scopes, &delta, sink);
                 self.run = Run::Over;
                 return Ok(StreamEnd::Failed);
             }
-            "interrupt" | "cancelled" => {
-                self.close(sink);
-                report::error_envelope(scopes, r#"{"type": "cancelled"}"#, sink);
-                self.run = Run::Over;
-                return Ok(StreamEnd::Failed);
-            }
-            _ => sink.obs.unknown_tag(),
+            _ => {}
         }
-        if event.ty != "metric" && event.ty != "execute" && event.ty != "end" && self.run == Run::Ended {
-            // 3.0's last `metrics` was not the end after all.
-            self.run = Run::Going;
-        }
+        self.run.content();
         Ok(StreamEnd::Cut)
     }
 
@@ -275,8 +299,15 @@ impl Cogency {
     }
 
     /// A `result`: answers the pending batch, whole, in its first call's name; none pending: `id` and `name` are
-    /// empty, counted as a conflict.
-    fn result(&mut self, content: Option<&RawValue>, scopes: &Scopes, sink: &mut Sink<impl Observer>) {
+    /// empty, counted as a conflict. The result is its `content`; without one, a `payload` that holds it (the seed's
+    /// `{outcome, content, error}`), as `json.dumps` writes it; 3.3's counts are not a result.
+    fn result(
+        &mut self,
+        content: Option<&RawValue>,
+        payload: Option<&RawValue>,
+        scopes: &Scopes,
+        sink: &mut Sink<impl Observer>,
+    ) {
         let (id, name) = match self.pending.first() {
             Some((id, name)) => (id.as_str(), name.as_str()),
             None => {
@@ -286,14 +317,20 @@ impl Cogency {
         };
         let extras = Extras::new().str("id", id).str("name", name);
         let header = BlockHeader::new(EnvelopeKind::ToolResult, scopes.agent(), extras);
-        match content.filter(|c| !c.get().starts_with('"')) {
-            // Structured content (never sent by cogency itself) stays structured, in the native text.
-            Some(raw) if raw.get() != "null" => {
+        let content = content.filter(|c| c.get() != "null");
+        let structured = match content {
+            // A string is the result's text; structured content (never sent by cogency itself) stays structured.
+            Some(raw) if raw.get().starts_with('"') => None,
+            Some(raw) => Some(raw),
+            None => payload.filter(|p| !is_counts(p)),
+        };
+        match structured {
+            Some(raw) => {
                 let value: Value = serde_json::from_str(raw.get()).unwrap_or(Value::Null);
                 let style = EnvelopeKind::ToolResult.json_text().unwrap_or(PyStyle::Ascii);
                 sink.whole(header, &pyjson::to_string(&value, style));
             }
-            _ => sink.whole(header, &text(content)),
+            None => sink.whole(header, &text(content)),
         }
         self.pending.clear();
     }
@@ -305,27 +342,37 @@ impl Cogency {
         }
     }
 
-    /// End of input: `meta_final` and `[DONE]` if the run ended (and nothing was cut off after it).
+    /// End of input: `meta_final` and `[DONE]` if the run ended, by `end`, `[DONE]`, an error the backend reported, or
+    /// 3.0's last `metrics` with nothing cut off after it.
     pub fn finish(&mut self, cut: bool, scopes: &Scopes, sink: &mut Sink<impl Observer>) -> StreamEnd {
         self.close(sink);
-        match self.run {
+        let end = match self.run {
             Run::Over => StreamEnd::Failed,
-            Run::Ended if !cut => {
-                let total = self
-                    .total
-                    .as_ref()
-                    .and_then(|t| serde_json::from_str::<Value>(t.get()).ok());
-                let fin = match total {
-                    Some(t) => serde_json::json!({ "cumulative_usage": t }),
-                    None => serde_json::json!({}),
-                };
-                let header = BlockHeader::new(EnvelopeKind::MetaFinal, scopes.agent(), Extras::new());
-                sink.whole(header, &pyjson::to_string(&fin, PyStyle::Unicode));
-                sink.done();
-                StreamEnd::Done
-            }
-            _ => StreamEnd::Cut,
-        }
+            Run::Ended => StreamEnd::Done,
+            Run::MetricsLast if !cut => StreamEnd::Done,
+            Run::MetricsLast | Run::Going => return StreamEnd::Cut,
+        };
+        let total = self
+            .total
+            .as_ref()
+            .and_then(|t| serde_json::from_str::<Value>(t.get()).ok());
+        let fin = match total {
+            Some(t) => serde_json::json!({ "cumulative_usage": t }),
+            None => serde_json::json!({}),
+        };
+        let header = BlockHeader::new(EnvelopeKind::MetaFinal, scopes.agent(), Extras::new());
+        sink.whole(header, &pyjson::to_string(&fin, PyStyle::Unicode));
+        sink.done();
+        end
+    }
+}
+
+/// cogency 3.3's `result` payload: the batch's counts, not its result.
+fn is_counts(payload: &RawValue) -> bool {
+    const COUNTS: [&str; 3] = ["tools_executed", "success_count", "failure_count"];
+    match serde_json::from_str::<serde_json::Map<String, Value>>(payload.get()) {
+        Ok(map) => !map.is_empty() && map.keys().all(|k| COUNTS.contains(&k.as_str())),
+        Err(_) => payload.get() == "null",
     }
 }
 

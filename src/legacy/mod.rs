@@ -93,7 +93,7 @@ enum Active {
     Legacy,
     Cogency(Box<Cogency>),
     AgentSdk(Box<AgentSdk>),
-    /// A fixed JSON dialect whose first event was not its own: the rest is not read.
+    /// `auto` found no dialect in the first event (JSON none of them sends): the rest is not read.
     Refused,
 }
 

@@ -35,31 +35,28 @@ pub fn safe_id<'a>(scopes: &Scopes, id: &'a str, what: &str, sink: &mut Sink<imp
     ""
 }
 
-/// Bad input in one event, for the parser to report (and, on a stream's first event, to refuse the stream).
+/// Bad input in one event, for the parser to report as one counted `error` envelope; the run goes on.
 #[derive(Debug)]
 pub struct Fault {
     pub kind: ParseErrorKind,
     pub message: String,
-    /// The stream's first event was not the dialect's: nothing more of it is read.
-    pub refuse: bool,
 }
 
 impl Fault {
     /// An event that does not read as `what`: JSON that does not parse is `invalid_json`, JSON of another shape
     /// `unexpected`.
-    pub fn of_json(e: &serde_json::Error, what: &str, first: bool) -> Self {
+    pub fn of_json(e: &serde_json::Error, what: &str) -> Self {
         let kind = match e.classify() {
             serde_json::error::Category::Data => ParseErrorKind::Unexpected,
             _ => ParseErrorKind::InvalidJson,
         };
-        Self::new(kind, format!("not {what}: {e}"), first)
+        Self::new(kind, format!("not {what}: {e}"))
     }
 
-    pub fn new(kind: ParseErrorKind, message: impl Into<String>, first: bool) -> Self {
+    pub fn new(kind: ParseErrorKind, message: impl Into<String>) -> Self {
         Self {
             kind,
             message: message.into(),
-            refuse: first,
         }
     }
 }

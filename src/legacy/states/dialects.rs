@@ -30,10 +30,10 @@ impl Parser {
             Active::Undecided | Active::Legacy => Ok(StreamEnd::Cut),
         };
         self.pos = end;
+        // A fixed dialect is the stream's from its first event, read or not.
+        self.tell_dialect(sink);
         match result {
             Ok(end) => {
-                // Told once an event of it was read (a fixed dialect's first event may still refuse the stream).
-                self.tell_dialect(sink);
                 if end == StreamEnd::Failed {
                     self.end = StreamEnd::Failed;
                 }
@@ -41,12 +41,8 @@ impl Parser {
                 self.state = State::Idle;
                 Flow::Continue
             }
-            Err(Fault { kind, message, refuse }) => {
-                if refuse {
-                    self.active = Active::Refused;
-                }
-                self.bad_input(kind, &message, sink)
-            }
+            // One counted `error` for the event, wherever it stands; the run goes on.
+            Err(Fault { kind, message }) => self.bad_input(kind, &message, sink),
         }
     }
 
@@ -62,18 +58,20 @@ impl Parser {
     /// End of input in a JSON dialect: the dialect's own end, then what was cut off.
     pub(in crate::legacy) fn finish_dialect(&mut self, sink: &mut Sink<impl Observer>) -> StreamEnd {
         let cut = self.cut_event || !self.rest().trim_ascii().is_empty();
+        // What is open closes, and the cut is said, before the dialect's end: `meta_final` and `[DONE]` come last.
+        self.close_dialect(sink);
+        if cut {
+            self.parse_error(ParseErrorKind::Truncated, "input ended inside an event", sink);
+        }
         let end = match &mut self.active {
             Active::Cogency(c) => c.finish(cut, &self.scopes, sink),
             Active::AgentSdk(a) => a.finish(cut, &mut self.scopes, sink),
-            // Its one `error` said why nothing was read: the stream ended as far as it was read, not cut.
+            // `auto` found no dialect: its one `error` said why nothing was read; the stream is not cut.
             Active::Refused => StreamEnd::Failed,
             Active::Undecided | Active::Legacy => StreamEnd::Cut,
         };
         if self.end != StreamEnd::Failed {
             self.end = end;
-        }
-        if cut {
-            self.parse_error(ParseErrorKind::Truncated, "input ended inside an event", sink);
         }
         self.end_of_input(sink)
     }
