@@ -91,19 +91,71 @@ pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     msg
 }
 
+/// Targets that log what the gateway keeps out of its logs (docs/SECURITY.md): the WebSocket library writes
+/// every frame it sends (stream tokens, in ids) and every message it receives (the `sse-gateway.auth`
+/// credential) at `debug` and `trace`.
+const FRAME_LOGGERS: [&str; 2] = ["tungstenite", "tokio_tungstenite"];
+
+/// Whether an event of `target` at `level` may be written: the frame loggers only from `info` up, whatever
+/// `RUST_LOG` enables (a directive naming them or one of their modules included).
+fn loggable(target: &str, level: &tracing::Level) -> bool {
+    *level <= tracing::Level::INFO
+        || !FRAME_LOGGERS.iter().any(|t| {
+            target
+                .strip_prefix(t)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with("::"))
+        })
+}
+
 /// Installs the global tracing subscriber (logs go to stderr; stdout is for the startup banner).
 pub fn init_tracing(log: &Log) {
-    let filter = std::env::var("RUST_LOG")
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::{filter, fmt, Layer};
+
+    let env = std::env::var("RUST_LOG")
         .ok()
-        .and_then(|v| tracing_subscriber::EnvFilter::try_new(v).ok())
-        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new(&log.level));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let result = match log.format {
-        LogFormat::Json => builder.json().flatten_event(true).with_current_span(true).try_init(),
-        LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).try_init(),
+        .and_then(|v| filter::EnvFilter::try_new(v).ok())
+        .unwrap_or_else(|| filter::EnvFilter::new(&log.level));
+    let layer = match log.format {
+        LogFormat::Json => fmt::layer()
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_writer(std::io::stderr)
+            .boxed(),
+        LogFormat::Text => fmt::layer()
+            .with_ansi(std::io::stderr().is_terminal())
+            .with_writer(std::io::stderr)
+            .boxed(),
     };
+    let quiet = filter::filter_fn(|m| loggable(m.target(), m.level()));
+    let result = tracing_subscriber::registry()
+        .with(env)
+        .with(layer.with_filter(quiet))
+        .try_init();
     // A second init (tests starting several gateways in one process) keeps the first subscriber.
     drop(result);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tracing::Level;
+
+    #[test]
+    fn the_websocket_librarys_frame_logging_is_never_written() {
+        for target in [
+            "tungstenite",
+            "tungstenite::protocol",
+            "tokio_tungstenite",
+            "tokio_tungstenite::compat",
+        ] {
+            assert!(!loggable(target, &Level::TRACE), "{target}");
+            assert!(!loggable(target, &Level::DEBUG), "{target}");
+            assert!(loggable(target, &Level::WARN), "{target}");
+        }
+        assert!(loggable("sse_gateway::proxy", &Level::TRACE));
+        assert!(loggable("tungstenite_other", &Level::TRACE));
+    }
 }
