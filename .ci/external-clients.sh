@@ -5,7 +5,12 @@
 #   version pinned in tests/external/node/package.json and package-lock.json);
 # - tests/dialects_e2e.rs: the same @microsoft/fetch-event-source under node;
 # - tests/websocket_clients.rs: npm `ws` (pinned in package.json and package-lock.json), PyPI `websockets` (pinned
-#   here) and Chromium's own WebSocket.
+#   here) and Chromium's own WebSocket;
+# - the frontend-protocol tests (DESIGN 5.3): npm `ai` 7.0.173 and `ai5` (= ai@5.0.277) run by
+#   tests/external/node/ai-sdk-client.mjs, `@ag-ui/client` 1.0.0 by tests/external/node/ag-ui-client.mjs, and
+#   `react`/`react-dom` 19.3.1, `@ai-sdk/react` 4.0.177 (the one for ai 7) and `esbuild` 0.28.2, which bundle the
+#   useChat page tests/external/browser/use-chat/ for headless Chromium (all pinned in package.json and
+#   package-lock.json; `ai` 7 declares node >= 22 but runs on node 20, npm only warns EBADENGINE).
 # Those tests fail under CI=true when a client is missing, and are skipped with a note elsewhere.
 set -euo pipefail
 cd "$(dirname "$0")/.."
