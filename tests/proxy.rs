@@ -712,6 +712,70 @@ async fn admin_endpoints_and_every_metric_family() {
     gw.stop().await;
 }
 
+/// The `sse_gateway_*` series the Grafana dashboard's queries and the Prometheus rules' expressions name, as
+/// written (`_bucket` of a histogram, `_total` of a counter). Recorded names (`sse_gateway:…`) are not matched.
+fn deployed_series() -> std::collections::BTreeSet<String> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
+    let mut exprs = Vec::new();
+    fn targets(panels: &serde_json::Value, exprs: &mut Vec<String>) {
+        for p in panels.as_array().into_iter().flatten() {
+            for t in p["targets"].as_array().into_iter().flatten() {
+                exprs.extend(t["expr"].as_str().map(str::to_owned));
+            }
+            targets(&p["panels"], exprs);
+        }
+    }
+    let dashboard: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(root.join("grafana/dashboard.json")).unwrap()).unwrap();
+    targets(&dashboard["panels"], &mut exprs);
+    // The rules' `expr:` values, inline or a block scalar (the lines indented under the key); not their
+    // annotations, whose prose may name families loosely.
+    let rules = std::fs::read_to_string(root.join("prometheus/rules/sse-gateway.rules.yml")).unwrap();
+    let mut lines = rules.lines().peekable();
+    while let Some(line) = lines.next() {
+        let Some((indent, value)) = line.split_once("expr:") else {
+            continue;
+        };
+        if !indent.trim().is_empty() {
+            continue;
+        }
+        exprs.push(value.to_owned());
+        while let Some(more) = lines.next_if(|l| l.trim().is_empty() || l.len() - l.trim_start().len() > indent.len()) {
+            exprs.push(more.to_owned());
+        }
+    }
+    let mut names = std::collections::BTreeSet::new();
+    for e in &exprs {
+        for (i, _) in e.match_indices("sse_gateway_") {
+            let name: String = e[i..]
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                .collect();
+            names.insert(name);
+        }
+    }
+    names
+}
+
+/// A gateway nobody has used yet exposes every series the dashboard and the alert rules query: a labelled family
+/// whose children appeared only at their first increment would leave panels on "No data" and rules unevaluated
+/// on a fresh instance (issue 34).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_gateway_exposes_every_series_the_dashboard_and_rules_query() {
+    let names = deployed_series();
+    assert!(names.len() > 40, "read only {names:?} from deploy/");
+    let (_up, gw) = gateway_with(sse_script(Vec::new()), |_| {}).await;
+    let m = gw.metrics().await;
+    let exposed: std::collections::BTreeSet<&str> = m
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split(['{', ' ']).next())
+        .collect();
+    let missing: Vec<&String> = names.iter().filter(|n| !exposed.contains(n.as_str())).collect();
+    assert!(missing.is_empty(), "not in a fresh gateway's /metrics: {missing:?}");
+    gw.stop().await;
+}
+
 /// Plain HTTP/1.1 requests are served on the gateway's own path (proxy/http1.rs), without hyper's connection
 /// buffers; a request with `TE: trailers` (a hop-by-hop field the upstream never sees) is one hyper serves. For
 /// each kind of response (a translated stream, a legacy one passed through, an upstream's error passed on, the

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use redis_server::RedisServer;
 use sse_gateway::resume::redis::{
-    Bound, End, OpenError, ReadError, RedisOptions, RedisStore, RemoteReader, RemoteState, StoreObserver,
+    Bound, End, OpenError, ReadError, RedisOptions, RedisStore, RemoteReader, RemoteState, StoreObserver, StoreOp,
 };
 
 /// The agent streams are created with.
@@ -33,9 +33,9 @@ struct Counts {
 }
 
 impl StoreObserver for Counts {
-    fn op(&self, op: &'static str, ok: bool, _seconds: f64) {
+    fn op(&self, op: StoreOp, ok: bool, _seconds: f64) {
         let mut ops = self.ops.lock().unwrap();
-        let e = ops.entry(op).or_default();
+        let e = ops.entry(op.as_str()).or_default();
         if ok {
             e.0 += 1;
         } else {

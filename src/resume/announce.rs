@@ -17,7 +17,7 @@ use redis::{AsyncConnectionConfig, Client, ProtocolVersion, PushInfo, PushKind, 
 use tokio::sync::{mpsc, oneshot};
 
 use super::id::Token;
-use super::redis::{round_trip, start_channel, RedisOptions, RedisStore, StoreError, StoreObserver};
+use super::redis::{round_trip, start_channel, RedisOptions, RedisStore, StoreError, StoreObserver, StoreOp};
 
 /// The first pause before a dropped pub/sub connection is made again.
 pub const RECONNECT_FIRST: Duration = Duration::from_millis(100);
@@ -201,9 +201,14 @@ impl Task {
             let mut cmd = redis::cmd("UNSUBSCRIBE");
             cmd.arg(&channel);
             let unsubscribing = cmd.exec_async(conn);
-            if round_trip(self.observer.as_ref(), "subscribe", self.opts.op_timeout, unsubscribing)
-                .await
-                .is_err()
+            if round_trip(
+                self.observer.as_ref(),
+                StoreOp::Subscribe,
+                self.opts.op_timeout,
+                unsubscribing,
+            )
+            .await
+            .is_err()
             {
                 self.dropped();
             }
@@ -224,7 +229,13 @@ impl Task {
             .set_response_timeout(self.opts.op_timeout)
             .set_push_sender(tx);
         let connecting = client.get_multiplexed_async_connection_with_config(&config);
-        let conn = round_trip(self.observer.as_ref(), "subscribe", self.opts.op_timeout, connecting).await?;
+        let conn = round_trip(
+            self.observer.as_ref(),
+            StoreOp::Subscribe,
+            self.opts.op_timeout,
+            connecting,
+        )
+        .await?;
         self.conn = Some(conn);
         self.pushes = Some(rx);
         let channels: Vec<String> = self.wanted.keys().cloned().collect();
@@ -248,7 +259,7 @@ impl Task {
         cmd.arg(channels);
         round_trip(
             self.observer.as_ref(),
-            "subscribe",
+            StoreOp::Subscribe,
             self.opts.op_timeout,
             cmd.exec_async(conn),
         )

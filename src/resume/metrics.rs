@@ -1,11 +1,13 @@
 //! The resume metric families: resumptions by outcome, what was replayed, what is held, the store's work.
 //! Never labelled by stream: a token in a label would open the stream to whoever reads the metrics.
 
-use prometheus::{
-    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-};
+use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
+use super::redis::{Bound, StoreOp};
 use crate::telemetry::{counter, counters, gauge, histograms, latency_buckets, name, register};
+
+/// The `result` label's values of `resume_store_operations_total`, indexed by `!ok`.
+const RESULTS: [&str; 2] = ["ok", "error"];
 
 label_enum! {
     /// How a request naming one of our streams was answered (`resume_requests_total{outcome}`).
@@ -82,11 +84,12 @@ pub struct ResumeMetrics {
     pub ended: [IntCounter; End::ALL.len()],
     pub watchers_closed: IntCounter,
     pub limited: [IntCounter; Limit::ALL.len()],
-    pub store_ops: IntCounterVec,
-    pub store_seconds: HistogramVec,
+    /// By `StoreOp`, then `RESULTS`.
+    pub store_ops: [[IntCounter; RESULTS.len()]; StoreOp::ALL.len()],
+    pub store_seconds: [Histogram; StoreOp::ALL.len()],
     pub unresumable: IntCounter,
     /// Event bytes the owner removed from Redis to keep a bound, by bound (`stream`, `total`).
-    pub store_evicted_bytes: IntCounterVec,
+    pub store_evicted_bytes: [IntCounter; Bound::ALL.len()],
     /// Streams whose keys vanished from Redis without a failed write (a flush, a failover).
     pub store_lost: IntCounter,
     /// Remote readers refused because `resume.max_remote_readers` were open.
@@ -109,6 +112,25 @@ impl ResumeMetrics {
                 Opts::new(name("resume_streams"), "Resumable streams held, by state."),
                 &["state"],
             )?,
+        )?;
+        // Every series of the labelled families below exists from the start (at zero, with the memory store too),
+        // so the dashboard's panels and the alert rules that name them have data on a fresh instance.
+        let store_ops = register(
+            r,
+            IntCounterVec::new(
+                Opts::new(
+                    name("resume_store_operations_total"),
+                    "Shared-store operations, by operation and result.",
+                ),
+                &["op", "result"],
+            )?,
+        )?;
+        let store_seconds = histograms(
+            r,
+            "resume_store_seconds",
+            "Shared-store operation latency.",
+            "op",
+            latency_buckets(),
         )?;
         Ok(Self {
             requests: counters(
@@ -151,38 +173,20 @@ impl ResumeMetrics {
                 "limit",
                 Limit::ALL.map(Limit::as_str),
             )?,
-            store_ops: register(
-                r,
-                IntCounterVec::new(
-                    Opts::new(
-                        name("resume_store_operations_total"),
-                        "Shared-store operations, by operation and result.",
-                    ),
-                    &["op", "result"],
-                )?,
-            )?,
-            store_seconds: histograms(
-                r,
-                "resume_store_seconds",
-                "Shared-store operation latency.",
-                "op",
-                latency_buckets(),
-            )?,
+            store_ops: StoreOp::ALL.map(|op| RESULTS.map(|res| store_ops.with_label_values(&[op.as_str(), res]))),
+            store_seconds: StoreOp::ALL.map(|op| store_seconds.with_label_values(&[op.as_str()])),
             unresumable: counter(
                 r,
                 "resume_unresumable_total",
                 "Streams that stopped being resumable through the shared store (slow or down).",
             )?,
-            store_evicted_bytes: register(
+            store_evicted_bytes: counters(
                 r,
-                IntCounterVec::new(
-                    Opts::new(
-                        name("resume_store_evicted_bytes_total"),
-                        "Event bytes removed from the shared store to keep a bound, by bound (stream: \
-                         resume.buffer_bytes; total: resume.max_total_bytes).",
-                    ),
-                    &["bound"],
-                )?,
+                "resume_store_evicted_bytes_total",
+                "Event bytes removed from the shared store to keep a bound, by bound (stream: resume.buffer_bytes; \
+                 total: resume.max_total_bytes).",
+                "bound",
+                Bound::ALL.map(Bound::as_str),
             )?,
             store_lost: counter(
                 r,

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use http::{HeaderMap, HeaderName, Method};
 
-use self::redis::{Bound, OpenError, RedisOptions, RedisStore, StoreObserver};
+use self::redis::{Bound, OpenError, RedisOptions, RedisStore, StoreObserver, StoreOp};
 use crate::config::{self, duration, StoreKind};
 use crate::cors::Grant;
 use hub::{Hub, Limits, Stream};
@@ -327,10 +327,9 @@ async fn watch_remote(stream: Weak<Stream>, store: RedisStore) {
 }
 
 impl StoreObserver for ResumeMetrics {
-    fn op(&self, op: &'static str, ok: bool, seconds: f64) {
-        let result = if ok { "ok" } else { "error" };
-        self.store_ops.with_label_values(&[op, result]).inc();
-        self.store_seconds.with_label_values(&[op]).observe(seconds);
+    fn op(&self, op: StoreOp, ok: bool, seconds: f64) {
+        self.store_ops[op as usize][usize::from(!ok)].inc();
+        self.store_seconds[op as usize].observe(seconds);
     }
 
     fn unresumable(&self) {
@@ -338,9 +337,7 @@ impl StoreObserver for ResumeMetrics {
     }
 
     fn evicted(&self, bound: Bound, bytes: u64) {
-        self.store_evicted_bytes
-            .with_label_values(&[bound.as_str()])
-            .inc_by(bytes);
+        self.store_evicted_bytes[bound as usize].inc_by(bytes);
     }
 
     fn store_lost(&self) {

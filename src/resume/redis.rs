@@ -221,29 +221,46 @@ pub struct RemoteState {
     pub cancelled: bool,
 }
 
-/// Which bound made the owner remove events from Redis.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Bound {
-    /// `buffer_bytes` of one stream.
-    Stream,
-    /// `max_total_bytes` of this instance.
-    Total,
+label_enum! {
+    /// Which bound made the owner remove events from Redis (`resume_store_evicted_bytes_total{bound}`).
+    pub enum Bound {
+        /// `buffer_bytes` of one stream.
+        Stream = "stream",
+        /// `max_total_bytes` of this instance.
+        Total = "total",
+    }
 }
 
-impl Bound {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Bound::Stream => "stream",
-            Bound::Total => "total",
-        }
+label_enum! {
+    /// A kind of Redis round trip (`resume_store_operations_total{op}`, `resume_store_seconds{op}`).
+    pub enum StoreOp {
+        Connect = "connect",
+        /// The owner's pipelined appends, trims and meta updates.
+        Write = "write",
+        /// A reader's first look at a stream: its meta and first event.
+        Open = "open",
+        /// A reader's catch-up reads.
+        Read = "read",
+        /// A follower's blocking `XREAD` (its time includes the block).
+        Follow = "follow",
+        /// A remote primary's cursor.
+        Report = "report",
+        /// The owner's poll of a remote primary's cursor and of a cancel.
+        RemoteState = "remote_state",
+        Cancel = "cancel",
+        /// A stream's CORS answer, read for a request elsewhere.
+        Cors = "cors",
+        /// A session's listing of its binding's streams.
+        List = "list",
+        /// The announcements' pub/sub connection and its (un)subscriptions.
+        Subscribe = "subscribe",
     }
 }
 
 /// Told of every Redis round trip and of every stream that stops being resumable (for the metrics).
 pub trait StoreObserver: Send + Sync {
-    /// One round trip: its operation (`connect`, `write`, `open`, `read`, `follow`, `report`, `remote_state`,
-    /// `cancel`), whether it succeeded, and how long it took (a `follow` includes its block).
-    fn op(&self, op: &'static str, ok: bool, seconds: f64);
+    /// One round trip: its operation, whether it succeeded, and how long it took (a `follow` includes its block).
+    fn op(&self, op: StoreOp, ok: bool, seconds: f64);
     /// A stream was marked not resumable through the store (queue overflow, refused or failed write, store
     /// lost); once per stream.
     fn unresumable(&self);
@@ -424,15 +441,21 @@ fn parse_entries(op: &'static str, v: Value) -> Result<Vec<(u64, Vec<u8>)>, Stor
 /// Runs one round trip within `limit` and tells the observer.
 pub(crate) async fn round_trip<T>(
     observer: &dyn StoreObserver,
-    op: &'static str,
+    op: StoreOp,
     limit: Duration,
     fut: impl Future<Output = Result<T, RedisError>>,
 ) -> Result<T, StoreError> {
     let started = Instant::now();
     let result = match tokio::time::timeout(limit, fut).await {
         Ok(Ok(v)) => Ok(v),
-        Ok(Err(source)) => Err(StoreError::Redis { op, source }),
-        Err(_) => Err(StoreError::Timeout { op, after: limit }),
+        Ok(Err(source)) => Err(StoreError::Redis {
+            op: op.as_str(),
+            source,
+        }),
+        Err(_) => Err(StoreError::Timeout {
+            op: op.as_str(),
+            after: limit,
+        }),
     };
     observer.op(op, result.is_ok(), started.elapsed().as_secs_f64());
     result
@@ -587,7 +610,7 @@ impl RedisStore {
             redis::cmd("PING").query_async::<()>(&mut conn).await?;
             Ok(conn)
         };
-        let conn = round_trip(observer.as_ref(), "connect", opts.op_timeout, connecting).await?;
+        let conn = round_trip(observer.as_ref(), StoreOp::Connect, opts.op_timeout, connecting).await?;
         let (tx, rx) = mpsc::unbounded_channel();
         let owned: Owned = Arc::default();
         let instance = format!("{:016x}", random_u64());
@@ -727,7 +750,7 @@ impl RedisStore {
         let mut conn = self.shared.conn.clone();
         let (primary, cancelled): (Option<String>, bool) = round_trip(
             self.shared.observer.as_ref(),
-            "remote_state",
+            StoreOp::RemoteState,
             self.shared.opts.op_timeout,
             pipe.query_async(&mut conn),
         )
@@ -761,7 +784,7 @@ impl RedisStore {
         let mut conn = self.shared.conn.clone();
         let (meta, first): (Vec<Option<String>>, Value) = round_trip(
             self.shared.observer.as_ref(),
-            "open",
+            StoreOp::Open,
             self.shared.opts.op_timeout,
             pipe.query_async(&mut conn),
         )
@@ -807,12 +830,13 @@ impl RedisStore {
         let limit = self.shared.opts.op_timeout;
         let mut hmget = redis::cmd("HMGET");
         hmget.arg(&keys.meta).arg("binding").arg(CORS_FIELD);
-        let stored: Vec<Option<String>> = round_trip(observer, "cancel", limit, hmget.query_async(&mut conn)).await?;
+        let stored: Vec<Option<String>> =
+            round_trip(observer, StoreOp::Cancel, limit, hmget.query_async(&mut conn)).await?;
         self.check_binding(stored.first().cloned().flatten(), &binding)?;
         let ttl = millis(self.shared.opts.ttl);
         let mut set = redis::cmd("SET");
         set.arg(&keys.cancel).arg(1).arg("PX").arg(ttl);
-        round_trip(observer, "cancel", limit, set.query_async::<()>(&mut conn)).await?;
+        round_trip(observer, StoreOp::Cancel, limit, set.query_async::<()>(&mut conn)).await?;
         Ok(parse_grant(stored.get(1).cloned().flatten()))
     }
 
@@ -825,7 +849,7 @@ impl RedisStore {
         hget.arg(&keys.meta).arg(CORS_FIELD);
         let stored: Option<String> = round_trip(
             self.shared.observer.as_ref(),
-            "cors",
+            StoreOp::Cors,
             self.shared.opts.op_timeout,
             hget.query_async(&mut conn),
         )
@@ -851,7 +875,7 @@ impl RedisStore {
             .arg(-1)
             .arg("WITHSCORES");
         let members: Vec<(String, f64)> =
-            round_trip(observer, "list", op_timeout, zrange.query_async(&mut conn)).await?;
+            round_trip(observer, StoreOp::List, op_timeout, zrange.query_async(&mut conn)).await?;
         if members.is_empty() {
             return Ok(Vec::new());
         }
@@ -863,7 +887,7 @@ impl RedisStore {
                 .arg("end");
         }
         let metas: Vec<Vec<Option<String>>> =
-            round_trip(observer, "list", op_timeout, pipe.query_async(&mut conn)).await?;
+            round_trip(observer, StoreOp::List, op_timeout, pipe.query_async(&mut conn)).await?;
         Ok(members
             .into_iter()
             .zip(metas)
@@ -1377,7 +1401,7 @@ impl Writer {
             let n = round.tags.len();
             let result = round_trip(
                 self.observer.as_ref(),
-                "write",
+                StoreOp::Write,
                 self.opts.op_timeout,
                 conn.req_packed_commands(&round.pipe, 0, n),
             )
@@ -1606,7 +1630,7 @@ impl Follower {
                     .set_connection_timeout(opts.op_timeout)
                     .set_response_timeout(limit);
                 let connecting = client.get_multiplexed_async_connection_with_config(&config);
-                match round_trip(observer.as_ref(), "connect", opts.op_timeout, connecting).await {
+                match round_trip(observer.as_ref(), StoreOp::Connect, opts.op_timeout, connecting).await {
                     Ok(c) => conn = Some(c),
                     Err(_) => {
                         tokio::time::sleep(RETRY_PAUSE).await;
@@ -1623,7 +1647,7 @@ impl Follower {
             for (_, after) in &streams {
                 xread.arg(entry_id(*after));
             }
-            match round_trip(observer.as_ref(), "follow", limit, xread.query_async::<Value>(c)).await {
+            match round_trip(observer.as_ref(), StoreOp::Follow, limit, xread.query_async::<Value>(c)).await {
                 Ok(reply) => {
                     let ready: std::collections::HashSet<Vec<u8>> = xread_keys(reply).into_iter().collect();
                     if ready.is_empty() {
@@ -1826,7 +1850,7 @@ impl RemoteReader {
         loop {
             let result = round_trip(
                 self.observer.as_ref(),
-                "read",
+                StoreOp::Read,
                 self.opts.op_timeout,
                 pipe.query_async(&mut self.conn),
             )
@@ -1871,7 +1895,13 @@ impl RemoteReader {
                     .arg("PX")
                     .arg(px);
                 // A failed report only lets the report expire: the owner then treats the stream as in grace.
-                let _ = round_trip(observer.as_ref(), "report", limit, set.query_async::<()>(&mut conn)).await;
+                let _ = round_trip(
+                    observer.as_ref(),
+                    StoreOp::Report,
+                    limit,
+                    set.query_async::<()>(&mut conn),
+                )
+                .await;
                 tokio::select! {
                     _ = &mut stopped => break,
                     () = tokio::time::sleep(every) => {}

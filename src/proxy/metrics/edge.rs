@@ -33,7 +33,8 @@ pub enum Fault {
 
 /// Every family the proxy records.
 pub struct Metrics {
-    pub requests: IntCounterVec,
+    /// By mode, then `STATUS_CLASSES`.
+    pub requests: [[IntCounter; STATUS_CLASSES.len()]; Mode::ALL.len()],
     pub modes: [ModeMetrics; Mode::ALL.len()],
     pub downstream_ttfb: Histogram,
     pub translator: Arc<TranslatorMetrics>,
@@ -68,6 +69,16 @@ impl Metrics {
             "mode",
             exponential_buckets(0.01, 3.0, 12)?,
         )?;
+        let requests = register(
+            r,
+            IntCounterVec::new(
+                Opts::new(
+                    name("requests_total"),
+                    "Requests answered, by body mode and status class.",
+                ),
+                &["mode", "status_class"],
+            )?,
+        )?;
         let bytes_in = by_mode("bytes_in_total", "Response body bytes read from the upstream.")?;
         let bytes_out = by_mode("bytes_out_total", "Response body bytes sent to clients.")?;
         let modes = Mode::ALL.map(|m| {
@@ -81,16 +92,7 @@ impl Metrics {
             }
         });
         Ok(Self {
-            requests: register(
-                r,
-                IntCounterVec::new(
-                    Opts::new(
-                        name("requests_total"),
-                        "Requests answered, by body mode and status class.",
-                    ),
-                    &["mode", "status_class"],
-                )?,
-            )?,
+            requests: Mode::ALL.map(|m| STATUS_CLASSES.map(|c| requests.with_label_values(&[m.as_str(), c]))),
             modes,
             downstream_ttfb: histogram(
                 r,
@@ -142,10 +144,12 @@ impl Metrics {
 
     pub fn request(&self, m: Mode, status: http::StatusCode) {
         // Codes 600 to 999, which hyper lets through, count as 5xx.
-        let class = ["1xx", "2xx", "3xx", "4xx", "5xx"][usize::from(status.as_u16() / 100).clamp(1, 5) - 1];
-        self.requests.with_label_values(&[m.as_str(), class]).inc();
+        self.requests[m as usize][usize::from(status.as_u16() / 100).clamp(1, 5) - 1].inc();
     }
 }
+
+/// The `status_class` label's values, indexed by the status's first digit less one.
+const STATUS_CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 
 label_enum! {
     /// How a stream ended; the `outcome` label. Recorded exactly once per stream.

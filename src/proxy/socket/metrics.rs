@@ -3,6 +3,7 @@
 
 use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
+use super::serve::Closing;
 use crate::telemetry::{counter, counters, name, register};
 
 label_enum! {
@@ -78,6 +79,21 @@ impl SocketMetrics {
             )?,
         )?;
         let limit = |l: &str| limited.with_label_values(&[l]);
+        let closes = register(
+            r,
+            IntCounterVec::new(
+                Opts::new(
+                    name("websocket_closes_total"),
+                    "WebSocket connections closed, by close code.",
+                ),
+                &["code"],
+            )?,
+        )?;
+        // Each code's series from the start (at zero), so a dashboard or a rule naming it has data before the first
+        // close.
+        for c in Closing::ALL {
+            closes.with_label_values(&[&c.code().to_string()]);
+        }
         Ok(Self {
             sockets: SocketKind::ALL.map(|k| sockets.with_label_values(&[k.as_str()])),
             messages: counter(r, "websocket_messages_total", "WebSocket messages written to clients.")?,
@@ -96,16 +112,7 @@ impl SocketMetrics {
                 "websocket_received_total",
                 "WebSocket messages received from clients.",
             )?,
-            closes: register(
-                r,
-                IntCounterVec::new(
-                    Opts::new(
-                        name("websocket_closes_total"),
-                        "WebSocket connections closed, by close code.",
-                    ),
-                    &["code"],
-                )?,
-            )?,
+            closes,
             refused: counters(
                 r,
                 "websocket_refused_total",
@@ -148,5 +155,48 @@ impl SocketMetrics {
 
     pub fn refuse(&self, why: Refused) {
         self.refused[why as usize].inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_close_code_is_exposed_from_the_start() {
+        // Exhaustive, so a new `Closing` stops this compiling: list it here and in `Closing::ALL`.
+        let position = |c: Closing| match c {
+            Closing::Normal => 0,
+            Closing::GoingAway => 1,
+            Closing::Unsupported => 2,
+            Closing::Policy => 3,
+            Closing::TooBig => 4,
+            Closing::Error => 5,
+            Closing::Gap => 6,
+            Closing::Unknown => 7,
+            Closing::Cancelled => 8,
+            Closing::Behind => 9,
+            Closing::Busy => 10,
+            Closing::Store => 11,
+        };
+        for (i, c) in Closing::ALL.into_iter().enumerate() {
+            assert_eq!(position(c), i, "{c:?}");
+        }
+        let r = Registry::new();
+        SocketMetrics::register(&r).unwrap();
+        let closes = r
+            .gather()
+            .into_iter()
+            .find(|f| f.get_name() == name("websocket_closes_total"))
+            .expect("websocket_closes_total exposed before any close");
+        let mut codes: Vec<String> = closes
+            .get_metric()
+            .iter()
+            .map(|m| m.get_label()[0].get_value().to_owned())
+            .collect();
+        codes.sort();
+        let mut want: Vec<String> = Closing::ALL.map(|c| c.code().to_string()).into();
+        want.sort();
+        assert_eq!(codes, want);
     }
 }

@@ -84,6 +84,23 @@ pub enum Closing {
 }
 
 impl Closing {
+    /// Every close, in declaration order: `websocket_closes_total` starts each code's series at zero
+    /// (`metrics::tests::every_close_code_is_exposed_from_the_start` lists them exhaustively).
+    pub const ALL: [Closing; 12] = [
+        Closing::Normal,
+        Closing::GoingAway,
+        Closing::Unsupported,
+        Closing::Policy,
+        Closing::TooBig,
+        Closing::Error,
+        Closing::Gap,
+        Closing::Unknown,
+        Closing::Cancelled,
+        Closing::Behind,
+        Closing::Busy,
+        Closing::Store,
+    ];
+
     pub fn code(self) -> u16 {
         self.parts().0
     }
