@@ -12,7 +12,9 @@
 #      (config, rules, rule unit tests), the Grafana dashboard against Grafana's schema
 #      types, resume metric names/labels/keys against docs/RESUME.md;
 #   3. with the release binary: the daemon's own --check-config accepts every setting shipped
-#      here (ConfigMaps, Dockerfile ENV, systemd unit); then the end-to-end check
+#      here (ConfigMaps, Dockerfile ENV, systemd unit); a fresh gateway's /metrics has every
+#      series the dashboard and the rules query (also with SSE_DEPLOY_SKIP_E2E=1 when
+#      SSE_GATEWAY_BIN is set); then the end-to-end check
 #      (deploy/e2e.py): demo upstream, two gateways,
 #      nginx and haproxy in front, Prometheus scraping them; every PromQL expression of the
 #      dashboard and the alert rules must return data.
@@ -175,6 +177,16 @@ run "dashboard.json up to date" "$PY" "$DEPLOY/grafana/build_dashboard.py" --che
 run "dashboard schema (@grafana/schema)" env NODE_PATH="$NPM_DIR/node_modules" \
   node "$DEPLOY/grafana/typecheck.mjs" "$DEPLOY/grafana/dashboard.json"
 
+# ------------------------------------------------------------------------------ with the binary
+# A gateway that has served nothing yet: a family whose labelled series appeared only at their
+# first increment left panels on "No data" and rules unevaluated on a fresh instance (issue 34).
+fresh_metrics() {
+  run "fresh gateway exposes every queried series" "$PY" "$DEPLOY/lib/consistency.py" fresh-metrics "$SSE_GATEWAY_BIN"
+}
+if [[ ${SSE_DEPLOY_SKIP_E2E:-0} == 1 && -n ${SSE_GATEWAY_BIN:-} ]]; then
+  fresh_metrics
+fi
+
 # ------------------------------------------------------------------------------ end to end
 if [[ ${SSE_DEPLOY_SKIP_E2E:-0} != 1 ]]; then
   build_binary() {
@@ -188,6 +200,7 @@ if [[ ${SSE_DEPLOY_SKIP_E2E:-0} != 1 ]]; then
   run "cargo build --release" build_binary
   export SSE_GATEWAY_BIN=${SSE_GATEWAY_BIN:-$ROOT/target/release/sse-gateway}
   run "daemon accepts shipped settings" "$PY" "$DEPLOY/lib/consistency.py" daemon-config "$SSE_GATEWAY_BIN"
+  fresh_metrics
   # e2e.py prints one `ok`/`FAIL` line per assertion and its own summary line.
   e2e_out=$TMP/e2e.out
   "$PY" "$DEPLOY/e2e.py" 2>&1 | tee "$e2e_out"

@@ -555,12 +555,10 @@ def main() -> int:
         present = {s["metric"]["__name__"] for s in r["data"]["result"]}
     queries = [(n, substitute(e), False) for n, e in dashboard_queries()] + [(n, e, True) for n, e in rule_queries()]
     # Resumable streams (issue 15): the sse_gateway_resume_* names come from docs/RESUME.md
-    # (lib/consistency.py resume checks them against it). NOTE: the implementation lands
-    # separately, so until the daemon exports any resume family these queries are only
-    # parsed. Once it does, every name must be scraped, except the store families
-    # (sse_gateway_resume_store_*), which may appear only with resume.store = "redis" (not
-    # run here: these gateways use the memory store). Resume queries need not return data:
-    # labelled children appear at the first resumption, and nothing resumes here.
+    # (lib/consistency.py resume checks them against it). Once the daemon exports any resume
+    # family, every name must be scraped: the store families (sse_gateway_resume_store_*) too,
+    # at zero with the memory store these gateways use (issue 34). Resume queries need not
+    # return data: nothing resumes here.
     resume_live = any(n.startswith("sse_gateway_resume_") for n in present)
     resume_pending = set()
     empty, broken, missing = [], [], []
@@ -571,7 +569,7 @@ def main() -> int:
             n
             for n in names
             if n not in present
-            and not (n.startswith("sse_gateway_resume_") and (not resume_live or n.startswith("sse_gateway_resume_store_")))
+            and not (n.startswith("sse_gateway_resume_") and not resume_live)
         )
         if gone:
             missing.append(f"{name}: {gone}")

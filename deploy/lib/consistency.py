@@ -14,6 +14,11 @@ Subcommands:
                  and bad values) accepts every setting shipped here: each ConfigMap's
                  environment, the Dockerfile's ENV, the systemd unit's Environment= and its
                  --config file (config/default.toml, as the install steps copy it).
+  fresh-metrics BIN  a fresh gateway (BIN, default settings, nothing served yet) exposes in
+                 its /metrics every sse_gateway_* series the dashboard's queries and the alert
+                 rules' expressions name (as written: a histogram's _bucket, a counter's _total),
+                 so no panel shows "No data" and no rule goes unevaluated before the first
+                 request, resumption or close (issue 34: labelled families start at zero).
   render-kustomize D  `kubectl kustomize` of every kustomization in deploy/kubernetes, and
                  of sidecar + the redis component, into D/<name>.yaml.
   render-nginx D writes deploy/nginx/*.conf into D with host paths (pid, logs, temp dirs)
@@ -542,6 +547,99 @@ def check_daemon_config(binary: str) -> int:
     return finish()
 
 
+# ---------------------------------------------------------------------------- fresh metrics
+SERIES_RE = re.compile(r"\b(sse_gateway_[a-z0-9_]+)\b")
+
+
+def deployed_series() -> dict:
+    """series name -> where it is queried, for every sse_gateway_* name in the dashboard's
+    expressions (panels, nested rows, query variables) and the rules' `expr`s; names the
+    rules record themselves are left out (Prometheus makes those, not the gateway)."""
+    import json
+
+    exprs = []
+    dash = json.loads((DEPLOY / "grafana/dashboard.json").read_text())
+
+    def walk(panels):
+        for p in panels:
+            for t in p.get("targets", []):
+                exprs.append((f"dashboard panel {p['id']} '{p['title']}'", t.get("expr", "")))
+            walk(p.get("panels", []))
+
+    walk(dash.get("panels", []))
+    for v in dash.get("templating", {}).get("list", []):
+        q = v.get("query")
+        exprs.append((f"dashboard variable ${v.get('name')}", q.get("query", "") if isinstance(q, dict) else str(q or "")))
+    rules = yaml.safe_load((DEPLOY / "prometheus/rules/sse-gateway.rules.yml").read_text())
+    recorded = {r["record"] for g in rules["groups"] for r in g["rules"] if "record" in r}
+    for g in rules["groups"]:
+        for r in g["rules"]:
+            exprs.append((f"rule {r.get('alert') or r.get('record')}", r["expr"]))
+    out: dict = {}
+    for where, expr in exprs:
+        for name in SERIES_RE.findall(expr):
+            if name not in recorded:
+                out.setdefault(name, []).append(where)
+    return out
+
+
+def check_fresh_metrics(binary: str) -> int:
+    import os
+    import socket
+    import subprocess
+    import tempfile
+    import time
+    import urllib.request
+
+    def free_port() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    binary = os.path.abspath(binary)
+    wanted = deployed_series()
+    if len(wanted) < 20:
+        fail(f"read only {len(wanted)} series from the dashboard and the rules; their format changed?")
+        return finish()
+    # Default settings (no SSE_GATEWAY__* from the caller), an upstream nobody listens on: the
+    # gateway starts without reaching it, and nothing is served before the scrape.
+    admin = f"127.0.0.1:{free_port()}"
+    argv = [binary, "--upstream", f"http://127.0.0.1:{free_port()}", "--listen", f"127.0.0.1:{free_port()}", "--admin-listen", admin]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SSE_GATEWAY__")}
+    text = None
+    with tempfile.TemporaryFile() as log:
+        p = subprocess.Popen(argv, env=env, cwd=tempfile.gettempdir(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            end = time.monotonic() + 20
+            while text is None and time.monotonic() < end and p.poll() is None:
+                try:
+                    with urllib.request.urlopen(f"http://{admin}/metrics", timeout=2) as r:
+                        text = r.read().decode()
+                except OSError:
+                    time.sleep(0.1)
+        finally:
+            # Stopped by its own PID, pass or fail.
+            if p.poll() is None:
+                p.terminate()
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+            log.seek(0)
+            output = log.read().decode(errors="replace")
+    if text is None:
+        fail(f"{' '.join(argv)}: no /metrics within 20 s (exit {p.returncode}):\n{output[-2000:]}")
+        return finish()
+    exposed = {re.split(r"[{ ]", line, maxsplit=1)[0] for line in text.splitlines() if line and not line.startswith("#")}
+    missing = sorted(set(wanted) - exposed)
+    for name in missing:
+        fail(f"{name} (queried by {', '.join(sorted(set(wanted[name])))}) is not in a fresh gateway's /metrics")
+    if not missing:
+        ok(f"all {len(wanted)} series the dashboard and the rules query are in a fresh gateway's /metrics ({len(exposed)} series exposed)")
+    return finish()
+
+
 # ---------------------------------------------------------------------------- resumable streams
 # The contract of issue 15. NOTE: the resume metrics and the resume.* keys are not in src/
 # yet (the implementation lands on its own branch), so their names, labels and label values
@@ -998,6 +1096,8 @@ def main() -> int:
         return check_lb()
     if cmd == "daemon-config" and len(sys.argv) == 3:
         return check_daemon_config(sys.argv[2])
+    if cmd == "fresh-metrics" and len(sys.argv) == 3:
+        return check_fresh_metrics(sys.argv[2])
     if cmd == "resume":
         return check_resume()
     if cmd == "compose":
