@@ -128,6 +128,10 @@ const VARIANTS_AI = {
   data: [...base, { type: 'text-end', id: 'tv' }, { type: 'data-x', data: 1 }, { type: 'data-x', data: 2 }, { type: 'data-t', data: 't', transient: true }, { type: 'data-y', id: 'y', data: 'old', providerMetadata: gw('root') }, { type: 'data-y', id: 'y', data: 'new' }, { type: 'finish-step' }, { type: 'finish' }],
   // A backend-run tool (not providerExecuted) alone in the last step, finish stop: the re-post loop.
   'backend-tool-one-step': [{ type: 'start', messageId: 'msg-v' }, { type: 'start-step' }, { type: 'tool-input-available', toolCallId: 'b1', toolName: 'search', input: {}, dynamic: true }, { type: 'tool-output-available', toolCallId: 'b1', output: 1, dynamic: true }, { type: 'text-start', id: 'tv' }, { type: 'text-delta', id: 'tv', delta: 'done' }, { type: 'text-end', id: 'tv' }, { type: 'finish-step' }, { type: 'finish', finishReason: 'stop' }],
+  // The same, with an empty step before finish: the last step then holds no tool part.
+  'backend-tool-trailing-step': [{ type: 'start', messageId: 'msg-v' }, { type: 'start-step' }, { type: 'tool-input-available', toolCallId: 'b1', toolName: 'search', input: {}, dynamic: true }, { type: 'tool-output-available', toolCallId: 'b1', output: 1, dynamic: true }, { type: 'finish-step' }, { type: 'start-step' }, { type: 'finish', finishReason: 'stop' }],
+  // ... and with messageMetadata on that finish (which writes the message, trailing step included).
+  'backend-tool-trailing-step-meta': [{ type: 'start', messageId: 'msg-v' }, { type: 'start-step' }, { type: 'tool-input-available', toolCallId: 'b1', toolName: 'search', input: {}, dynamic: true }, { type: 'tool-output-available', toolCallId: 'b1', output: 1, dynamic: true }, { type: 'finish-step' }, { type: 'start-step' }, { type: 'finish', finishReason: 'stop', messageMetadata: { agent: 'root' } }],
   // A field that is not in the schema's shape (strictness check), and a wrongly typed documented field.
   'extra-field': [...base, { type: 'text-end', id: 'tv', gatewayExtra: 1 }, { type: 'finish-step' }, { type: 'finish' }],
   'bad-field-type': [...base, { type: 'text-end', id: 'tv' }, { type: 'source-url', sourceId: 's', url: 'u', title: 5 }, { type: 'finish' }],
@@ -136,7 +140,11 @@ const VARIANTS_AI = {
 async function aiChat(req, res, body, variant) {
   const origin = req.headers.origin;
   let chunks;
-  if (variant) {
+  const lastRole = body?.messages?.[body.messages.length - 1]?.role;
+  if (variant === 'new-id-continuation' || variant === 'no-id-continuation') {
+    // A frontend tool call, then a continuation whose `start` names another message id, or none.
+    chunks = lastRole === 'assistant' ? aiContinuation(variant === 'no-id-continuation' ? undefined : 'other-id', 'x') : aiFirstTurn(1);
+  } else if (variant) {
     chunks = VARIANTS_AI[variant];
     if (!chunks) return answer(res, 404, { error: `no variant ${variant}` }, origin);
   } else {
