@@ -116,7 +116,11 @@ async fn proxy(
         // Another path than the gateway's goes on as any other request (its Upgrade header is not forwarded).
         match socket::upgrade::accept(&mut req, &s.shared, &s.open, &shared.cors, &s.allow_origins).await {
             Some(Ok(resp)) => return resp,
-            Some(Err(why)) => return gateway_error(metrics, why.status, why.code, why.message),
+            Some(Err(why)) => {
+                let mut resp = gateway_error(metrics, why.status, why.code, why.message);
+                resp.headers_mut().extend(why.headers());
+                return resp;
+            }
             None => {}
         }
     }

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use http::header::{self, HeaderValue};
-use http::{HeaderMap, Method, Request, Response, StatusCode};
+use http::{HeaderMap, Method, Request, Response, StatusCode, Version};
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 
 use crate::cors::Cors;
@@ -25,6 +25,17 @@ pub struct Refusal {
     pub status: StatusCode,
     pub code: &'static str,
     pub message: &'static str,
+    /// Answered with `Sec-WebSocket-Version: 13`: the version the gateway speaks (RFC 6455 §4.2.2).
+    pub tell_version: bool,
+}
+
+impl Refusal {
+    /// The headers the refusal's answer carries besides the JSON error.
+    pub fn headers(&self) -> impl Iterator<Item = (header::HeaderName, HeaderValue)> {
+        self.tell_version
+            .then(|| (header::SEC_WEBSOCKET_VERSION, HeaderValue::from_static("13")))
+            .into_iter()
+    }
 }
 
 /// Sockets reserved or open, against `websocket.max_sockets`.
@@ -133,17 +144,40 @@ async fn answer(
     let metrics = &shared.metrics;
     let refuse = |why: Refused, status, code, message| {
         metrics.refuse(why);
-        Refusal { status, code, message }
+        Refusal {
+            status,
+            code,
+            message,
+            tell_version: false,
+        }
     };
-    let h = req.headers();
-    let key = h.get(header::SEC_WEBSOCKET_KEY).filter(|k| k.len() == 24).cloned();
-    let version_ok = h.get(header::SEC_WEBSOCKET_VERSION).is_some_and(|v| v == "13");
-    let (Some(key), true) = (key, version_ok) else {
+    // RFC 6455 §4.1: an HTTP/1.1 (or later) GET; HTTP/1.0 has no Upgrade, and HTTP/2 upgrades otherwise (RFC 8441).
+    if req.version() != Version::HTTP_11 {
         return Err(refuse(
             Refused::Handshake,
             StatusCode::BAD_REQUEST,
             "bad_websocket_handshake",
-            "a WebSocket handshake needs Sec-WebSocket-Key and Sec-WebSocket-Version: 13",
+            "a WebSocket handshake is an HTTP/1.1 request",
+        ));
+    }
+    let h = req.headers();
+    if h.get(header::SEC_WEBSOCKET_VERSION).is_none_or(|v| v != "13") {
+        return Err(Refusal {
+            tell_version: true,
+            ..refuse(
+                Refused::Handshake,
+                StatusCode::BAD_REQUEST,
+                "bad_websocket_handshake",
+                "the gateway speaks WebSocket version 13 (Sec-WebSocket-Version: 13)",
+            )
+        });
+    }
+    let Some(key) = h.get(header::SEC_WEBSOCKET_KEY).filter(|k| k.len() == 24).cloned() else {
+        return Err(refuse(
+            Refused::Handshake,
+            StatusCode::BAD_REQUEST,
+            "bad_websocket_handshake",
+            "a WebSocket handshake needs a Sec-WebSocket-Key",
         ));
     };
     let offers = h
