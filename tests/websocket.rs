@@ -3,7 +3,10 @@
 //! then 1000; resume after a cut; cancel from the socket (4002, the upstream closed); `Origin` refused before the
 //! upgrade and an allowed one let through; the `sse-gateway.auth` credential message (and its deadline, 1008); a
 //! handshake that never ends, dropped by the header timeout; oversized (1009), binary and malformed (1003) client
-//! messages; a slow reader batched, and one that reads nothing closed as behind while the gateway stays healthy;
+//! messages; RFC 6455 with hand-written frames (the close handshake both ways, 1002 for broken framing and invalid
+//! close codes, 1007 for invalid UTF-8, version and HTTP/1.0 handshakes refused, a ping before the auth message);
+//! a slow reader batched, one that reads nothing closed as behind (and told so) while the gateway stays healthy,
+//! one that floods pings and reads nothing closed with the gateway's memory bounded (the binary, for its RSS);
 //! two thousand idle sockets all served; the session socket; two instances on one real `redis-server`.
 //!
 //! The third-party clients (npm `ws`, PyPI `websockets`, Chromium) are in tests/websocket_clients.rs.
@@ -12,12 +15,12 @@ mod harness;
 
 use std::time::{Duration, Instant};
 
-use futures_util::SinkExt;
+use futures_util::{SinkExt, StreamExt};
 use harness::prelude::*;
 use harness::redis_server::RedisServer;
 use harness::ws::{
-    connect, connect_with, describe, id_gaps, read_to_close, read_until, run_answer, send_text, socket_events,
-    sse_events, start_run, token_of, Got,
+    client_close, client_frame, connect, connect_with, describe, id_gaps, raw_read, raw_socket, read_to_close,
+    read_until, run_answer, send_text, socket_events, sse_events, start_run, token_of, Got, RawEnd,
 };
 use sse_gateway::config::{Settings, StoreKind};
 use tokio::io::AsyncWriteExt;
@@ -299,6 +302,180 @@ async fn oversized_binary_and_malformed_client_messages_close_1009_and_1003() {
     gw.stop().await;
 }
 
+// ---- the protocol (RFC 6455), with hand-written frames ----
+
+/// A raw socket on a run that never ends (`/hold`) of `gw`.
+async fn raw_on_hold(gw: &TestGateway) -> (Client, tokio::net::TcpStream) {
+    let (sse, url) = start_run(gw.addr, "/hold", &[]).await;
+    let tcp = raw_socket(gw.addr, &url, &[], None).await.expect("a socket");
+    (sse, tcp)
+}
+
+/// Sends `bytes` on a raw socket and reads what the gateway answers until it closes the connection.
+async fn answer_to(tcp: &mut tokio::net::TcpStream, bytes: &[u8]) -> RawEnd {
+    tcp.write_all(bytes).await.expect("write");
+    raw_read(tcp, WAIT, |_| false).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_close_frame_gets_a_close_frame_back_and_an_invalid_code_gets_1002() {
+    let (_up, gw) = setup(|_| {}).await;
+    let cases: [(&str, Vec<u8>, u16); 5] = [
+        ("a normal close", client_close(1000), 1000),
+        ("going away", client_close(1001), 1001),
+        ("1005, which is never sent", client_close(1005), 1002),
+        ("999, below the codes", client_close(999), 1002),
+        ("a one-byte close payload", client_frame(0x88, &[3], true), 1002),
+    ];
+    for (what, frame, want) in cases {
+        let (_sse, mut tcp) = raw_on_hold(&gw).await;
+        let end = answer_to(&mut tcp, &frame).await;
+        assert_eq!(
+            (end.close, end.ended, end.timed_out),
+            (Some(want), true, false),
+            "{what}: {end:?}"
+        );
+    }
+    // A library client sees a clean close: its close answered before the TCP close.
+    let (_sse, url) = start_run(gw.addr, "/hold", &[]).await;
+    let mut ws = connect(gw.addr, &url, &[]).await;
+    ws.close(None).await.expect("close sent");
+    let got = read_to_close(&mut ws, WAIT).await;
+    assert_eq!(
+        (got.close, got.dropped.as_deref()),
+        (Some(1005), Some("EOF")),
+        "{}",
+        got.ending()
+    );
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protocol_errors_close_1002_and_invalid_utf8_closes_1007() {
+    let (_up, gw) = setup(|_| {}).await;
+    let ping = |n: usize| vec![b'p'; n];
+    let cases: [(&str, Vec<u8>, u16); 10] = [
+        (
+            "an unmasked frame",
+            client_frame(0x81, br#"{"type":"ping"}"#, false),
+            1002,
+        ),
+        (
+            "a reserved bit",
+            client_frame(0x81 | 0x40, br#"{"type":"ping"}"#, true),
+            1002,
+        ),
+        ("a reserved data opcode", client_frame(0x83, b"x", true), 1002),
+        ("a reserved control opcode", client_frame(0x8B, b"x", true), 1002),
+        ("a ping over 125 bytes", client_frame(0x89, &ping(126), true), 1002),
+        ("a fragmented ping", client_frame(0x09, &ping(4), true), 1002),
+        (
+            "a continuation with nothing to continue",
+            client_frame(0x80, b"x", true),
+            1002,
+        ),
+        (
+            "a new message inside a fragmented one",
+            {
+                let mut f = client_frame(0x01, b"{\"type\"", true);
+                f.extend(client_frame(0x81, b"x", true));
+                f
+            },
+            1002,
+        ),
+        (
+            "invalid UTF-8 in a text frame",
+            client_frame(0x81, b"{\"type\":\"\xff\xfe\"}", true),
+            1007,
+        ),
+        (
+            "invalid UTF-8 across fragments",
+            {
+                let mut f = client_frame(0x01, b"{\"a\":\"\xe2\x82", true);
+                f.extend(client_frame(0x80, b"\x28\"}", true));
+                f
+            },
+            1007,
+        ),
+    ];
+    for (what, frame, want) in cases {
+        let (_sse, mut tcp) = raw_on_hold(&gw).await;
+        let end = answer_to(&mut tcp, &frame).await;
+        assert_eq!((end.close, end.timed_out), (Some(want), false), "{what}: {end:?}");
+    }
+    let m = gw.metrics().await;
+    assert_eq!(
+        metric(&m, "sse_gateway_websocket_closes_total", &["code=\"1002\""]),
+        8.0
+    );
+    assert_eq!(
+        metric(&m, "sse_gateway_websocket_closes_total", &["code=\"1007\""]),
+        2.0
+    );
+    assert_eq!(
+        metric(&m, "sse_gateway_websocket_closes_total", &["code=\"1008\""]),
+        0.0
+    );
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_version_is_told_version_13_and_an_http_1_0_upgrade_is_refused() {
+    let (_up, gw) = setup(|_| {}).await;
+    let (_sse, url) = start_run(gw.addr, "/hold", &[]).await;
+    let answer = raw_socket(gw.addr, &url, &["Sec-WebSocket-Version: 8"], None)
+        .await
+        .expect_err("version 8 was upgraded");
+    let head = answer.to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 400"), "{answer}");
+    assert!(head.contains("\r\nsec-websocket-version: 13\r\n"), "{answer}");
+
+    // HTTP/1.0 has no Upgrade (RFC 6455 §4.1 asks for HTTP/1.1 or later).
+    let req = format!(
+        "GET {url} HTTP/1.0\r\nHost: gw\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    );
+    let mut s = raw(gw.addr, req.as_bytes()).await;
+    let got = tokio::time::timeout(WAIT, read_to_eof(&mut s)).await;
+    let Ok(Some(bytes)) = got else {
+        panic!("no answer to an HTTP/1.0 upgrade")
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    assert!(
+        text.starts_with("HTTP/1.1 400") || text.starts_with("HTTP/1.0 400"),
+        "{text}"
+    );
+    assert_eq!(metric_of(&gw, "sse_gateway_websocket_sockets", &[]).await, 0.0);
+    gw.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_protocol_ping_before_the_auth_message_is_answered_and_not_taken_for_it() {
+    const AUTH: &str = "Bearer user-1";
+    let (_up, gw) = setup(|_| {}).await;
+    let (mut sse, url) = start_run(gw.addr, "/run/10", &[("Authorization", AUTH)]).await;
+    let offer = [("Sec-WebSocket-Protocol", "sse-gateway.v1, sse-gateway.auth")];
+    let mut ws = connect(gw.addr, &url, &offer).await;
+    ws.send(Message::Ping(b"are you there".to_vec().into()))
+        .await
+        .expect("ping");
+    let pong = tokio::time::timeout(WAIT, async {
+        loop {
+            match ws.next().await {
+                Some(Ok(Message::Pong(p))) => return Ok(p),
+                Some(Ok(_)) => {}
+                other => return Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await
+    .expect("a pong in time");
+    assert_eq!(pong.as_deref(), Ok(&b"are you there"[..]));
+    send_text(&mut ws, &format!(r#"{{"type":"auth","authorization":"{AUTH}"}}"#)).await;
+    assert_whole_stream(&mut ws, &mut sse, &url, "the socket that pinged before its credential").await;
+    gw.stop().await;
+}
+
 // ---- backpressure ----
 
 /// Deltas of the slow readers' run: about 8 MB, more than the kernel's socket buffers hold (tcp_wmem's 4 MiB
@@ -362,11 +539,12 @@ async fn a_reader_that_stops_reading_is_closed_past_max_queued_bytes_and_the_gat
     .await;
     assert_eq!(closed, 1.0, "the socket that reads nothing was not closed as behind");
     assert_metric(&gw, "websocket_limited_total", &["limit=\"queue_full\""], 1.0).await;
-    // What the client finds once it reads: part of the stream, then 4003 or nothing (the close could not be
-    // written), never the normal end.
+    // What the client finds once it reads, even a while after the gateway gave up on it: part of the stream, then
+    // 4003 (the close frame waits behind what the socket could not take, past the queue's bound).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     let got = read_to_close(&mut stuck, WAIT).await;
     assert!(!got.timed_out, "{}", got.ending());
-    assert!(got.close.is_none_or(|c| c == 4003), "{}", got.ending());
+    assert_eq!(got.close, Some(4003), "{}", got.ending());
     assert!(got.events().len() < BIG, "{}", got.ending());
     assert_eq!(id_gaps(&got.ids(), token_of(&url), 1), None);
 
@@ -383,6 +561,72 @@ async fn a_reader_that_stops_reading_is_closed_past_max_queued_bytes_and_the_gat
         0.0
     );
     gw.stop().await;
+}
+
+/// Pings of 125 bytes (the most a control frame carries), masked as a client sends them, `n` in a row.
+fn pings(n: usize) -> Vec<u8> {
+    client_frame(0x89, &[b'p'; 125], true).repeat(n)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_floods_pings_and_reads_nothing_is_closed_4003_and_the_gateway_stays_small() {
+    // The gateway as its own process, so that its resident memory is its own.
+    const FLOOD: usize = 64 << 20;
+    const MAX_QUEUED: usize = 256 << 10;
+    let up = upstream().await;
+    let gw = Process::against(
+        &up.url(),
+        &[("SSE_GATEWAY__WEBSOCKET__MAX_QUEUED_BYTES", &MAX_QUEUED.to_string())],
+    );
+    let (_sse, url) = start_run(gw.addr, "/hold", &[]).await;
+    // A receive window of 4 KiB that the client never reads: the pongs owed to it stay with the gateway.
+    let mut tcp = raw_socket(gw.addr, &url, &[], Some(4096)).await.expect("a socket");
+    let before = gw.rss_kib();
+    let rss = RssSampler::start(gw.pid(), Duration::from_millis(5));
+    let chunk = pings(8192);
+    let mut sent = 0;
+    let mut stopped = None;
+    while sent < FLOOD {
+        match tokio::time::timeout(WAIT, tcp.write_all(&chunk)).await {
+            Ok(Ok(())) => sent += chunk.len(),
+            Ok(Err(e)) => {
+                stopped = Some(e.to_string());
+                break;
+            }
+            Err(_) => {
+                stopped = Some(format!("a write blocked for {WAIT:?}"));
+                break;
+            }
+        }
+    }
+    let closes = ("sse_gateway_websocket_closes_total", ["code=\"4003\""]);
+    let deadline = Instant::now() + WAIT;
+    while gw.metric(closes.0, &closes.1).await < 1.0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let peak = rss.stop();
+    let grew_mib = peak.saturating_sub(before) as f64 / 1024.0;
+    eprintln!(
+        "{} MiB of pings sent ({stopped:?}); the gateway grew {grew_mib:.1} MiB",
+        sent >> 20
+    );
+    assert_eq!(
+        gw.metric(closes.0, &closes.1).await,
+        1.0,
+        "the flooding socket was not closed as behind\n{}",
+        gw.log_tail()
+    );
+    assert_eq!(
+        gw.metric("sse_gateway_websocket_limited_total", &["limit=\"queue_full\""])
+            .await,
+        1.0
+    );
+    // Without the bound, the pongs owed grow the gateway about one byte per byte sent (64 MiB here).
+    assert!(
+        grew_mib < 16.0,
+        "the gateway grew {grew_mib:.1} MiB under {} MiB of pings",
+        sent >> 20
+    );
 }
 
 // ---- many sockets ----

@@ -359,3 +359,163 @@ pub fn id_gaps(ids: &[String], token: &str, from: u64) -> Option<String> {
 pub fn token_of(url: &str) -> &str {
     url.rsplit('/').next().unwrap_or("")
 }
+
+// ---- raw sockets: hand-written frames, for clients that break the protocol ----
+
+/// A client's handshake on `path`, written by hand with `extra` header lines (`"Name: value"`); returns the
+/// connection once the `101` head is read, or the whole answer when it is not a `101`.
+pub async fn raw_socket(
+    addr: SocketAddr,
+    path: &str,
+    extra: &[&str],
+    rcvbuf: Option<u32>,
+) -> Result<TcpStream, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let socket = tokio::net::TcpSocket::new_v4().map_err(|e| e.to_string())?;
+    if let Some(n) = rcvbuf {
+        socket.set_recv_buffer_size(n).map_err(|e| e.to_string())?;
+    }
+    let mut tcp = socket.connect(addr).await.map_err(|e| e.to_string())?;
+    let mut req = format!(
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+    );
+    if !extra
+        .iter()
+        .any(|h| h.to_ascii_lowercase().starts_with("sec-websocket-version:"))
+    {
+        req.push_str("Sec-WebSocket-Version: 13\r\n");
+    }
+    for h in extra {
+        req.push_str(h);
+        req.push_str("\r\n");
+    }
+    req.push_str("\r\n");
+    tcp.write_all(req.as_bytes()).await.map_err(|e| e.to_string())?;
+    // The head, one byte at a time: what follows it is the socket's.
+    let mut head = Vec::new();
+    let read = async {
+        while !head.ends_with(b"\r\n\r\n") {
+            let mut b = [0u8; 1];
+            if tcp.read(&mut b).await.map_err(|e| e.to_string())? == 0 {
+                break;
+            }
+            head.push(b[0]);
+        }
+        Ok::<_, String>(())
+    };
+    tokio::time::timeout(super::PATIENCE, read)
+        .await
+        .map_err(|_| "no handshake answer".to_owned())??;
+    if head.starts_with(b"HTTP/1.1 101") {
+        Ok(tcp)
+    } else {
+        let mut rest = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(2), tcp.read_to_end(&mut rest)).await;
+        head.extend_from_slice(&rest);
+        Err(String::from_utf8_lossy(&head).into_owned())
+    }
+}
+
+/// One frame as a client writes it: `first` is the first byte (FIN, RSV bits, opcode), the payload masked unless
+/// `masked` is false.
+pub fn client_frame(first: u8, payload: &[u8], masked: bool) -> Vec<u8> {
+    let mask = [0x37u8, 0xfa, 0x21, 0x3d];
+    let bit = if masked { 0x80 } else { 0 };
+    let mut f = vec![first];
+    match payload.len() {
+        n @ 0..=125 => f.push(bit | n as u8),
+        n @ 126..=0xffff => {
+            f.push(bit | 126);
+            f.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            f.push(bit | 127);
+            f.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    if masked {
+        f.extend_from_slice(&mask);
+        f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    } else {
+        f.extend_from_slice(payload);
+    }
+    f
+}
+
+/// A client's close frame with `code` (and a short reason).
+pub fn client_close(code: u16) -> Vec<u8> {
+    let mut p = code.to_be_bytes().to_vec();
+    p.extend_from_slice(b"bye");
+    client_frame(0x88, &p, true)
+}
+
+/// What the server sent on a raw socket until it closed the connection.
+#[derive(Debug, Default)]
+pub struct RawEnd {
+    /// The opcodes of the frames before the close frame (or the connection's end).
+    pub opcodes: Vec<u8>,
+    /// The payloads of its pongs.
+    pub pongs: Vec<Vec<u8>>,
+    /// The close frame's code (1005 when it carried none).
+    pub close: Option<u16>,
+    /// The connection ended after the close frame (EOF, or a reset).
+    pub ended: bool,
+    pub timed_out: bool,
+}
+
+/// Reads the server's frames on a raw socket until a close frame and the connection's end (at most `within`),
+/// stopping early once `stop` says so of what came.
+pub async fn raw_read(tcp: &mut TcpStream, within: Duration, mut stop: impl FnMut(&RawEnd) -> bool) -> RawEnd {
+    use tokio::io::AsyncReadExt;
+    let mut end = RawEnd::default();
+    let mut buf: Vec<u8> = Vec::new();
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        // Every whole frame in `buf` (the server's frames are not masked).
+        while buf.len() >= 2 {
+            let (len, at) = match buf[1] & 0x7f {
+                126 if buf.len() >= 4 => (usize::from(u16::from_be_bytes([buf[2], buf[3]])), 4),
+                127 if buf.len() >= 10 => (
+                    usize::try_from(u64::from_be_bytes(buf[2..10].try_into().expect("8 bytes"))).expect("a length"),
+                    10,
+                ),
+                126 | 127 => break,
+                n => (usize::from(n), 2),
+            };
+            if buf.len() < at + len {
+                break;
+            }
+            let opcode = buf[0] & 0x0f;
+            let payload = buf[at..at + len].to_vec();
+            buf.drain(..at + len);
+            match opcode {
+                0x8 => {
+                    end.close = Some(if payload.len() >= 2 {
+                        u16::from_be_bytes([payload[0], payload[1]])
+                    } else {
+                        1005
+                    })
+                }
+                0xA => end.pongs.push(payload),
+                _ => {}
+            }
+            end.opcodes.push(opcode);
+        }
+        if stop(&end) {
+            return end;
+        }
+        let mut chunk = [0u8; 64 << 10];
+        match tokio::time::timeout_at(deadline, tcp.read(&mut chunk)).await {
+            Err(_) => {
+                end.timed_out = true;
+                return end;
+            }
+            Ok(Ok(0)) | Ok(Err(_)) => {
+                end.ended = true;
+                return end;
+            }
+            Ok(Ok(n)) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}

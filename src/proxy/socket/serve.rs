@@ -16,6 +16,7 @@ use http_body::Body;
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
 use tokio::sync::watch;
+use tokio_tungstenite::tungstenite::error::ProtocolError;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
@@ -28,6 +29,11 @@ use crate::resume::id::Token;
 use crate::resume::metrics::Resumption;
 use crate::resume::sessions::{SessionError, SessionLimits};
 use crate::resume::{Opened, Refusal, Resumer};
+
+/// How long a closing socket is given to take its close frame and answer it: past this (or
+/// `websocket.write_timeout_secs`, if shorter) the connection is dropped. A socket that fell behind has this long
+/// to read what came before its 4003.
+const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
 /// A socket's bounds (`websocket.*`, docs/WEBSOCKET.md).
 #[derive(Debug, Clone)]
@@ -71,7 +77,15 @@ pub enum Binding {
 pub enum Closing {
     Normal,
     GoingAway,
+    /// The client broke RFC 6455's framing: unmasked, reserved bits or opcodes, a control frame over 125 bytes or
+    /// fragmented, a stray continuation, an invalid close frame.
+    Protocol,
     Unsupported,
+    /// The connection ended without a close frame (the client went, or reset it): nothing is written, the code
+    /// (RFC 6455's "abnormal closure", never sent) only counts it.
+    Gone,
+    /// A text message that is not UTF-8.
+    InvalidData,
     Policy,
     TooBig,
     Error,
@@ -86,10 +100,13 @@ pub enum Closing {
 impl Closing {
     /// Every close, in declaration order: `websocket_closes_total` starts each code's series at zero
     /// (`metrics::tests::every_close_code_is_exposed_from_the_start` lists them exhaustively).
-    pub const ALL: [Closing; 12] = [
+    pub const ALL: [Closing; 15] = [
         Closing::Normal,
         Closing::GoingAway,
+        Closing::Protocol,
         Closing::Unsupported,
+        Closing::Gone,
+        Closing::InvalidData,
         Closing::Policy,
         Closing::TooBig,
         Closing::Error,
@@ -114,6 +131,18 @@ impl Closing {
         }
     }
 
+    /// How a socket whose read failed closes.
+    fn of_error(e: &WsError) -> Closing {
+        match e {
+            WsError::Capacity(_) => Closing::TooBig,
+            WsError::Utf8(_) => Closing::InvalidData,
+            WsError::Protocol(ProtocolError::ResetWithoutClosingHandshake) => Closing::Gone,
+            WsError::Protocol(_) => Closing::Protocol,
+            WsError::ConnectionClosed | WsError::AlreadyClosed | WsError::Io(_) => Closing::Gone,
+            _ => Closing::Error,
+        }
+    }
+
     fn of_outcome(o: Outcome) -> Closing {
         match o {
             Outcome::Cancelled => Closing::Cancelled,
@@ -131,7 +160,10 @@ impl Closing {
         match self {
             Closing::Normal => (1000, "the stream ended"),
             Closing::GoingAway => (1001, "the gateway is draining"),
+            Closing::Protocol => (1002, "protocol error"),
             Closing::Unsupported => (1003, "unsupported message"),
+            Closing::Gone => (1006, "closed without a close frame"),
+            Closing::InvalidData => (1007, "invalid UTF-8"),
             Closing::Policy => (1008, "policy"),
             Closing::TooBig => (1009, "message too big"),
             Closing::Error => (1011, "error"),
@@ -230,10 +262,11 @@ pub async fn serve(
         pending_since: None,
         awaiting_pong: None,
         last_heard: Instant::now(),
+        peer_closed: false,
     };
     let closing = socket.run(target, binding, &mut drain).await;
     shared.metrics.closed(closing.code());
-    socket.close(closing).await;
+    socket.close(closing, limits.write_timeout.min(CLOSE_GRACE)).await;
 }
 
 type Ws = WebSocketStream<TokioIo<Upgraded>>;
@@ -256,6 +289,8 @@ struct Socket {
     /// A ping went out then and no frame came back since.
     awaiting_pong: Option<Instant>,
     last_heard: Instant,
+    /// The client sent its close frame: tungstenite queued the answer.
+    peer_closed: bool,
 }
 
 /// What a client's frame asks.
@@ -417,15 +452,30 @@ impl Socket {
 
     /// Waits for the credential message of a stream bound to `Authorization` and makes the binding with it.
     async fn auth(&mut self, mut headers: HeaderMap, timeout: Duration) -> Result<[u8; 32], Closing> {
-        let first = tokio::time::timeout(timeout, self.rx.next()).await;
-        let text = match first {
-            Ok(Some(Ok(Message::Text(t)))) => t,
-            Ok(Some(Err(WsError::Capacity(_)))) => return Err(Closing::TooBig),
-            Err(_) => {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let text = loop {
+            let Ok(heard) = tokio::time::timeout_at(deadline, self.rx.next()).await else {
                 self.shared.metrics.auth_timeouts.inc();
                 return Err(Closing::Policy);
+            };
+            match heard {
+                Some(Ok(Message::Text(t))) => break t,
+                // A protocol ping is not the first message: its pong (queued by tungstenite) is written now, within
+                // the same deadline, so a client that pings and reads nothing gains neither time nor memory.
+                Some(Ok(Message::Ping(_))) => match tokio::time::timeout_at(deadline, self.tx.flush()).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(_)) => return Err(Closing::Gone),
+                    Err(_) => {
+                        self.shared.metrics.auth_timeouts.inc();
+                        return Err(Closing::Policy);
+                    }
+                },
+                Some(Ok(Message::Pong(_))) => {}
+                Some(Ok(Message::Close(frame))) => return Err(self.peer_closed(frame.as_ref())),
+                Some(Ok(_)) => return Err(Closing::Policy),
+                Some(Err(e)) => return Err(self.failed(&e)),
+                None => return Err(Closing::Gone),
             }
-            _ => return Err(Closing::Policy),
         };
         let Some(FromClient::Auth(credential)) = messages::from_client(text.as_str()) else {
             return Err(Closing::Policy);
@@ -586,12 +636,9 @@ impl Socket {
         self.last_heard = Instant::now();
         self.awaiting_pong = None;
         let msg = match heard {
-            None => return Heard::Close(Closing::Normal),
-            Some(Err(WsError::Capacity(_))) => {
-                self.shared.metrics.too_big.inc();
-                return Heard::Close(Closing::TooBig);
-            }
-            Some(Err(_)) => return Heard::Close(Closing::Policy),
+            // The connection ended (a close frame comes first as a message).
+            None => return Heard::Close(Closing::Gone),
+            Some(Err(e)) => return Heard::Close(self.failed(&e)),
             Some(Ok(m)) => m,
         };
         self.shared.metrics.received.inc();
@@ -607,27 +654,83 @@ impl Socket {
                 }
                 Some(FromClient::Auth(_)) | None => Heard::Close(Closing::Unsupported),
             },
-            // tungstenite answers pings itself (its pong goes out with the next flush).
-            Message::Ping(_) => {
-                if self.pending_since.is_none() {
-                    self.pending_since = Some(Instant::now());
-                }
-                Heard::Nothing
-            }
+            Message::Ping(data) => match self.owe_pong(data.len()) {
+                Some(c) => Heard::Close(c),
+                None => Heard::Nothing,
+            },
             // A pong only says the client is there (`last_heard`, above); nothing to write.
             Message::Pong(_) => Heard::Nothing,
-            Message::Close(_) => Heard::Close(Closing::Normal),
+            Message::Close(frame) => Heard::Close(self.peer_closed(frame.as_ref())),
             Message::Binary(_) | Message::Frame(_) => Heard::Close(Closing::Unsupported),
         }
     }
 
-    /// Sends the close frame, giving a client that reads nothing one second.
-    async fn close(&mut self, closing: Closing) {
-        let frame = CloseFrame {
-            code: CloseCode::from(closing.code()),
-            reason: closing.reason().into(),
+    /// How a socket whose read failed closes, counted.
+    fn failed(&self, e: &WsError) -> Closing {
+        let closing = Closing::of_error(e);
+        if closing == Closing::TooBig {
+            self.shared.metrics.too_big.inc();
+        }
+        closing
+    }
+
+    /// The client's close frame: tungstenite queued the answer (the client's code back, or 1002 for one RFC 6455
+    /// does not allow on the wire, such as 1005 or 999), which [`Socket::close`] writes.
+    fn peer_closed(&mut self, frame: Option<&CloseFrame>) -> Closing {
+        self.peer_closed = true;
+        match frame {
+            Some(f) if f.code == CloseCode::Protocol => Closing::Protocol,
+            _ => Closing::Normal,
+        }
+    }
+
+    /// Counts the pong owed for a ping with `payload` bytes. tungstenite answers pings itself, writing each pong
+    /// with the next flush, and keeps what the socket does not take: pongs count against the bound of what queues
+    /// behind a pending write, as events do, or a client that pings and never reads would grow that buffer by
+    /// about one byte for each byte it sends.
+    fn owe_pong(&mut self, payload: usize) -> Option<Closing> {
+        // A control frame's payload is at most 125 bytes: its header is two.
+        self.queued_behind += payload + 2;
+        if self.queued_behind >= self.shared.limits.max_queued_bytes {
+            self.shared.metrics.queue_full.inc();
+            return Some(Closing::Behind);
+        }
+        // The flush that writes it is awaited as any write (`websocket.write_timeout_secs`).
+        self.pending_since.get_or_insert_with(Instant::now);
+        None
+    }
+
+    /// Ends the connection with the close handshake: the socket's close frame (or the answer tungstenite queued
+    /// to the client's), then the client's answer, then the TCP close (RFC 6455 §7.1.1: a client whose TCP
+    /// connection is dropped first reports 1006). A client that takes nothing has `grace`.
+    async fn close(self, closing: Closing, grace: Duration) {
+        let peer_closed = self.peer_closed;
+        let Ok(mut ws) = self.tx.reunite(self.rx) else {
+            return;
         };
-        let _ = tokio::time::timeout(Duration::from_secs(1), self.tx.send(Message::Close(Some(frame)))).await;
+        if closing == Closing::Gone {
+            return;
+        }
+        let handshake = async {
+            if !peer_closed {
+                let frame = CloseFrame {
+                    code: CloseCode::from(closing.code()),
+                    reason: closing.reason().into(),
+                };
+                // Queued at once, behind a pending write (`send` would wait for the socket to take that first): the
+                // close frame is the one write allowed past the queue's bound, so a socket that fell behind finds
+                // its 4003 after what it had not read.
+                if ws.start_send_unpin(Message::Close(Some(frame))).is_err() {
+                    return;
+                }
+            }
+            if ws.flush().await.is_err() {
+                return;
+            }
+            // The client's close frame (whatever it sent before it is read past), then the connection's end.
+            while let Some(Ok(_)) = ws.next().await {}
+        };
+        let _ = tokio::time::timeout(grace, handshake).await;
     }
 }
 
