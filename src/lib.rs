@@ -11,11 +11,12 @@
 //! envelope/   stage: envelopes within the byte budget (header, chunker, JSON text)
 //! legacy/     stage: legacy items -> envelope pieces (tags, escapes, raw dialect, scopes)
 //! translate/  the sans-I/O facade: feed(bytes) -> SSE bytes
+//! frontend/   the frontends' protocols: held envelopes -> AI SDK / AG-UI chunks (DESIGN 5.3)
 //! config, telemetry, demo, admin, cors, resume, proxy, cli: the daemon around it (cors: the CORS answer of
 //! the gateway's own responses; resume: held streams)
 //! ```
 //!
-//! Nothing up to `translate/` uses tokio, hyper or prometheus.
+//! Nothing up to `frontend/` uses tokio, hyper or prometheus.
 #![forbid(unsafe_code)]
 
 pub mod sse;
@@ -24,6 +25,7 @@ pub mod pipeline;
 pub mod envelope;
 pub mod legacy;
 pub mod translate;
+pub mod frontend;
 
 /// Declares the enum of a metric label's values, each variant with its value: `ALL` lists the variants in
 /// declaration order (so `v as usize` indexes it) and `as_str` gives the value.

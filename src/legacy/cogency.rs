@@ -203,15 +203,7 @@ impl Cogency {
         match &*event.ty {
             "think" => self.stream(EnvelopeKind::Thinking, &content(), scopes, sink),
             "respond" | "chunk" => self.stream(EnvelopeKind::Text, &content(), scopes, sink),
-            "user" => {
-                if !std::mem::replace(&mut self.user_seen, true) {
-                    self.close(sink);
-                    let format = if opts.rewrite_format { "json" } else { "cogency" };
-                    let init = serde_json::json!({"format": format, "user_query": content()});
-                    let header = BlockHeader::new(EnvelopeKind::MetaInit, scopes.agent(), Extras::new());
-                    sink.whole(header, &pyjson::to_string(&init, PyStyle::Unicode));
-                }
-            }
+            "user" => self.user(&content(), scopes, opts, sink),
             "call" => {
                 self.close(sink);
                 self.call(&content(), scopes, sink);
@@ -250,6 +242,18 @@ impl Cogency {
         }
         self.run.content();
         Ok(StreamEnd::Cut)
+    }
+
+    /// The first `user` event: `meta_init` with its query; later ones say nothing.
+    fn user(&mut self, query: &str, scopes: &Scopes, opts: &Options, sink: &mut Sink<impl Observer>) {
+        if std::mem::replace(&mut self.user_seen, true) {
+            return;
+        }
+        self.close(sink);
+        let format = if opts.rewrite_format { "json" } else { "cogency" };
+        let init = serde_json::json!({"format": format, "user_query": query});
+        let header = BlockHeader::new(EnvelopeKind::MetaInit, scopes.agent(), Extras::new());
+        sink.whole(header, &pyjson::to_string(&init, PyStyle::Unicode));
     }
 
     /// Puts the decoding buffer back, unless one large event grew it past `fast::SCRATCH_KEEP`.

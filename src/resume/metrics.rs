@@ -3,11 +3,46 @@
 
 use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
-use super::redis::{Bound, StoreOp};
 use crate::telemetry::{counter, counters, gauge, histograms, latency_buckets, name, register};
 
 /// The `result` label's values of `resume_store_operations_total`, indexed by `!ok`.
 const RESULTS: [&str; 2] = ["ok", "error"];
+
+label_enum! {
+    /// Which bound made the owner remove events from Redis (`resume_store_evicted_bytes_total{bound}`).
+    pub enum Bound {
+        /// `buffer_bytes` of one stream.
+        Stream = "stream",
+        /// `max_total_bytes` of this instance.
+        Total = "total",
+    }
+}
+
+label_enum! {
+    /// A kind of Redis round trip (`resume_store_operations_total{op}`, `resume_store_seconds{op}`).
+    pub enum StoreOp {
+        Connect = "connect",
+        /// The owner's pipelined appends, trims and meta updates.
+        Write = "write",
+        /// A reader's first look at a stream: its meta and first event.
+        Open = "open",
+        /// A reader's catch-up reads.
+        Read = "read",
+        /// A follower's blocking `XREAD` (its time includes the block).
+        Follow = "follow",
+        /// A remote primary's cursor.
+        Report = "report",
+        /// The owner's poll of a remote primary's cursor and of a cancel.
+        RemoteState = "remote_state",
+        Cancel = "cancel",
+        /// A stream's CORS answer, read for a request elsewhere.
+        Cors = "cors",
+        /// A session's listing of its binding's streams.
+        List = "list",
+        /// The announcements' pub/sub connection and its (un)subscriptions.
+        Subscribe = "subscribe",
+    }
+}
 
 label_enum! {
     /// How a request naming one of our streams was answered (`resume_requests_total{outcome}`).

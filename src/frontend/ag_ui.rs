@@ -1,0 +1,723 @@
+//! AG-UI 1.0 (DESIGN 5.3's second table): what `@ag-ui/client`'s `HttpAgent` reads, its `verifyEvents` rules kept
+//! (`RUN_STARTED` first; nothing after `RUN_ERROR`; no `RUN_FINISHED` while a message, a tool call or a subagent is
+//! open). Message ids start with the turn's prefix, made from the run, so they are unique across the thread; a
+//! subagent is a `SUBAGENT_STARTED` lane whose blocks carry its `subagentRunId`; the gateway's extras go in
+//! `metadata` (the client strips unknown fields). No `[DONE]`: the run ends with `RUN_FINISHED` or `RUN_ERROR`.
+
+use serde::Serialize;
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+
+use super::blocks::{error_piece, Blocks, HeldError, Open, Seen};
+use super::envelope::{json_or_text, string, Envelope};
+use super::turn::{write_event, Turn};
+use crate::protocol::EnvelopeKind;
+
+/// `metadata` naming the event's agent.
+#[derive(Serialize)]
+struct AgentOf<'a> {
+    agent: &'a str,
+}
+
+/// A finished run's outcome.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Outcome<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pending_tool_call_ids: Option<&'a [String]>,
+}
+
+/// The events the gateway writes, with their documented fields only.
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "SCREAMING_SNAKE_CASE", rename_all_fields = "camelCase")]
+enum Event<'a> {
+    RunStarted {
+        thread_id: &'a str,
+        run_id: &'a str,
+    },
+    RunFinished {
+        thread_id: &'a str,
+        run_id: &'a str,
+        outcome: Outcome<'a>,
+    },
+    RunError {
+        message: &'a str,
+        code: &'a str,
+    },
+    TextMessageStart {
+        message_id: &'a str,
+        role: &'static str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        subagent_run_id: Option<&'a str>,
+        metadata: AgentOf<'a>,
+    },
+    TextMessageContent {
+        message_id: &'a str,
+        delta: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        subagent_run_id: Option<&'a str>,
+    },
+    TextMessageEnd {
+        message_id: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        subagent_run_id: Option<&'a str>,
+    },
+    ReasoningStart {
+        message_id: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        subagent_run_id: Option<&'a str>,
+        metadata: AgentOf<'a>,
+    },
+    ReasoningMessageStart {
+        message_id: &'a str,
+        role: &'static str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        subagent_run_id: Option<&'a str>,
+    },
+    ReasoningMessageContent {
+        message_id: &'a str,
+        delta: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        subagent_run_id: Option<&'a str>,
+    },
+    ReasoningMessageEnd {
+        message_id: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        subagent_run_id: Option<&'a str>,
+    },
+    ReasoningEnd {
+        message_id: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        subagent_run_id: Option<&'a str>,
+    },
+    ToolCallStart {
+        tool_call_id: &'a str,
+        tool_call_name: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        subagent_run_id: Option<&'a str>,
+        metadata: &'a Value,
+    },
+    ToolCallArgs {
+        tool_call_id: &'a str,
+        delta: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        subagent_run_id: Option<&'a str>,
+    },
+    ToolCallEnd {
+        tool_call_id: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        subagent_run_id: Option<&'a str>,
+    },
+    ToolCallResult {
+        message_id: &'a str,
+        tool_call_id: &'a str,
+        content: &'a RawValue,
+        role: &'static str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        subagent_run_id: Option<&'a str>,
+    },
+    Custom {
+        name: &'a str,
+        value: &'a RawValue,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        subagent_run_id: Option<&'a str>,
+    },
+    SubagentStarted {
+        subagent_run_id: &'a str,
+        name: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        parent_subagent_run_id: Option<&'a str>,
+        metadata: AgentOf<'a>,
+    },
+    SubagentFinished {
+        subagent_run_id: &'a str,
+    },
+    SubagentError {
+        subagent_run_id: &'a str,
+        message: &'a str,
+    },
+}
+
+/// An open subagent lane.
+#[derive(Debug)]
+struct Lane {
+    agent: String,
+    run_id: String,
+}
+
+/// One AG-UI read of one stream.
+#[derive(Debug)]
+pub struct AgUi {
+    turn: Turn,
+    blocks: Blocks,
+    /// Tool calls announced (the request's and this run's).
+    announced: Seen,
+    /// Tool results the client sent.
+    answered: Seen,
+    root: Option<String>,
+    started: bool,
+    /// `RUN_FINISHED` or `RUN_ERROR` went out.
+    ended: bool,
+    /// Open subagents, outermost first.
+    lanes: Vec<Lane>,
+    held: Option<HeldError>,
+}
+
+impl AgUi {
+    pub fn new(turn: Turn) -> Self {
+        Self {
+            blocks: Blocks::new(&turn.prefix),
+            announced: Seen::of(&turn.known_tools),
+            answered: Seen::of(&turn.known_results),
+            root: None,
+            started: false,
+            ended: false,
+            lanes: Vec::new(),
+            held: None,
+            turn,
+        }
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.ended
+    }
+
+    pub fn buffered(&self) -> usize {
+        self.blocks.buffered() + self.held.as_ref().map_or(0, |h| h.text.capacity())
+    }
+
+    pub fn event(&mut self, data: &[u8], out: &mut Vec<u8>) {
+        if self.ended {
+            return;
+        }
+        if data == b"[DONE]" {
+            self.start(out);
+            if let Some(held) = self.held.take() {
+                self.terminal(&held.agent, &held.text, out);
+                return;
+            }
+            self.finish_run(None, out);
+            return;
+        }
+        let Some(env) = Envelope::parse(data) else {
+            return;
+        };
+        self.start(out);
+        let root = self
+            .root
+            .get_or_insert_with(|| match (&self.turn.agent, env.kind) {
+                (Some(agent), k) if k != EnvelopeKind::MetaInit => agent.clone(),
+                _ => env.agent.to_string(),
+            })
+            .clone();
+        if let Some(held) = self.held.take() {
+            if env.agent == root && env.kind == EnvelopeKind::MetaFinal {
+                self.terminal(&held.agent, &held.text, out);
+                return;
+            }
+            let value = json!({"agent": held.agent, "error": &*json_or_text(&held.text)});
+            let lane = self.lane_of(&held.agent);
+            self.custom("error", &value, lane.as_deref(), out);
+        }
+        // A child's `meta_init` opens its lane once whole; any other envelope of an agent is in its lane.
+        let lane = if env.kind == EnvelopeKind::MetaInit && env.agent != root {
+            None
+        } else {
+            self.enter(&env.agent, &root, None, out)
+        };
+        let lane = lane.as_deref();
+        match env.kind {
+            EnvelopeKind::Text | EnvelopeKind::Thinking => self.streamed(&env, lane, out),
+            EnvelopeKind::ToolCall | EnvelopeKind::ServerToolCall => self.call(&env, lane, out),
+            EnvelopeKind::ToolResult | EnvelopeKind::ServerToolResult => self.result(&env, lane, out),
+            EnvelopeKind::ToolResultImage => {
+                if let Some(at) = self.blocks.find(EnvelopeKind::ToolResult, &env) {
+                    let image = (env.src.to_string(), env.media_type.to_string());
+                    self.blocks.get_mut(at).images.push(image);
+                }
+            }
+            EnvelopeKind::Citation => {
+                let mut fields = env.citation_fields();
+                fields.insert("agent".into(), Value::from(&*env.agent));
+                fields.insert("cited_text".into(), Value::from(&*env.delta));
+                self.custom("citation", &Value::Object(fields), lane, out);
+            }
+            EnvelopeKind::Error => {
+                let (held, evicted) = error_piece(&mut self.blocks, &env);
+                self.close_evicted(evicted, out);
+                self.held = held;
+            }
+            EnvelopeKind::MetaInit
+            | EnvelopeKind::MetaFinal
+            | EnvelopeKind::MetaFiles
+            | EnvelopeKind::AwaitingFrontendTools => {
+                if let Some(open) = self.whole(&env, out) {
+                    self.whole_block(open, &root, lane, out);
+                }
+            }
+        }
+    }
+
+    /// The held stream ended: a run that did not end ends with `RUN_ERROR`.
+    pub fn finish(&mut self, out: &mut Vec<u8>) {
+        if self.ended {
+            return;
+        }
+        self.start(out);
+        match self.held.take() {
+            Some(held) => self.terminal(&held.agent, &held.text, out),
+            None => {
+                let root = self.root.clone().unwrap_or_default();
+                self.terminal(&root, "the stream ended before the run finished", out);
+            }
+        }
+    }
+
+    fn start(&mut self, out: &mut Vec<u8>) {
+        if std::mem::replace(&mut self.started, true) {
+            return;
+        }
+        write_event(
+            out,
+            &Event::RunStarted {
+                thread_id: &self.turn.thread_id,
+                run_id: &self.turn.run_id,
+            },
+        );
+    }
+
+    /// The lane an agent's envelope is in: the root's (none), an open subagent's (those opened inside it finish),
+    /// or, for an agent no `meta_init` announced (the Agent SDK's subagents), a new lane inside the innermost.
+    fn enter(&mut self, agent: &str, root: &str, name: Option<&str>, out: &mut Vec<u8>) -> Option<String> {
+        if agent == root {
+            self.finish_lanes(0, out);
+            return None;
+        }
+        if let Some(at) = self.lanes.iter().position(|l| l.agent == agent) {
+            self.finish_lanes(at + 1, out);
+            return Some(self.lanes[at].run_id.clone());
+        }
+        let run_id = self.blocks.make_id("a");
+        let parent = self.lanes.last().map(|l| l.run_id.clone());
+        write_event(
+            out,
+            &Event::SubagentStarted {
+                subagent_run_id: &run_id,
+                name: name.unwrap_or(agent),
+                parent_subagent_run_id: parent.as_deref(),
+                metadata: AgentOf { agent },
+            },
+        );
+        self.lanes.push(Lane {
+            agent: agent.to_owned(),
+            run_id: run_id.clone(),
+        });
+        Some(run_id)
+    }
+
+    fn lane_of(&self, agent: &str) -> Option<String> {
+        self.lanes.iter().find(|l| l.agent == agent).map(|l| l.run_id.clone())
+    }
+
+    /// Finishes the lanes from `from` inward, innermost first, each after its open blocks.
+    fn finish_lanes(&mut self, from: usize, out: &mut Vec<u8>) {
+        while self.lanes.len() > from {
+            let Some(lane) = self.lanes.pop() else { break };
+            for open in self.blocks.take_all(Some(&lane.agent)) {
+                self.close(open, Some(&lane.run_id), out);
+            }
+            write_event(
+                out,
+                &Event::SubagentFinished {
+                    subagent_run_id: &lane.run_id,
+                },
+            );
+        }
+    }
+
+    /// Closes every open block and lane (before the run ends).
+    fn close_all(&mut self, out: &mut Vec<u8>) {
+        self.finish_lanes(0, out);
+        for open in self.blocks.take_all(None) {
+            self.close(open, None, out);
+        }
+    }
+
+    fn finish_run(&mut self, pending: Option<&[String]>, out: &mut Vec<u8>) {
+        self.close_all(out);
+        write_event(
+            out,
+            &Event::RunFinished {
+                thread_id: &self.turn.thread_id,
+                run_id: &self.turn.run_id,
+                outcome: Outcome {
+                    kind: "success",
+                    pending_tool_call_ids: pending,
+                },
+            },
+        );
+        self.ended = true;
+    }
+
+    /// An error that ends the run: `SUBAGENT_ERROR` for a subagent's, then `RUN_ERROR`; nothing after.
+    fn terminal(&mut self, agent: &str, text: &str, out: &mut Vec<u8>) {
+        let code = serde_json::from_str::<Value>(text)
+            .ok()
+            .and_then(|v| {
+                v.get("type")
+                    .or_else(|| v.get("error"))
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            })
+            .unwrap_or_else(|| "error".to_owned());
+        if let Some(at) = self.lanes.iter().position(|l| l.agent == agent) {
+            self.finish_lanes(at + 1, out);
+            if let Some(lane) = self.lanes.pop() {
+                for open in self.blocks.take_all(Some(&lane.agent)) {
+                    self.close(open, Some(&lane.run_id), out);
+                }
+                write_event(
+                    out,
+                    &Event::SubagentError {
+                        subagent_run_id: &lane.run_id,
+                        message: text,
+                    },
+                );
+            }
+        }
+        self.close_all(out);
+        write_event(
+            out,
+            &Event::RunError {
+                message: text,
+                code: &code,
+            },
+        );
+        self.ended = true;
+    }
+
+    fn custom(&mut self, name: &str, value: &Value, lane: Option<&str>, out: &mut Vec<u8>) {
+        let raw = serde_json::value::to_raw_value(value).unwrap_or_else(|_| string(""));
+        write_event(
+            out,
+            &Event::Custom {
+                name,
+                value: &raw,
+                subagent_run_id: lane,
+            },
+        );
+    }
+
+    /// A `text` or `thinking` envelope: its message's start, content, end.
+    fn streamed(&mut self, env: &Envelope<'_>, lane: Option<&str>, out: &mut Vec<u8>) {
+        let thinking = env.kind == EnvelopeKind::Thinking;
+        let at = match self.blocks.find(env.kind, env) {
+            Some(at) => at,
+            None => {
+                let (at, evicted) = self.blocks.open(env.kind, env, if thinking { "r" } else { "m" });
+                self.close_evicted(evicted, out);
+                let message_id = &self.blocks.get_mut(at).out;
+                let metadata = AgentOf { agent: &env.agent };
+                if thinking {
+                    write_event(
+                        out,
+                        &Event::ReasoningStart {
+                            message_id,
+                            subagent_run_id: lane,
+                            metadata,
+                        },
+                    );
+                    write_event(
+                        out,
+                        &Event::ReasoningMessageStart {
+                            message_id,
+                            role: "reasoning",
+                            subagent_run_id: lane,
+                        },
+                    );
+                } else {
+                    write_event(
+                        out,
+                        &Event::TextMessageStart {
+                            message_id,
+                            role: "assistant",
+                            subagent_run_id: lane,
+                            metadata,
+                        },
+                    );
+                }
+                at
+            }
+        };
+        if !env.delta.is_empty() {
+            let message_id = &self.blocks.get_mut(at).out;
+            let delta = &*env.delta;
+            let event = if thinking {
+                Event::ReasoningMessageContent {
+                    message_id,
+                    delta,
+                    subagent_run_id: lane,
+                }
+            } else {
+                Event::TextMessageContent {
+                    message_id,
+                    delta,
+                    subagent_run_id: lane,
+                }
+            };
+            write_event(out, &event);
+        }
+        if env.last {
+            let open = self.blocks.take(at);
+            self.close(open, lane, out);
+        }
+    }
+
+    /// A `tool_call` or `server_tool_call` envelope: start, arguments, end.
+    fn call(&mut self, env: &Envelope<'_>, lane: Option<&str>, out: &mut Vec<u8>) {
+        let at = match self.blocks.find(env.kind, env) {
+            Some(at) => at,
+            None => {
+                let (at, evicted) = self.blocks.open(env.kind, env, "c");
+                self.close_evicted(evicted, out);
+                let quiet = self.announced.contains(&env.id);
+                self.blocks.get_mut(at).quiet = quiet;
+                if !quiet {
+                    self.announced.insert(&env.id);
+                    let server = env.kind == EnvelopeKind::ServerToolCall;
+                    let metadata = json!({"agent": &*env.agent, "providerExecuted": server});
+                    write_event(
+                        out,
+                        &Event::ToolCallStart {
+                            tool_call_id: &env.id,
+                            tool_call_name: &env.name,
+                            subagent_run_id: lane,
+                            metadata: &metadata,
+                        },
+                    );
+                }
+                at
+            }
+        };
+        let quiet = self.blocks.get_mut(at).quiet;
+        if !quiet && !env.delta.is_empty() {
+            write_event(
+                out,
+                &Event::ToolCallArgs {
+                    tool_call_id: &env.id,
+                    delta: &env.delta,
+                    subagent_run_id: lane,
+                },
+            );
+        }
+        if env.last {
+            let open = self.blocks.take(at);
+            if !open.quiet {
+                self.close(open, lane, out);
+            }
+        }
+    }
+
+    /// Announces a call the client has not seen, whole (a result or an awaited call for it came first).
+    fn ensure_call(&mut self, id: &str, name: &str, agent: &str, args: &str, lane: Option<&str>, out: &mut Vec<u8>) {
+        if self.announced.contains(id) {
+            return;
+        }
+        self.announced.insert(id);
+        let metadata = json!({ "agent": agent });
+        write_event(
+            out,
+            &Event::ToolCallStart {
+                tool_call_id: id,
+                tool_call_name: name,
+                subagent_run_id: lane,
+                metadata: &metadata,
+            },
+        );
+        write_event(
+            out,
+            &Event::ToolCallArgs {
+                tool_call_id: id,
+                delta: args,
+                subagent_run_id: lane,
+            },
+        );
+        write_event(
+            out,
+            &Event::ToolCallEnd {
+                tool_call_id: id,
+                subagent_run_id: lane,
+            },
+        );
+    }
+
+    /// A `tool_result` or `server_tool_result` envelope: kept until whole (with its images), then one
+    /// `TOOL_CALL_RESULT`; a result the client sent is not echoed.
+    fn result(&mut self, env: &Envelope<'_>, lane: Option<&str>, out: &mut Vec<u8>) {
+        let at = match self.blocks.find(env.kind, env) {
+            Some(at) => at,
+            None => {
+                let (at, evicted) = self.blocks.open(env.kind, env, "o");
+                self.close_evicted(evicted, out);
+                at
+            }
+        };
+        self.blocks.get_mut(at).push(&env.delta);
+        if !env.last {
+            return;
+        }
+        let open = self.blocks.take(at);
+        if self.answered.contains(&open.id) {
+            return;
+        }
+        self.ensure_call(&open.id, &open.name, &open.agent, "{}", lane, out);
+        let content = if open.images.is_empty() {
+            string(&open.text)
+        } else {
+            let mut parts = vec![json!({"type": "text", "text": open.text})];
+            for (src, media_type) in &open.images {
+                let source = match src.strip_prefix("data:").and_then(|s| s.split_once(";base64,")) {
+                    Some((mime, data)) => json!({"type": "data", "value": data, "mimeType": mime}),
+                    None => json!({"type": "url", "value": src, "mimeType": media_type}),
+                };
+                parts.push(json!({"type": "image", "source": source}));
+            }
+            serde_json::value::to_raw_value(&parts).unwrap_or_else(|_| string(&open.text))
+        };
+        let message_id = self.blocks.make_id("o");
+        write_event(
+            out,
+            &Event::ToolCallResult {
+                message_id: &message_id,
+                tool_call_id: &open.id,
+                content: &content,
+                role: "tool",
+                subagent_run_id: lane,
+            },
+        );
+    }
+
+    /// An envelope of a type read whole (`meta_*`, `awaiting_frontend_tools`): its block once complete.
+    fn whole(&mut self, env: &Envelope<'_>, out: &mut Vec<u8>) -> Option<Open> {
+        let at = match self.blocks.find(env.kind, env) {
+            Some(at) => at,
+            None => {
+                let (at, evicted) = self.blocks.open(env.kind, env, "w");
+                self.close_evicted(evicted, out);
+                at
+            }
+        };
+        self.blocks.get_mut(at).push(&env.delta);
+        env.last.then(|| self.blocks.take(at))
+    }
+
+    fn whole_block(&mut self, open: Open, root: &str, lane: Option<&str>, out: &mut Vec<u8>) {
+        let value = json_or_text(&open.text);
+        let is_root = open.agent == root;
+        match open.kind {
+            EnvelopeKind::MetaInit if is_root => self.custom_raw("meta_init", &value, None, out),
+            EnvelopeKind::MetaInit => {
+                let init: Value = serde_json::from_str(value.get()).unwrap_or(Value::Null);
+                let name = ["agent_name", "name", "agent_type"]
+                    .iter()
+                    .find_map(|k| init.get(k).and_then(Value::as_str))
+                    .map(str::to_owned);
+                // Its parent's lane holds it: lanes opened inside the parent finish first.
+                if let Some(parent) = init.get("parent_agent_uuid").and_then(Value::as_str) {
+                    if parent == root {
+                        self.finish_lanes(0, out);
+                    } else if let Some(at) = self.lanes.iter().position(|l| l.agent == parent) {
+                        self.finish_lanes(at + 1, out);
+                    }
+                }
+                let lane = self.enter(&open.agent, root, name.as_deref(), out);
+                self.custom_raw("meta_init", &value, lane.as_deref(), out);
+            }
+            EnvelopeKind::MetaFinal if is_root => {
+                self.custom_raw("meta_final", &value, None, out);
+                self.finish_run(None, out);
+            }
+            EnvelopeKind::MetaFinal => {
+                // A child's end finishes its lane.
+                if let Some(at) = self.lanes.iter().position(|l| l.agent == open.agent) {
+                    self.custom_raw("meta_final", &value, lane, out);
+                    self.finish_lanes(at, out);
+                }
+            }
+            EnvelopeKind::MetaFiles => self.custom_raw("meta_files", &value, lane, out),
+            EnvelopeKind::AwaitingFrontendTools => {
+                let awaited: Vec<Value> = serde_json::from_str(value.get()).unwrap_or_default();
+                let mut pending = Vec::new();
+                for call in &awaited {
+                    let Some(id) = call.get("tool_use_id").and_then(Value::as_str) else {
+                        continue;
+                    };
+                    let name = call.get("name").and_then(Value::as_str).unwrap_or("");
+                    let args = call.get("input").map_or_else(|| "{}".to_owned(), Value::to_string);
+                    self.ensure_call(id, name, &open.agent, &args, lane, out);
+                    pending.push(id.to_owned());
+                }
+                self.finish_run(Some(&pending), out);
+            }
+            _ => {}
+        }
+    }
+
+    fn custom_raw(&mut self, name: &str, value: &RawValue, lane: Option<&str>, out: &mut Vec<u8>) {
+        write_event(
+            out,
+            &Event::Custom {
+                name,
+                value,
+                subagent_run_id: lane,
+            },
+        );
+    }
+
+    /// Closes a block the protocol shows as open (a message, a reasoning message, a tool call).
+    fn close(&mut self, open: Open, lane: Option<&str>, out: &mut Vec<u8>) {
+        let message_id = &open.out;
+        match open.kind {
+            EnvelopeKind::Text => write_event(
+                out,
+                &Event::TextMessageEnd {
+                    message_id,
+                    subagent_run_id: lane,
+                },
+            ),
+            EnvelopeKind::Thinking => {
+                write_event(
+                    out,
+                    &Event::ReasoningMessageEnd {
+                        message_id,
+                        subagent_run_id: lane,
+                    },
+                );
+                write_event(
+                    out,
+                    &Event::ReasoningEnd {
+                        message_id,
+                        subagent_run_id: lane,
+                    },
+                );
+            }
+            EnvelopeKind::ToolCall | EnvelopeKind::ServerToolCall if !open.quiet => write_event(
+                out,
+                &Event::ToolCallEnd {
+                    tool_call_id: &open.id,
+                    subagent_run_id: lane,
+                },
+            ),
+            _ => {}
+        }
+    }
+
+    fn close_evicted(&mut self, evicted: Option<Open>, out: &mut Vec<u8>) {
+        if let Some(open) = evicted {
+            let lane = self.lane_of(&open.agent);
+            self.close(open, lane.as_deref(), out);
+        }
+    }
+}
