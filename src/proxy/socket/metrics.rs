@@ -3,7 +3,6 @@
 
 use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
-use super::serve::Closing;
 use crate::telemetry::{counter, counters, name, register};
 
 label_enum! {
@@ -155,6 +154,82 @@ impl SocketMetrics {
 
     pub fn refuse(&self, why: Refused) {
         self.refused[why as usize].inc();
+    }
+}
+
+/// How a socket closes: its close code (docs/WEBSOCKET.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Closing {
+    Normal,
+    GoingAway,
+    /// The client broke RFC 6455's framing: unmasked, reserved bits or opcodes, a control frame over 125 bytes or
+    /// fragmented, a stray continuation, an invalid close frame.
+    Protocol,
+    Unsupported,
+    /// The connection ended without a close frame (the client went, or reset it): nothing is written, the code
+    /// (RFC 6455's "abnormal closure", never sent) only counts it.
+    Gone,
+    /// A text message that is not UTF-8.
+    InvalidData,
+    Policy,
+    TooBig,
+    Error,
+    Gap,
+    Unknown,
+    Cancelled,
+    Behind,
+    Busy,
+    Store,
+}
+
+impl Closing {
+    /// Every close, in declaration order: `websocket_closes_total` starts each code's series at zero
+    /// (`metrics::tests::every_close_code_is_exposed_from_the_start` lists them exhaustively).
+    pub const ALL: [Closing; 15] = [
+        Closing::Normal,
+        Closing::GoingAway,
+        Closing::Protocol,
+        Closing::Unsupported,
+        Closing::Gone,
+        Closing::InvalidData,
+        Closing::Policy,
+        Closing::TooBig,
+        Closing::Error,
+        Closing::Gap,
+        Closing::Unknown,
+        Closing::Cancelled,
+        Closing::Behind,
+        Closing::Busy,
+        Closing::Store,
+    ];
+
+    pub fn code(self) -> u16 {
+        self.parts().0
+    }
+
+    pub fn reason(self) -> &'static str {
+        self.parts().1
+    }
+
+    /// The close code and its reason.
+    pub fn parts(self) -> (u16, &'static str) {
+        match self {
+            Closing::Normal => (1000, "the stream ended"),
+            Closing::GoingAway => (1001, "the gateway is draining"),
+            Closing::Protocol => (1002, "protocol error"),
+            Closing::Unsupported => (1003, "unsupported message"),
+            Closing::Gone => (1006, "closed without a close frame"),
+            Closing::InvalidData => (1007, "invalid UTF-8"),
+            Closing::Policy => (1008, "policy"),
+            Closing::TooBig => (1009, "message too big"),
+            Closing::Error => (1011, "error"),
+            Closing::Gap => (4000, "gap: the position is no longer held"),
+            Closing::Unknown => (4001, "unknown stream"),
+            Closing::Cancelled => (4002, "cancelled"),
+            Closing::Behind => (4003, "behind"),
+            Closing::Busy => (4004, "busy"),
+            Closing::Store => (4005, "the shared store is unavailable"),
+        }
     }
 }
 

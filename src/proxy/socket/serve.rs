@@ -72,108 +72,37 @@ pub enum Binding {
     AwaitAuth(HeaderMap),
 }
 
-/// How a socket closes: its close code (docs/WEBSOCKET.md).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Closing {
-    Normal,
-    GoingAway,
-    /// The client broke RFC 6455's framing: unmasked, reserved bits or opcodes, a control frame over 125 bytes or
-    /// fragmented, a stray continuation, an invalid close frame.
-    Protocol,
-    Unsupported,
-    /// The connection ended without a close frame (the client went, or reset it): nothing is written, the code
-    /// (RFC 6455's "abnormal closure", never sent) only counts it.
-    Gone,
-    /// A text message that is not UTF-8.
-    InvalidData,
-    Policy,
-    TooBig,
-    Error,
-    Gap,
-    Unknown,
-    Cancelled,
-    Behind,
-    Busy,
-    Store,
+/// How a socket closes (kept with the metrics that count each code).
+pub use crate::proxy::socket::metrics::Closing;
+
+/// How a socket refused a stream closes.
+fn closing_of_refusal(r: &Refusal) -> Closing {
+    match r {
+        Refusal::Counted(Resumption::Gap) => Closing::Gap,
+        Refusal::Counted(Resumption::WatchersFull) | Refusal::Busy => Closing::Busy,
+        Refusal::Store(_) => Closing::Store,
+        Refusal::Counted(_) => Closing::Unknown,
+    }
 }
 
-impl Closing {
-    /// Every close, in declaration order: `websocket_closes_total` starts each code's series at zero
-    /// (`metrics::tests::every_close_code_is_exposed_from_the_start` lists them exhaustively).
-    pub const ALL: [Closing; 15] = [
-        Closing::Normal,
-        Closing::GoingAway,
-        Closing::Protocol,
-        Closing::Unsupported,
-        Closing::Gone,
-        Closing::InvalidData,
-        Closing::Policy,
-        Closing::TooBig,
-        Closing::Error,
-        Closing::Gap,
-        Closing::Unknown,
-        Closing::Cancelled,
-        Closing::Behind,
-        Closing::Busy,
-        Closing::Store,
-    ];
-
-    pub fn code(self) -> u16 {
-        self.parts().0
+/// How a socket whose read failed closes.
+fn closing_of_error(e: &WsError) -> Closing {
+    match e {
+        WsError::Capacity(_) => Closing::TooBig,
+        WsError::Utf8(_) => Closing::InvalidData,
+        WsError::Protocol(ProtocolError::ResetWithoutClosingHandshake) => Closing::Gone,
+        WsError::Protocol(_) => Closing::Protocol,
+        WsError::ConnectionClosed | WsError::AlreadyClosed | WsError::Io(_) => Closing::Gone,
+        _ => Closing::Error,
     }
+}
 
-    fn of_refusal(r: &Refusal) -> Closing {
-        match r {
-            Refusal::Counted(Resumption::Gap) => Closing::Gap,
-            Refusal::Counted(Resumption::WatchersFull) | Refusal::Busy => Closing::Busy,
-            Refusal::Store(_) => Closing::Store,
-            Refusal::Counted(_) => Closing::Unknown,
-        }
-    }
-
-    /// How a socket whose read failed closes.
-    fn of_error(e: &WsError) -> Closing {
-        match e {
-            WsError::Capacity(_) => Closing::TooBig,
-            WsError::Utf8(_) => Closing::InvalidData,
-            WsError::Protocol(ProtocolError::ResetWithoutClosingHandshake) => Closing::Gone,
-            WsError::Protocol(_) => Closing::Protocol,
-            WsError::ConnectionClosed | WsError::AlreadyClosed | WsError::Io(_) => Closing::Gone,
-            _ => Closing::Error,
-        }
-    }
-
-    fn of_outcome(o: Outcome) -> Closing {
-        match o {
-            Outcome::Cancelled => Closing::Cancelled,
-            Outcome::Behind => Closing::Behind,
-            Outcome::Completed | Outcome::Abandoned | Outcome::Failed => Closing::Normal,
-        }
-    }
-
-    fn reason(self) -> &'static str {
-        self.parts().1
-    }
-
-    /// The close code and its reason.
-    fn parts(self) -> (u16, &'static str) {
-        match self {
-            Closing::Normal => (1000, "the stream ended"),
-            Closing::GoingAway => (1001, "the gateway is draining"),
-            Closing::Protocol => (1002, "protocol error"),
-            Closing::Unsupported => (1003, "unsupported message"),
-            Closing::Gone => (1006, "closed without a close frame"),
-            Closing::InvalidData => (1007, "invalid UTF-8"),
-            Closing::Policy => (1008, "policy"),
-            Closing::TooBig => (1009, "message too big"),
-            Closing::Error => (1011, "error"),
-            Closing::Gap => (4000, "gap: the position is no longer held"),
-            Closing::Unknown => (4001, "unknown stream"),
-            Closing::Cancelled => (4002, "cancelled"),
-            Closing::Behind => (4003, "behind"),
-            Closing::Busy => (4004, "busy"),
-            Closing::Store => (4005, "the shared store is unavailable"),
-        }
+/// How a socket whose stream ended closes.
+fn closing_of_outcome(o: Outcome) -> Closing {
+    match o {
+        Outcome::Cancelled => Closing::Cancelled,
+        Outcome::Behind => Closing::Behind,
+        Outcome::Completed | Outcome::Abandoned | Outcome::Failed => Closing::Normal,
     }
 }
 
@@ -410,7 +339,7 @@ impl Socket {
                                 if let Err(c) = self.finish_writes(limits.write_timeout).await {
                                     return c;
                                 }
-                                return Closing::of_outcome(outcome);
+                                return closing_of_outcome(outcome);
                             }
                         }
                     }
@@ -498,7 +427,7 @@ impl Socket {
                 if let Refusal::Counted(why) = &refusal {
                     r.metrics.resumption(*why);
                 }
-                return Err(Closing::of_refusal(&refusal));
+                return Err(closing_of_refusal(&refusal));
             }
         };
         r.metrics.resumption(Resumption::Replayed);
@@ -667,7 +596,7 @@ impl Socket {
 
     /// How a socket whose read failed closes, counted.
     fn failed(&self, e: &WsError) -> Closing {
-        let closing = Closing::of_error(e);
+        let closing = closing_of_error(e);
         if closing == Closing::TooBig {
             self.shared.metrics.too_big.inc();
         }
