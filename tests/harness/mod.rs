@@ -10,8 +10,9 @@
 //! ([`metrics`]), a small legacy corpus with its expected blocks ([`legacy`]) and the checks of faulted streams
 //! ([`faults`]), where two sequences first differ ([`diff`]), a real `redis-server` ([`redis_server`]); for the
 //! real-client tests, a relay that cuts event streams mid-way ([`relay`]), headless Chromium ([`browser`]), the
-//! pages and the paced run it reads ([`pages`]), a backend's CORS as Starlette answers it ([`cors`]), and a
-//! WebSocket client with the runs its tests read ([`ws`]).
+//! pages and the paced run it reads ([`pages`]), a backend's CORS as Starlette answers it ([`cors`]), a
+//! WebSocket client with the runs its tests read ([`ws`]), and a scripted legacy agent backend for the AI SDK and
+//! AG-UI frontends ([`agent_backend`]).
 //!
 //! Each test crate includes it with `mod harness;` and imports what it uses (`use harness::prelude::*` brings the
 //! server and process levels' usual names); the benches include single files by path.
@@ -39,6 +40,7 @@ pub mod cors;
 pub mod pages;
 pub mod ws;
 pub mod blocks;
+pub mod agent_backend;
 
 /// Generous bound on anything a test waits for: reaching it is a failure, not a measurement.
 pub const PATIENCE: Duration = Duration::from_secs(30);

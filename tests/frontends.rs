@@ -1,0 +1,1181 @@
+//! The AI SDK and AG-UI frontends (DESIGN §5.3, issue 35), judged end to end by the real clients: the `ai`
+//! package's own chat state machine and transport (`ai` 5 and 7, tests/external/node/ai-sdk-client.mjs),
+//! `@ag-ui/client`'s `HttpAgent` with its `verifyEvents` (ag-ui-client.mjs), and a `useChat` page in headless
+//! Chromium on another origin (tests/external/browser/use-chat).
+//!
+//! Each case starts a scripted legacy agent backend ([`AgentBackend`]: XML-in-SSE runs chosen by the prompt,
+//! continuity of agents and of awaited frontend tools checked) and the gateway binary with two `[[frontend]]`
+//! routes (`/api/chat` ai-sdk, `/agui` ag-ui, both to `/agent/run` and `/agent/tool_results`), a fresh pair per
+//! client. What a client ends with is compared with what the backend sent, part by part: every text and thinking
+//! block's text, every tool call's input and output, every source and subagent (AI SDK), in order, with their
+//! agents (AG-UI: `metadata.agent`, else the subagent lane a message carries).
+//!
+//! node with `ai`, `ai5` and `@ag-ui/client`, esbuild and Chromium are installed by `.ci/external-clients.sh`; when
+//! missing the tests are skipped with a note, except under `CI=true`, where they fail.
+
+mod harness;
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use harness::agent_backend::{
+    backend_tools, failure, frontend_tool, location, second_turn, server_tools, slow, subagent,
+    subagent_then_frontend_tool, thinking_and_text, AgentBackend, Part, Run, Served, FRONTEND_TOOL, RUN, SOURCE_URL,
+    TOOL_RESULTS,
+};
+use harness::browser::{available_or_skip, chromium_or_skip, npm_package_installed};
+use harness::cors::Cors;
+use harness::pages::await_report;
+use harness::prelude::*;
+use serde_json::{json, Value};
+
+/// The gateway's frontend routes.
+const CONFIG: &str = r#"
+[[frontend]]
+path = "/api/chat"
+protocol = "ai-sdk"
+run = "/agent/run"
+tool_results = "/agent/tool_results"
+
+[[frontend]]
+path = "/agui"
+protocol = "ag-ui"
+run = "/agent/run"
+tool_results = "/agent/tool_results"
+"#;
+
+/// The longest a node client may run (each gives up by itself after 30 s).
+const CLIENT_WAIT: Duration = Duration::from_secs(60);
+
+/// One case at a time: two cores, node clients of ~100 MB each, and runs paced in real time.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn temp_path(what: &str) -> PathBuf {
+    static SEQ: AtomicU32 = AtomicU32::new(0);
+    let n = SEQ.fetch_add(1, Ordering::Relaxed);
+    std::env::temp_dir().join(format!("sse-gw-frontends-{}-{n}-{what}", std::process::id()))
+}
+
+/// The backend scripted with `runs` (behind `cors` when given) and the gateway with the frontend routes before it.
+struct Setup {
+    backend: AgentBackend,
+    gw: Process,
+    config: PathBuf,
+}
+
+impl Setup {
+    async fn start(runs: Vec<Run>, cors: Option<Cors>) -> Setup {
+        let backend = AgentBackend::start(runs, cors).await;
+        let config = temp_path("gateway.toml");
+        std::fs::write(&config, CONFIG).expect("write the gateway config");
+        let gw = Process::start(
+            &[
+                "--config",
+                config.to_str().expect("utf-8 path"),
+                "--upstream",
+                &backend.url(),
+            ],
+            &[("RUST_LOG", "warn")],
+        );
+        Setup { backend, gw, config }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.gw.addr)
+    }
+
+    /// The backend's requests, its problems and the gateway's log: the evidence a failure message carries.
+    fn evidence(&self) -> String {
+        let requests: Vec<String> = self
+            .backend
+            .recorded()
+            .iter()
+            .map(|r| format!("{} {} {}", r.method, r.target, String::from_utf8_lossy(&r.body)))
+            .collect();
+        format!(
+            "backend requests: {requests:#?}\nbackend problems: {:#?}\ngateway log:\n{}",
+            self.backend.problems(),
+            self.gw.log_tail()
+        )
+    }
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.config);
+    }
+}
+
+/// The clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Client {
+    Ai5,
+    Ai7,
+    AgUi,
+}
+
+const ALL: [Client; 3] = [Client::Ai5, Client::Ai7, Client::AgUi];
+const AI_SDK: [Client; 2] = [Client::Ai5, Client::Ai7];
+
+impl Client {
+    fn name(self) -> &'static str {
+        match self {
+            Client::Ai5 => "ai 5",
+            Client::Ai7 => "ai 7",
+            Client::AgUi => "@ag-ui/client",
+        }
+    }
+
+    fn path(self) -> &'static str {
+        match self {
+            Client::AgUi => "/agui",
+            _ => "/api/chat",
+        }
+    }
+}
+
+/// node and the clients' npm packages, or a skip (a failure under CI).
+fn node_clients_or_skip() -> bool {
+    let node = Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let packages = ["ai", "ai5", "@ag-ui/client"].iter().all(|p| npm_package_installed(p));
+    available_or_skip(
+        "node with ai, ai5 and @ag-ui/client",
+        node && packages,
+        "run .ci/external-clients.sh",
+    )
+}
+
+/// What a node client printed: its JSON line (`Null` when none), whether it exited 0, and its stderr.
+struct Ran {
+    out: Value,
+    ok: bool,
+    stderr: String,
+}
+
+impl Ran {
+    /// The output for a failure message (messages included).
+    fn show(&self) -> String {
+        format!(
+            "exit ok: {}\nstderr: {}\noutput: {}",
+            self.ok,
+            self.stderr.trim(),
+            serde_json::to_string_pretty(&self.out).unwrap_or_default()
+        )
+    }
+}
+
+/// Runs `client` on `script` against the gateway's `url` (bounded by [`CLIENT_WAIT`]).
+async fn run_client(client: Client, url: String, script: Value) -> Ran {
+    tokio::task::spawn_blocking(move || {
+        let file = temp_path("script.json");
+        std::fs::write(&file, script.to_string()).expect("write the client script");
+        let mut cmd = Command::new("node");
+        match client {
+            Client::Ai5 | Client::Ai7 => {
+                let major = if client == Client::Ai5 { "5" } else { "7" };
+                cmd.args(["tests/external/node/ai-sdk-client.mjs", "--ai", major]);
+            }
+            Client::AgUi => {
+                cmd.arg("tests/external/node/ag-ui-client.mjs");
+            }
+        }
+        cmd.args(["--url", &url, "--script"]).arg(&file);
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("spawn node");
+        let pipe = |mut r: Box<dyn Read + Send>| {
+            std::thread::spawn(move || {
+                let mut s = String::new();
+                let _ = r.read_to_string(&mut s);
+                s
+            })
+        };
+        let out = pipe(Box::new(child.stdout.take().expect("stdout")));
+        let err = pipe(Box::new(child.stderr.take().expect("stderr")));
+        let deadline = Instant::now() + CLIENT_WAIT;
+        let status = loop {
+            if let Some(s) = child.try_wait().expect("try_wait") {
+                break Some(s);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let (out, mut stderr) = (out.join().expect("stdout"), err.join().expect("stderr"));
+        let _ = std::fs::remove_file(&file);
+        if status.is_none() {
+            stderr.push_str(&format!("\n(killed: still running after {CLIENT_WAIT:?})"));
+        }
+        let line = out.lines().rev().find(|l| l.starts_with('{')).unwrap_or("null");
+        Ran {
+            out: serde_json::from_str(line).unwrap_or(Value::Null),
+            ok: status.is_some_and(|s| s.success()),
+            stderr,
+        }
+    })
+    .await
+    .expect("the client's thread")
+}
+
+/// A script for `client`: `turns` user messages, the page's frontend tool answered with [`location`].
+fn script(client: Client, turns: &[&str], extra: Value) -> Value {
+    let mut s = json!({
+        "turns": turns.iter().map(|t| json!({"text": t})).collect::<Vec<_>>(),
+        "frontendTools": {FRONTEND_TOOL: location()},
+    });
+    let id = format!("chat-{}", temp_path("id").file_name().unwrap().to_string_lossy());
+    if client == Client::AgUi {
+        s["threadId"] = json!(format!("thread-{id}"));
+    } else {
+        s["chatId"] = json!(id);
+    }
+    if let (Some(s), Some(extra)) = (s.as_object_mut(), extra.as_object()) {
+        s.extend(extra.clone());
+    }
+    s
+}
+
+// ---------------------------------------------------------------- what a client ends with, as parts
+
+/// A string holding a JSON object or array is that value (a tool output sent as text, or as the value).
+fn norm(v: &Value) -> Value {
+    if let Some(s) = v.as_str() {
+        if let Ok(parsed @ (Value::Object(_) | Value::Array(_))) = serde_json::from_str::<Value>(s) {
+            return parsed;
+        }
+    }
+    v.clone()
+}
+
+fn str_of(v: &Value) -> String {
+    v.as_str().unwrap_or("").to_owned()
+}
+
+/// The AI SDK assistant messages' parts, in order (steps and the gateway's own data parts left out).
+fn ai_sdk_parts(out: &Value) -> Vec<Part> {
+    let mut parts = Vec::new();
+    let messages = out["messages"].as_array().cloned().unwrap_or_default();
+    for m in messages.iter().filter(|m| m["role"] == "assistant") {
+        for p in m["parts"].as_array().into_iter().flatten() {
+            let ty = p["type"].as_str().unwrap_or("");
+            let agent = str_of(&p["providerMetadata"]["gateway"]["agent"]);
+            match ty {
+                "reasoning" => parts.push(Part::Thinking {
+                    agent,
+                    text: str_of(&p["text"]),
+                }),
+                "text" => parts.push(Part::Text {
+                    agent,
+                    text: str_of(&p["text"]),
+                }),
+                "source-url" => parts.push(Part::Source {
+                    agent,
+                    url: str_of(&p["url"]),
+                    title: str_of(&p["title"]),
+                }),
+                "source-document" => parts.push(Part::Source {
+                    agent,
+                    url: String::new(),
+                    title: str_of(&p["title"]),
+                }),
+                "data-agent" => parts.push(Part::Subagent {
+                    agent: str_of(&p["data"]["agent"]),
+                    parent: str_of(&p["data"]["parent"]),
+                }),
+                t if t == "dynamic-tool" || t.starts_with("tool-") => {
+                    let name = if t == "dynamic-tool" {
+                        str_of(&p["toolName"])
+                    } else {
+                        t["tool-".len()..].to_owned()
+                    };
+                    let pm = if p["callProviderMetadata"].is_object() {
+                        &p["callProviderMetadata"]
+                    } else {
+                        &p["resultProviderMetadata"]
+                    };
+                    let output = match p["state"].as_str() {
+                        Some("output-available") => Some(norm(&p["output"])),
+                        Some("output-error") => Some(json!({"error": p["errorText"]})),
+                        _ => None,
+                    };
+                    parts.push(Part::Tool {
+                        agent: str_of(&pm["gateway"]["agent"]),
+                        id: str_of(&p["toolCallId"]),
+                        name,
+                        input: p["input"].clone(),
+                        output,
+                        server: p["providerExecuted"] == json!(true),
+                    });
+                }
+                _ => {}
+            }
+        }
+    }
+    parts
+}
+
+/// Agents AG-UI messages carry no `metadata.agent` for: told apart by the subagent lane only.
+const ROOT_LANE: &str = "(no metadata.agent, no subagentRunId)";
+const CHILD_LANE: &str = "(no metadata.agent, in a subagentRunId lane)";
+
+/// The AG-UI thread's parts, in order: reasoning and assistant messages, tool calls with their `tool` message's
+/// content as output (server tools are not told apart; sources and subagents are not messages).
+fn ag_ui_parts(out: &Value) -> Vec<Part> {
+    let messages = out["messages"].as_array().cloned().unwrap_or_default();
+    let agent_of = |m: &Value, tc: Option<&Value>| -> String {
+        let named = tc
+            .and_then(|t| t["metadata"]["agent"].as_str())
+            .or_else(|| m["metadata"]["agent"].as_str());
+        match named {
+            Some(a) => a.to_owned(),
+            None if m["subagentRunId"].is_string() => CHILD_LANE.to_owned(),
+            None => ROOT_LANE.to_owned(),
+        }
+    };
+    let output_of = |id: &str| {
+        messages
+            .iter()
+            .find(|m| m["role"] == "tool" && m["toolCallId"] == id)
+            .map(|m| norm(&m["content"]))
+    };
+    let mut parts = Vec::new();
+    for m in &messages {
+        match m["role"].as_str() {
+            Some("reasoning") => parts.push(Part::Thinking {
+                agent: agent_of(m, None),
+                text: str_of(&m["content"]),
+            }),
+            Some("assistant") => {
+                if m["content"].as_str().is_some_and(|c| !c.is_empty()) {
+                    parts.push(Part::Text {
+                        agent: agent_of(m, None),
+                        text: str_of(&m["content"]),
+                    });
+                }
+                for tc in m["toolCalls"].as_array().into_iter().flatten() {
+                    let id = str_of(&tc["id"]);
+                    let args = str_of(&tc["function"]["arguments"]);
+                    parts.push(Part::Tool {
+                        agent: agent_of(m, Some(tc)),
+                        output: output_of(&id),
+                        id,
+                        name: str_of(&tc["function"]["name"]),
+                        input: serde_json::from_str(&args).unwrap_or(Value::String(args)),
+                        server: false,
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    parts
+}
+
+/// What AG-UI can show of `want`: no sources or subagents (events, not messages), server tools as any tool, and
+/// where `got` names no agent, the lane of the expected one (`root`'s or a subagent's).
+fn ag_ui_view(want: &[Part], got: &[Part], root: &str) -> Vec<Part> {
+    let agent = |p: &Part| -> String {
+        match p {
+            Part::Thinking { agent, .. } | Part::Text { agent, .. } | Part::Tool { agent, .. } => agent.clone(),
+            Part::Source { agent, .. } | Part::Subagent { agent, .. } => agent.clone(),
+        }
+    };
+    let mut view: Vec<Part> = want
+        .iter()
+        .filter(|p| !matches!(p, Part::Source { .. } | Part::Subagent { .. }))
+        .cloned()
+        .map(|p| match p {
+            Part::Tool {
+                agent,
+                id,
+                name,
+                input,
+                output,
+                ..
+            } => Part::Tool {
+                agent,
+                id,
+                name,
+                input,
+                output: output.as_ref().map(norm),
+                server: false,
+            },
+            p => p,
+        })
+        .collect();
+    for (w, g) in view.iter_mut().zip(got) {
+        let lane = match agent(g).as_str() {
+            ROOT_LANE if agent(w) == root => Some(ROOT_LANE),
+            CHILD_LANE if agent(w) != root => Some(CHILD_LANE),
+            _ => None,
+        };
+        if let Some(lane) = lane {
+            match w {
+                Part::Thinking { agent, .. } | Part::Text { agent, .. } | Part::Tool { agent, .. } => {
+                    *agent = lane.to_owned();
+                }
+                _ => {}
+            }
+        }
+    }
+    view
+}
+
+/// The AI SDK view of `want`: tool outputs compared as values.
+fn ai_sdk_view(want: &[Part]) -> Vec<Part> {
+    want.iter()
+        .cloned()
+        .map(|p| match p {
+            Part::Tool {
+                agent,
+                id,
+                name,
+                input,
+                output,
+                server,
+            } => Part::Tool {
+                agent,
+                id,
+                name,
+                input,
+                output: output.as_ref().map(norm),
+                server,
+            },
+            p => p,
+        })
+        .collect()
+}
+
+/// `Err` naming the first part that differs, with both lists, when `got` is not `want`.
+fn same_parts(got: &[Part], want: &[Part]) -> Result<(), String> {
+    if got == want {
+        return Ok(());
+    }
+    let first = got
+        .iter()
+        .zip(want)
+        .position(|(g, w)| g != w)
+        .unwrap_or(got.len().min(want.len()));
+    Err(format!(
+        "the parts differ from part {first} on ({} got, {} expected)\n got: {got:#?}\nwant: {want:#?}",
+        got.len(),
+        want.len()
+    ))
+}
+
+/// Compares what `client` ended with to what the backend sent.
+fn check_content(client: Client, ran: &Ran, setup: &Setup) -> Result<(), String> {
+    let want = setup.backend.expected();
+    match client {
+        Client::AgUi => {
+            let got = ag_ui_parts(&ran.out);
+            let root = setup.backend.first_agent().unwrap_or_default();
+            same_parts(&got, &ag_ui_view(&want, &got, &root))
+        }
+        _ => same_parts(&ai_sdk_parts(&ran.out), &ai_sdk_view(&want)),
+    }
+}
+
+/// The assistant messages of an AI SDK output.
+fn assistant_messages(out: &Value) -> Vec<Value> {
+    out["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["role"] == "assistant")
+        .cloned()
+        .collect()
+}
+
+/// The checks every run that should succeed shares: the client did not fail, the stream ended well, the backend
+/// saw nothing wrong.
+fn check_clean(client: Client, ran: &Ran, setup: &Setup) -> Result<(), String> {
+    let mut problems = Vec::new();
+    if !ran.ok {
+        problems.push("the client failed".to_owned());
+    }
+    let errors = ran.out["errors"].as_array().map_or(0, Vec::len);
+    if errors > 0 {
+        problems.push(format!("the client reported errors: {}", ran.out["errors"]));
+    }
+    match client {
+        Client::AgUi => {
+            if ran.out["runErrors"].as_array().is_some_and(|e| !e.is_empty()) {
+                problems.push(format!("RUN_ERROR: {}", ran.out["runErrors"]));
+            }
+        }
+        _ => {
+            if ran.out["status"] != "ready" {
+                problems.push(format!("status {} (want ready)", ran.out["status"]));
+            }
+        }
+    }
+    let backend = setup.backend.problems();
+    if !backend.is_empty() {
+        problems.push(format!("the backend saw: {backend:?}"));
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
+/// Runs `case` for each of `clients` on a fresh backend (scripted by `runs()`) and gateway, one after the other;
+/// fails with every client's failure, its output and the evidence.
+async fn each_client<F, Fut>(clients: &[Client], runs: impl Fn() -> Vec<Run>, case: F)
+where
+    F: Fn(Client, Setup) -> Fut,
+    Fut: std::future::Future<Output = (Setup, Ran, Result<(), String>)>,
+{
+    if !node_clients_or_skip() {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().await;
+    let mut failures = Vec::new();
+    for &client in clients {
+        let setup = Setup::start(runs(), None).await;
+        let (setup, ran, result) = case(client, setup).await;
+        if let Err(why) = result {
+            failures.push(format!(
+                "=== {}: {why}\n{}\n{}",
+                client.name(),
+                ran.show(),
+                setup.evidence()
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} clients failed:\n{}",
+        failures.len(),
+        clients.len(),
+        failures.join("\n\n")
+    );
+}
+
+/// Runs `client` with `turns` (and `extra` script keys) on `setup`.
+async fn converse(client: Client, setup: &Setup, turns: &[&str], extra: Value) -> Ran {
+    run_client(client, setup.url(client.path()), script(client, turns, extra)).await
+}
+
+fn want(cond: bool, why: impl FnOnce() -> String) -> Result<(), String> {
+    if cond {
+        Ok(())
+    } else {
+        Err(why())
+    }
+}
+
+/// The backend's served requests, one line each, for messages.
+fn served_lines(served: &[Served]) -> Vec<String> {
+    served.iter().map(|s| format!("{} {}", s.path, s.body)).collect()
+}
+
+/// The number of runs the client made: AI SDK POSTs, AG-UI runs.
+fn posts(client: Client, out: &Value) -> u64 {
+    let key = if client == Client::AgUi { "runs" } else { "posts" };
+    out[key].as_u64().unwrap_or(0)
+}
+
+// ---------------------------------------------------------------- the cases
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_turn_continues_the_first_turns_agent_with_thinking_and_text_intact() {
+    let runs = || vec![thinking_and_text("first question"), second_turn("second question")];
+    each_client(&ALL, runs, |client, setup| async move {
+        let ran = converse(client, &setup, &["first question", "second question"], json!({})).await;
+        let result = (|| {
+            check_clean(client, &ran, &setup)?;
+            let served = setup.backend.served();
+            want(served.len() == 2 && served.iter().all(|s| s.path == RUN), || {
+                format!("the backend should see two runs: {:#?}", served_lines(&served))
+            })?;
+            want(
+                served[0].body["user_prompt"] == "first question" && served[1].body["user_prompt"] == "second question",
+                || format!("user_prompt is each turn's text: {:#?}", served_lines(&served)),
+            )?;
+            want(served[0].body.get("agent_uuid").is_none_or(Value::is_null), || {
+                format!("the first turn names no agent: {}", served[0].body)
+            })?;
+            want(served[1].body["agent_uuid"] == json!(served[0].agent), || {
+                format!(
+                    "the second turn continues agent {}: {}",
+                    served[0].agent, served[1].body
+                )
+            })?;
+            want(posts(client, &ran.out) == 2, || {
+                format!("two requests of the client, got {}", posts(client, &ran.out))
+            })?;
+            if client != Client::AgUi {
+                let msgs = assistant_messages(&ran.out);
+                want(msgs.len() == 2, || {
+                    format!("two assistant messages, got {}", msgs.len())
+                })?;
+                want(
+                    msgs.iter().all(|m| m["metadata"]["agent"] == json!(served[0].agent)),
+                    || "each assistant message's metadata.agent is the agent".to_owned(),
+                )?;
+            }
+            check_content(client, &ran, &setup)
+        })();
+        (setup, ran, result)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frontend_tool_answered_by_the_client_reaches_the_backend_once_with_only_the_awaited_call() {
+    let runs = || vec![frontend_tool("where am I")];
+    each_client(&ALL, runs, |client, setup| async move {
+        let ran = converse(client, &setup, &["where am I"], json!({})).await;
+        let result = (|| {
+            check_clean(client, &ran, &setup)?;
+            let served = setup.backend.served();
+            want(
+                served.len() == 2 && served[0].path == RUN && served[1].path == TOOL_RESULTS,
+                || format!("one run, then one tool_results: {:#?}", served_lines(&served)),
+            )?;
+            let body = &served[1].body;
+            want(body["agent_uuid"] == json!(served[0].agent), || {
+                format!("tool_results names the run's agent {}: {body}", served[0].agent)
+            })?;
+            let results = body["tool_results"].as_array().cloned().unwrap_or_default();
+            want(results.len() == 1 && results[0]["tool_use_id"] == "toolu_loc", || {
+                format!("exactly the awaited call toolu_loc (not the backend's toolu_search): {body}")
+            })?;
+            want(
+                norm(&results[0]["content"]) == location() && results[0]["is_error"] == false,
+                || format!("the page's answer {} as a string, is_error false: {body}", location()),
+            )?;
+            want(posts(client, &ran.out) == 2, || {
+                format!("two requests of the client, got {}", posts(client, &ran.out))
+            })?;
+            match client {
+                Client::AgUi => want(ran.out["pending"] == json!([["toolu_loc"]]), || {
+                    format!("the client answers exactly toolu_loc: pending {}", ran.out["pending"])
+                })?,
+                _ => {
+                    let msgs = assistant_messages(&ran.out);
+                    want(msgs.len() == 1, || {
+                        format!(
+                            "the continuation goes on in the same assistant message, got {} messages",
+                            msgs.len()
+                        )
+                    })?;
+                    let reasons: Vec<Value> = ran.out["finishes"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|f| f["finishReason"].clone())
+                        .collect();
+                    want(reasons == [json!("tool-calls"), json!("stop")], || {
+                        format!("finishes tool-calls then stop: {}", ran.out["finishes"])
+                    })?;
+                }
+            }
+            check_content(client, &ran, &setup)
+        })();
+        (setup, ran, result)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backend_run_tools_do_not_make_the_client_post_again() {
+    let runs = || vec![backend_tools("search the docs")];
+    each_client(&ALL, runs, |client, setup| async move {
+        // A loop shows at the fourth request: the client gives up there.
+        let ran = converse(
+            client,
+            &setup,
+            &["search the docs"],
+            json!({"maxPosts": 3, "maxRuns": 3}),
+        )
+        .await;
+        let result = (|| {
+            want(posts(client, &ran.out) == 1, || {
+                format!(
+                    "one request per turn, got {} (the re-post loop)",
+                    posts(client, &ran.out)
+                )
+            })?;
+            let served = setup.backend.served();
+            want(served.len() == 1, || {
+                format!("the backend sees one request: {:#?}", served_lines(&served))
+            })?;
+            check_clean(client, &ran, &setup)?;
+            check_content(client, &ran, &setup)
+        })();
+        (setup, ran, result)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_tools_arrive_provider_executed_and_citations_as_sources() {
+    let runs = || vec![server_tools("capital of France")];
+    each_client(&ALL, runs, |client, setup| async move {
+        let ran = converse(
+            client,
+            &setup,
+            &["capital of France"],
+            json!({"maxPosts": 3, "maxRuns": 3}),
+        )
+        .await;
+        let result = (|| {
+            check_clean(client, &ran, &setup)?;
+            want(posts(client, &ran.out) == 1, || {
+                format!("one request, got {}", posts(client, &ran.out))
+            })?;
+            if client != Client::AgUi {
+                let parts = ai_sdk_parts(&ran.out);
+                want(
+                    parts
+                        .iter()
+                        .any(|p| matches!(p, Part::Source { url, .. } if url == SOURCE_URL)),
+                    || format!("a source-url part for {SOURCE_URL}"),
+                )?;
+                want(
+                    parts
+                        .iter()
+                        .any(|p| matches!(p, Part::Tool { server: true, name, .. } if name == "web_search")),
+                    || "web_search is providerExecuted".to_owned(),
+                )?;
+            }
+            check_content(client, &ran, &setup)
+        })();
+        (setup, ran, result)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subagent_is_told_apart_from_its_parent_in_every_client() {
+    let runs = || vec![subagent("research Paris")];
+    each_client(&ALL, runs, |client, setup| async move {
+        let ran = converse(
+            client,
+            &setup,
+            &["research Paris"],
+            json!({"maxPosts": 3, "maxRuns": 3}),
+        )
+        .await;
+        let result = (|| {
+            check_clean(client, &ran, &setup)?;
+            let served = setup.backend.served();
+            let (root, child) = (served[0].agent.clone(), served[0].child.clone());
+            match client {
+                Client::AgUi => {
+                    let events: Vec<String> = ran.out["events"][0]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|e| str_of(e))
+                        .collect();
+                    let at = |t: &str| events.iter().position(|e| e == t);
+                    want(
+                        at("SUBAGENT_STARTED").is_some() && at("SUBAGENT_FINISHED").is_some(),
+                        || format!("SUBAGENT_STARTED and SUBAGENT_FINISHED: {events:?}"),
+                    )?;
+                    want(at("SUBAGENT_FINISHED") < at("RUN_FINISHED"), || {
+                        format!("the subagent finishes before the run: {events:?}")
+                    })?;
+                    let child_messages = ran.out["messages"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter(|m| m["subagentRunId"].is_string())
+                        .count();
+                    want(child_messages >= 2, || {
+                        format!("the child's thinking and text carry its subagentRunId, {child_messages} messages do")
+                    })?;
+                }
+                _ => {
+                    let parts = ai_sdk_parts(&ran.out);
+                    want(
+                        parts.contains(&Part::Subagent {
+                            agent: child.clone(),
+                            parent: root.clone(),
+                        }),
+                        || format!("a data-agent part for {child}, parent {root}"),
+                    )?;
+                    want(
+                        parts
+                            .iter()
+                            .any(|p| matches!(p, Part::Text { agent, .. } if *agent == child)),
+                        || format!("a text part whose providerMetadata.gateway.agent is {child}"),
+                    )?;
+                }
+            }
+            check_content(client, &ran, &setup)
+        })();
+        (setup, ran, result)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_failure_mid_run_ends_the_run_with_an_error_in_every_client() {
+    let runs = || vec![failure("fail please")];
+    each_client(&ALL, runs, |client, setup| async move {
+        let ran = converse(client, &setup, &["fail please"], json!({})).await;
+        let result = (|| {
+            match client {
+                Client::AgUi => {
+                    want(ran.out["errors"].as_array().is_some_and(Vec::is_empty), || {
+                        format!("verifyEvents and the schema accept the stream: {}", ran.out["errors"])
+                    })?;
+                    let run_errors = ran.out["runErrors"].as_array().cloned().unwrap_or_default();
+                    want(run_errors.len() == 1, || {
+                        format!("one RUN_ERROR, got {}", ran.out["runErrors"])
+                    })?;
+                    want(run_errors[0]["message"].to_string().contains("rate limited"), || {
+                        format!("RUN_ERROR says what failed: {}", run_errors[0])
+                    })?;
+                    let last = ran.out["events"][0].as_array().and_then(|e| e.last()).cloned();
+                    want(last == Some(json!("RUN_ERROR")), || {
+                        format!("RUN_ERROR ends the run: {}", ran.out["events"])
+                    })?;
+                }
+                _ => {
+                    want(ran.ok, || "the client ran to its end".to_owned())?;
+                    want(ran.out["status"] == "error", || {
+                        format!("status error, got {}", ran.out["status"])
+                    })?;
+                    let errors = ran.out["errors"].as_array().cloned().unwrap_or_default();
+                    want(!errors.is_empty(), || "onError was called".to_owned())?;
+                    want(errors.iter().any(|e| e.to_string().contains("rate limited")), || {
+                        format!("the error says what failed: {errors:?}")
+                    })?;
+                }
+            }
+            want(setup.backend.problems().is_empty(), || {
+                format!("backend: {:?}", setup.backend.problems())
+            })?;
+            check_content(client, &ran, &setup)
+        })();
+        (setup, ran, result)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ai_sdk_client_cut_mid_run_resumes_the_whole_message_from_the_chat_stream() {
+    let runs = || vec![slow("a slow answer", 20, Duration::from_millis(100))];
+    each_client(&AI_SDK, runs, |client, setup| async move {
+        let ran = converse(client, &setup, &["a slow answer"], json!({"resumeAfterMs": 700})).await;
+        let result = (|| {
+            check_clean(client, &ran, &setup)?;
+            let served = setup.backend.served();
+            want(served.len() == 1, || {
+                format!(
+                    "the backend runs the agent once (the resume reads the held stream): {:#?}",
+                    served_lines(&served)
+                )
+            })?;
+            let requests = ran.out["requests"].as_array().cloned().unwrap_or_default();
+            let chat = ran.out["requests"][0]["body"]["id"].as_str().unwrap_or("").to_owned();
+            let shape: Vec<(String, String, u64)> = requests
+                .iter()
+                .map(|r| {
+                    (
+                        str_of(&r["method"]),
+                        str_of(&r["url"]),
+                        r["status"].as_u64().unwrap_or(0),
+                    )
+                })
+                .collect();
+            let stream = setup.url(&format!("/api/chat/{chat}/stream"));
+            want(
+                shape.len() == 2 && shape[0].0 == "POST" && shape[1] == ("GET".to_owned(), stream.clone(), 200),
+                || format!("a POST, then GET {stream} answered 200: {shape:?}"),
+            )?;
+            let msgs = assistant_messages(&ran.out);
+            let text: String = (0..20).map(|i| format!("piece{i} ")).collect();
+            want(
+                msgs.len() == 1
+                    && msgs[0]["parts"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|p| p["text"] == json!(text)),
+                || format!("one assistant message with the whole text {text:?}"),
+            )?;
+            check_content(client, &ran, &setup)
+        })();
+        (setup, ran, result)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_the_adapter_cannot_map_is_a_400_naming_the_field_and_nothing_reaches_the_backend() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let setup = Setup::start(vec![thinking_and_text("hi")], None).await;
+    let json_type = [("content-type", "application/json")];
+    let cases: [(&str, &str, Option<&str>); 5] = [
+        ("/api/chat", "this is not JSON", None),
+        (
+            "/api/chat",
+            r#"{"id": "c1", "messages": "hello", "trigger": "submit-message"}"#,
+            Some("messages"),
+        ),
+        (
+            "/api/chat",
+            r#"{"id": "c1", "trigger": "submit-message"}"#,
+            Some("messages"),
+        ),
+        (
+            "/agui",
+            r#"{"threadId": "t1", "runId": "r1", "messages": {"role": "user"}}"#,
+            Some("messages"),
+        ),
+        ("/agui", "[1, 2, 3]", None),
+    ];
+    let mut failures = Vec::new();
+    for (path, body, field) in cases {
+        let (parts, answer) = send("POST", &setup.url(path), &json_type, body.to_owned()).await;
+        let text = String::from_utf8_lossy(&answer).into_owned();
+        let ty = parts
+            .headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
+        let parsed: Option<Value> = serde_json::from_slice(&answer).ok();
+        let ok = parts.status == 400
+            && ty.contains("json")
+            && parsed.as_ref().is_some_and(|v| v.get("error").is_some())
+            && field.is_none_or(|f| text.contains(f));
+        if !ok {
+            failures.push(format!(
+                "POST {path} {body:?}: {} {ty:?} {text} (want 400, a JSON body with \"error\"{})",
+                parts.status,
+                field.map(|f| format!(" naming {f:?}")).unwrap_or_default()
+            ));
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let reached: Vec<String> = setup
+        .backend
+        .recorded()
+        .iter()
+        .map(|r| format!("{} {}", r.method, r.target))
+        .collect();
+    if !reached.is_empty() {
+        failures.push(format!("the backend was sent {reached:?}"));
+    }
+    assert!(failures.is_empty(), "{}\n{}", failures.join("\n"), setup.gw.log_tail());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_preflight_of_a_mapped_path_is_the_backends_answer_for_its_run_path() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let page = "http://127.0.0.1:1";
+    let setup = Setup::start(vec![thinking_and_text("hi")], Some(Cors::legacy_app(page))).await;
+    let mut failures = Vec::new();
+    for (origin, allowed) in [(page, true), ("http://127.0.0.1:2", false)] {
+        let headers = [
+            ("origin", origin),
+            ("access-control-request-method", "POST"),
+            ("access-control-request-headers", "content-type"),
+        ];
+        let (parts, body) = send("OPTIONS", &setup.url("/api/chat"), &headers, Vec::new()).await;
+        let acao = parts
+            .headers
+            .get("access-control-allow-origin")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let want_status = if allowed { 200 } else { 400 };
+        if parts.status != want_status || acao.as_deref() != allowed.then_some(origin) {
+            failures.push(format!(
+                "OPTIONS /api/chat from {origin}: {} ACAO {acao:?} {} (the backend answers {want_status}{})",
+                parts.status,
+                String::from_utf8_lossy(&body),
+                if allowed {
+                    " allowing it"
+                } else {
+                    " without allowing it"
+                }
+            ));
+        }
+    }
+    let preflights: Vec<String> = setup
+        .backend
+        .recorded()
+        .iter()
+        .map(|r| format!("{} {}", r.method, r.target))
+        .collect();
+    if preflights != ["OPTIONS /agent/run", "OPTIONS /agent/run"] {
+        failures.push(format!(
+            "the backend should see both preflights on the run path, saw {preflights:?}"
+        ));
+    }
+    assert!(failures.is_empty(), "{}\n{}", failures.join("\n"), setup.gw.log_tail());
+}
+
+// ---------------------------------------------------------------- a useChat page in Chromium
+
+/// The page's origin: the built page at `/app/use-chat.html`, and `204` to its `POST /report` (recorded).
+async fn page_site(html: Vec<u8>) -> Emulator {
+    Emulator::start(move |req| {
+        let path = req.target.split('?').next().unwrap_or("");
+        if path == "/report" {
+            return vec![Step::head(204, &[], false)];
+        }
+        if path == "/app/use-chat.html" {
+            let len = html.len().to_string();
+            let head = [
+                ("Content-Type", "text/html; charset=utf-8"),
+                ("Content-Length", len.as_str()),
+                ("Cache-Control", "no-store"),
+            ];
+            return vec![Step::head(200, &head, false), Step::WriteAll(html.clone())];
+        }
+        vec![Step::head(404, &[("Content-Length", "0")], false)]
+    })
+    .await
+}
+
+/// Builds the use-chat page with esbuild (tests/external/browser/use-chat/build.mjs); `None` when it cannot be
+/// (a failure under CI).
+fn build_page() -> Option<Vec<u8>> {
+    if !available_or_skip(
+        "esbuild, react and @ai-sdk/react",
+        ["esbuild", "react", "react-dom", "@ai-sdk/react", "ai"]
+            .iter()
+            .all(|p| npm_package_installed(p)),
+        "run .ci/external-clients.sh",
+    ) {
+        return None;
+    }
+    let out = temp_path("use-chat.html");
+    let built = Command::new("node")
+        .arg("tests/external/browser/use-chat/build.mjs")
+        .arg(&out)
+        .output()
+        .expect("run build.mjs");
+    assert!(
+        built.status.success(),
+        "build.mjs failed: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let html = std::fs::read(&out).expect("the built page");
+    let _ = std::fs::remove_file(&out);
+    Some(html)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cross_origin_use_chat_page_renders_a_subagent_and_answers_its_frontend_tool() {
+    let Some(chromium) = chromium_or_skip() else {
+        return;
+    };
+    if !node_clients_or_skip() {
+        return;
+    }
+    let Some(html) = build_page() else {
+        return;
+    };
+    let _one = ONE_AT_A_TIME.lock().await;
+    let site = page_site(html).await;
+    let origin = format!("http://{}", site.addr);
+    let setup = Setup::start(
+        vec![subagent_then_frontend_tool("weather")],
+        Some(Cors::legacy_app(&origin)),
+    )
+    .await;
+    let url = format!(
+        "{origin}/app/use-chat.html?api={}&text=weather&timeout_ms=20000",
+        setup.url("/api/chat")
+    );
+    let report = await_report(&chromium, &url, &site, Duration::from_secs(20), "the use-chat page").await;
+    let served = setup.backend.served();
+    let (root, child) = served
+        .first()
+        .map(|s| (s.agent.clone(), s.child.clone()))
+        .unwrap_or_default();
+    let parts = ai_sdk_parts(&report);
+    let mut problems = Vec::new();
+    if report["done"] != json!(true) || report["status"] != "ready" {
+        problems.push(format!(
+            "the page did not finish: done {} status {}",
+            report["done"], report["status"]
+        ));
+    }
+    if report["errors"].as_array().is_some_and(|e| !e.is_empty()) || !report["error"].is_null() {
+        problems.push(format!("page errors: {} {}", report["errors"], report["error"]));
+    }
+    let console = report["console"].as_str().unwrap_or("").to_owned();
+    if ["Uncaught", "CORS", "Failed to fetch", "ERR_"]
+        .iter()
+        .any(|e| console.contains(e))
+    {
+        problems.push("errors on the console".to_owned());
+    }
+    if served.len() != 2 || served[1].path != TOOL_RESULTS {
+        problems.push(format!(
+            "the backend should see a run then tool_results: {:#?}",
+            served_lines(&served)
+        ));
+    } else if served[1].body["tool_results"].as_array().map_or(0, Vec::len) != 1
+        || served[1].body["tool_results"][0]["tool_use_id"] != "toolu_loc"
+        || norm(&served[1].body["tool_results"][0]["content"]) != location()
+    {
+        problems.push(format!(
+            "tool_results should answer toolu_loc with {}: {}",
+            location(),
+            served[1].body
+        ));
+    }
+    if !parts
+        .iter()
+        .any(|p| matches!(p, Part::Text { agent, text } if *agent == child && text.contains("your location")))
+    {
+        problems.push(format!("no text part of the child {child}"));
+    }
+    if !parts.contains(&Part::Subagent {
+        agent: child.clone(),
+        parent: root.clone(),
+    }) {
+        problems.push(format!("no data-agent part for {child}"));
+    }
+    if !parts
+        .iter()
+        .any(|p| matches!(p, Part::Tool { name, output: Some(o), .. } if name == FRONTEND_TOOL && *o == location()))
+    {
+        problems.push(format!("no {FRONTEND_TOOL} part with the output {}", location()));
+    }
+    if !parts
+        .iter()
+        .any(|p| matches!(p, Part::Text { agent, text } if *agent == root && text == "Sunny in Paris today."))
+    {
+        problems.push("no final text after the continuation".to_owned());
+    }
+    if let Err(why) = same_parts(&parts, &ai_sdk_view(&setup.backend.expected())) {
+        problems.push(why);
+    }
+    let backend = setup.backend.problems();
+    if !backend.is_empty() {
+        problems.push(format!("the backend saw: {backend:?}"));
+    }
+    assert!(
+        problems.is_empty(),
+        "{}\nreport: {}\nconsole:\n{console}\n{}",
+        problems.join("\n"),
+        serde_json::to_string_pretty(&report).unwrap_or_default(),
+        setup.evidence()
+    );
+}
