@@ -151,6 +151,10 @@ fn run_serve(args: &ServeArgs) -> ExitCode {
     let demo_mode = args.demo || settings.upstream.url.is_empty();
     if demo_mode {
         settings.server.listen = settings.demo_listen();
+        if settings.frontends.is_empty() {
+            // A newcomer points a `useChat` app or an AG-UI agent at the demo as it is.
+            settings.frontends = demo::frontends();
+        }
     }
     runtime.block_on(async move {
         if demo_mode {

@@ -58,6 +58,95 @@ pub struct Settings {
     pub cors: Cors,
     pub websocket: WebSocket,
     pub log: Log,
+    /// `[[frontend]]`: public paths that speak a frontend's protocol to the backend's run (docs/FRONTENDS.md).
+    #[serde(rename = "frontend")]
+    pub frontends: Vec<Frontend>,
+}
+
+/// One `[[frontend]]` route: a path a `useChat` app or an AG-UI `HttpAgent` posts to, its protocol, and the
+/// backend's paths its requests become.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Frontend {
+    /// The public path the app posts to (`/api/chat`); the AI SDK's resume route is `<path>/<chat id>/stream`.
+    pub path: String,
+    /// `"ai-sdk"` or `"ag-ui"`.
+    pub protocol: String,
+    /// The backend's run path (`POST {user_prompt, agent_uuid?, agent_type?}`).
+    pub run: String,
+    /// The backend's tool-results path (`POST {agent_uuid, tool_results}`).
+    pub tool_results: String,
+    /// `agent_type` of the legacy body when the request names none (default: none sent).
+    #[serde(default)]
+    pub agent_type: Option<String>,
+}
+
+impl Frontend {
+    /// The protocol, once validated.
+    pub fn protocol(&self) -> crate::frontend::Protocol {
+        crate::frontend::Protocol::parse(&self.protocol).unwrap_or(crate::frontend::Protocol::AiSdk)
+    }
+}
+
+/// Validates the `[[frontend]]` routes: known protocols, paths that are paths, none inside another or under the
+/// resumption prefix.
+fn validate_frontends(frontends: &[Frontend], resume_prefix: &str) -> Result<(), ConfigError> {
+    let safe = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'/' | b'_' | b'-' | b'.' | b'~');
+    let is_path = |p: &str| p.starts_with('/') && !p.contains("//") && p.bytes().all(safe);
+    let inside = |a: &str, b: &str| a == b || a.starts_with(&format!("{}/", b.trim_end_matches('/')));
+    for (i, f) in frontends.iter().enumerate() {
+        if crate::frontend::Protocol::parse(&f.protocol).is_none() {
+            return Err(invalid(
+                "frontend.protocol",
+                format!("[[frontend]] {i}: {:?} is not \"ai-sdk\" or \"ag-ui\"", f.protocol),
+            ));
+        }
+        if !is_path(&f.path) || f.path.len() < 2 || f.path.ends_with('/') {
+            return Err(invalid(
+                "frontend.path",
+                format!(
+                    "[[frontend]] {i}: {:?} is not a path like \"/api/chat\" (no trailing /)",
+                    f.path
+                ),
+            ));
+        }
+        for (key, p) in [("frontend.run", &f.run), ("frontend.tool_results", &f.tool_results)] {
+            if !is_path(p) {
+                return Err(invalid(
+                    key,
+                    format!("[[frontend]] {i}: {p:?} is not a path like \"/agent/run\""),
+                ));
+            }
+        }
+        if inside(&f.path, resume_prefix) || inside(resume_prefix, &f.path) {
+            return Err(invalid(
+                "frontend.path",
+                format!(
+                    "[[frontend]] {i}: {:?} overlaps resume.path_prefix {resume_prefix:?}",
+                    f.path
+                ),
+            ));
+        }
+        if let Some(other) = frontends[..i]
+            .iter()
+            .find(|o| inside(&f.path, &o.path) || inside(&o.path, &f.path))
+        {
+            return Err(invalid(
+                "frontend.path",
+                format!(
+                    "[[frontend]] {i}: {:?} overlaps another route's {:?}",
+                    f.path, other.path
+                ),
+            ));
+        }
+        if f.agent_type.as_deref().is_some_and(|t| t.is_empty() || t.len() > 256) {
+            return Err(invalid(
+                "frontend.agent_type",
+                format!("[[frontend]] {i}: must be 1 to 256 bytes"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Listeners and connection limits.
@@ -1047,6 +1136,7 @@ impl Settings {
         self.resume.validate()?;
         self.cors.validate()?;
         self.websocket.validate()?;
+        validate_frontends(&self.frontends, &self.resume.path_prefix)?;
         if tracing_subscriber::EnvFilter::try_new(&self.log.level).is_err() {
             return Err(invalid(
                 "log.level",

@@ -27,6 +27,21 @@ use tokio::time::Sleep;
 
 use crate::translate::Dialect;
 
+/// The frontend routes the demo serves when the config names none: `/api/chat` (AI SDK) and `/agui` (AG-UI), both
+/// on the demo backend's run and tool-results paths.
+pub fn frontends() -> Vec<crate::config::Frontend> {
+    [("/api/chat", "ai-sdk"), ("/agui", "ag-ui")]
+        .into_iter()
+        .map(|(path, protocol)| crate::config::Frontend {
+            path: path.into(),
+            protocol: protocol.into(),
+            run: "/agent/run".into(),
+            tool_results: "/agent/tool_results".into(),
+            agent_type: None,
+        })
+        .collect()
+}
+
 /// Pause between two events of the demo stream, so the stream visibly streams.
 pub const EVENT_PAUSE: Duration = Duration::from_millis(40);
 /// Largest request body the demo reads.

@@ -163,6 +163,8 @@ pub struct AgUi {
     /// Open subagents, outermost first.
     lanes: Vec<Lane>,
     held: Option<HeldError>,
+    /// The calls the run ended awaiting.
+    awaited: Option<Vec<String>>,
 }
 
 impl AgUi {
@@ -176,8 +178,17 @@ impl AgUi {
             ended: false,
             lanes: Vec::new(),
             held: None,
+            awaited: None,
             turn,
         }
+    }
+
+    pub fn root_agent(&self) -> Option<&str> {
+        self.root.as_deref()
+    }
+
+    pub fn awaited(&self) -> Option<&[String]> {
+        self.awaited.as_deref()
     }
 
     pub fn is_done(&self) -> bool {
@@ -660,6 +671,7 @@ impl AgUi {
                     pending.push(id.to_owned());
                 }
                 self.finish_run(Some(&pending), out);
+                self.awaited = Some(pending);
             }
             _ => {}
         }

@@ -170,6 +170,8 @@ pub struct AiSdk {
     /// A root tool result went out since the step began: the root's next block is the model's next turn.
     results_in_step: bool,
     held: Option<HeldError>,
+    /// The calls the run ended awaiting.
+    awaited: Option<Vec<String>>,
 }
 
 impl AiSdk {
@@ -183,8 +185,17 @@ impl AiSdk {
             done: false,
             results_in_step: false,
             held: None,
+            awaited: None,
             turn,
         }
+    }
+
+    pub fn root_agent(&self) -> Option<&str> {
+        self.root.as_deref()
+    }
+
+    pub fn awaited(&self) -> Option<&[String]> {
+        self.awaited.as_deref()
     }
 
     pub fn is_done(&self) -> bool {
@@ -631,6 +642,10 @@ impl AiSdk {
             EnvelopeKind::AwaitingFrontendTools => {
                 // The awaited calls, announced if the stream has not (the page answers them in `onToolCall`).
                 let awaited: Vec<Value> = serde_json::from_str(value.get()).unwrap_or_default();
+                let ids = awaited
+                    .iter()
+                    .filter_map(|c| c.get("tool_use_id").and_then(Value::as_str));
+                self.awaited = Some(ids.map(str::to_owned).collect());
                 for call in &awaited {
                     let id = call.get("tool_use_id").and_then(Value::as_str).unwrap_or("");
                     let name = call.get("name").and_then(Value::as_str).unwrap_or("");

@@ -4,50 +4,121 @@ use super::ag_ui::AgUi;
 use super::ai_sdk::AiSdk;
 use super::turn::{Protocol, Turn};
 
+/// Bytes of an unfinished held event kept between frames (held frames hold whole events; this only bounds a
+/// malformed one).
+pub const MAX_PARTIAL: usize = 1 << 20;
+
 /// An encoder of one protocol for one read of one stream.
 #[derive(Debug)]
-pub enum Encoder {
+pub struct Encoder {
+    inner: Inner,
+    /// The start of an event whose frame ended before its blank line.
+    partial: Vec<u8>,
+}
+
+#[derive(Debug)]
+enum Inner {
     AiSdk(Box<AiSdk>),
     AgUi(Box<AgUi>),
 }
 
 impl Encoder {
     pub fn new(protocol: Protocol, turn: Turn) -> Self {
-        match protocol {
-            Protocol::AiSdk => Encoder::AiSdk(Box::new(AiSdk::new(turn))),
-            Protocol::AgUi => Encoder::AgUi(Box::new(AgUi::new(turn))),
+        let inner = match protocol {
+            Protocol::AiSdk => Inner::AiSdk(Box::new(AiSdk::new(turn))),
+            Protocol::AgUi => Inner::AgUi(Box::new(AgUi::new(turn))),
+        };
+        Self {
+            inner,
+            partial: Vec::new(),
+        }
+    }
+
+    /// A frame of held events as the gateway's SSE encoder wrote them (`id:`, `data:`, `retry:` lines, comments,
+    /// a blank line after each event): each event's data encoded; the rest is the envelope stream's own framing.
+    pub fn frame(&mut self, frame: &[u8], out: &mut Vec<u8>) {
+        let mut rest = frame;
+        if !self.partial.is_empty() {
+            let Some(end) = memchr::memmem::find(frame, b"\n\n") else {
+                if self.partial.len() + frame.len() <= MAX_PARTIAL {
+                    self.partial.extend_from_slice(frame);
+                } else {
+                    self.partial.clear();
+                }
+                return;
+            };
+            let mut event = std::mem::take(&mut self.partial);
+            event.extend_from_slice(&frame[..end + 2]);
+            self.events(&event, out);
+            rest = &frame[end + 2..];
+        }
+        let whole = match memchr::memmem::rfind(rest, b"\n\n") {
+            Some(end) => end + 2,
+            None => 0,
+        };
+        self.events(&rest[..whole], out);
+        let tail = &rest[whole..];
+        if tail.len() <= MAX_PARTIAL {
+            self.partial.extend_from_slice(tail);
+        }
+    }
+
+    /// Whole events: each `data:` line (the gateway writes one per event) encoded.
+    fn events(&mut self, text: &[u8], out: &mut Vec<u8>) {
+        for line in text.split(|&b| b == b'\n') {
+            if let Some(data) = line.strip_prefix(b"data:") {
+                let data = data.strip_prefix(b" ").unwrap_or(data);
+                self.event(data, out);
+            }
+        }
+    }
+
+    /// The stream's root agent, once known (the agent a next turn continues).
+    pub fn root_agent(&self) -> Option<&str> {
+        match &self.inner {
+            Inner::AiSdk(e) => e.root_agent(),
+            Inner::AgUi(e) => e.root_agent(),
+        }
+    }
+
+    /// The calls the run ended awaiting (`awaiting_frontend_tools`), if it did.
+    pub fn awaited(&self) -> Option<&[String]> {
+        match &self.inner {
+            Inner::AiSdk(e) => e.awaited(),
+            Inner::AgUi(e) => e.awaited(),
         }
     }
 
     /// One held event's data: an envelope's JSON text, or `[DONE]`. Anything else is skipped.
     pub fn event(&mut self, data: &[u8], out: &mut Vec<u8>) {
-        match self {
-            Encoder::AiSdk(e) => e.event(data, out),
-            Encoder::AgUi(e) => e.event(data, out),
+        match &mut self.inner {
+            Inner::AiSdk(e) => e.event(data, out),
+            Inner::AgUi(e) => e.event(data, out),
         }
     }
 
     /// The held stream ended: whatever the protocol needs to end the run (an error if the run did not end).
     pub fn finish(&mut self, out: &mut Vec<u8>) {
-        match self {
-            Encoder::AiSdk(e) => e.finish(out),
-            Encoder::AgUi(e) => e.finish(out),
+        match &mut self.inner {
+            Inner::AiSdk(e) => e.finish(out),
+            Inner::AgUi(e) => e.finish(out),
         }
     }
 
     /// The run has ended for the client: nothing more will be written.
     pub fn is_done(&self) -> bool {
-        match self {
-            Encoder::AiSdk(e) => e.is_done(),
-            Encoder::AgUi(e) => e.is_done(),
+        match &self.inner {
+            Inner::AiSdk(e) => e.is_done(),
+            Inner::AgUi(e) => e.is_done(),
         }
     }
 
     /// Bytes this encoder holds (open blocks' buffers, the held error), for memory accounting.
     pub fn buffered(&self) -> usize {
-        match self {
-            Encoder::AiSdk(e) => e.buffered(),
-            Encoder::AgUi(e) => e.buffered(),
-        }
+        self.partial.capacity()
+            + match &self.inner {
+                Inner::AiSdk(e) => e.buffered(),
+                Inner::AgUi(e) => e.buffered(),
+            }
     }
 }

@@ -9,6 +9,8 @@
 //!     │       refused, or forwarded
 //!  socket/    the WebSocket output: a held stream or a session read over a socket
 //!     │
+//!  frontend/  the frontends' routes (AI SDK, AG-UI): a turn's request adapted, a chat remembered, its encoder
+//!     │
 //!  body/      the response body stack: the layers over the upstream body (translate, hold, follow, timers, …)
 //!     │
 //!  metrics/   the edge's metric families and the translator's observer
@@ -22,6 +24,7 @@ pub mod request;
 pub mod upstream;
 pub mod metrics;
 pub mod body;
+pub mod frontend;
 pub mod socket;
 pub mod decide;
 pub mod accept;

@@ -7,9 +7,9 @@
 //! The stacks, outermost first (each adapter polls the one inside it; all static dispatch):
 //!
 //! ```text
-//! translated:    Record ─ Keepalive ─ Hold ─ Translate ─┐
-//! pass-through:  Abort ─ Record ─ Original ─────────────┴─ Idle ─ Coalesce ─ UpstreamIncoming
-//! resumed:       Keepalive ─ Follow ─ (the hub)
+//! translated:    Record ─ Keepalive ─ Encode ─ Hold ─ Translate ─┐
+//! pass-through:  Abort ─ Record ─ Original ──────────────────────┴─ Idle ─ Coalesce ─ UpstreamIncoming
+//! resumed:       Keepalive ─ Encode ─ Follow ─ (the hub)
 //! ```
 //!
 //! - `coalesce`: the upstream chunks already there, gathered per client frame (`Gather`).
@@ -18,6 +18,7 @@
 //!   (pass-through, and shadow with its translator watching).
 //! - `hold`: ids on the translated events, held for resumption; a pump reads on through a disconnect.
 //! - `follow`: a reconnection or a watcher reading a held stream.
+//! - `encode`: a frontend's protocol (AI SDK, AG-UI) over the held envelopes, when the request asked for one.
 //! - `record`: the stream's metrics, its outcome (once, drop included) and its end-of-stream log line.
 //! - `abort`: a pass-through failure held back until the client connection has flushed.
 //!
@@ -29,6 +30,7 @@
 
 pub mod abort;
 pub mod coalesce;
+pub mod encode;
 pub mod follow;
 pub mod hold;
 pub mod layer;

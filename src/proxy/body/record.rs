@@ -43,6 +43,11 @@ impl<L: Layer> Record<L> {
         }
     }
 
+    /// The layer recorded, until the stream ends.
+    pub fn inner_mut(&mut self) -> Option<&mut L> {
+        self.inner.as_mut()
+    }
+
     fn account(&mut self, bytes: &Bytes) {
         let n = bytes.len() as u64;
         self.bytes_out += n;

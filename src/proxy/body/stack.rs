@@ -3,6 +3,7 @@
 
 use crate::proxy::body::abort::Abort;
 use crate::proxy::body::coalesce::Coalesce;
+use crate::proxy::body::encode::{Encode, Learn};
 use crate::proxy::body::follow::{Follow, RemoteFollow};
 use crate::proxy::body::hold::Hold;
 use crate::proxy::body::layer::{Drain, StreamInfo};
@@ -34,13 +35,13 @@ use crate::translate::Translator;
 pub type Input = Idle<Coalesce<UpstreamIncoming>>;
 
 /// A translated stream (translate mode).
-pub type Translated = Record<Keepalive<Hold<Translate<Input>>>>;
+pub type Translated = Record<Keepalive<Encode<Hold<Translate<Input>>>>>;
 
 /// A held stream read by a reconnection or a watcher.
-pub type Followed = Keepalive<Follow>;
+pub type Followed = Keepalive<Encode<Follow>>;
 
 /// A stream held by another instance, read from the shared store.
-pub type RemoteFollowed = Keepalive<RemoteFollow>;
+pub type RemoteFollowed = Keepalive<Encode<RemoteFollow>>;
 
 /// A stream of the upstream's own bytes (pass-through and shadow modes).
 pub type Passed = Abort<Record<Original<Input>>>;
@@ -86,7 +87,10 @@ impl ResponseBody {
         match (info.mode, translator) {
             (Mode::Translate, Some(t)) => {
                 let keepalive = Keepalive::new(
-                    Hold::new(Translate::new(upstream, t, Arc::clone(&metrics)), settings.held),
+                    Encode::none(Hold::new(
+                        Translate::new(upstream, t, Arc::clone(&metrics)),
+                        settings.held,
+                    )),
                     settings.keepalive,
                     Arc::clone(&metrics),
                 );
@@ -103,20 +107,34 @@ impl ResponseBody {
 
     /// A held stream's subscriber, with keepalives.
     pub fn follow(follow: Follow, keepalive: Option<Duration>, metrics: Arc<Metrics>) -> Self {
-        ResponseBody::Followed(Box::new(Keepalive::new(follow, keepalive, metrics)))
+        ResponseBody::Followed(Box::new(Keepalive::new(Encode::none(follow), keepalive, metrics)))
     }
 
     /// A subscriber of a stream another instance holds, with keepalives.
     pub fn remote(follow: RemoteFollow, keepalive: Option<Duration>, metrics: Arc<Metrics>) -> Self {
-        ResponseBody::Remote(Box::new(Keepalive::new(follow, keepalive, metrics)))
+        ResponseBody::Remote(Box::new(Keepalive::new(Encode::none(follow), keepalive, metrics)))
     }
 
     /// Gives a watcher's body its connection, which it asks to drop when the client reads nothing for
     /// `resume.watcher_write_timeout_secs` (see `Follow::watch_connection`).
     pub fn watch_connection(&mut self, flushes: &Arc<Flushes>) {
         if let ResponseBody::Followed(b) = self {
-            b.inner_mut().watch_connection(flushes);
+            b.inner_mut().inner_mut().watch_connection(flushes);
         }
+    }
+
+    /// Encodes a translated or held stream for a frontend (`false`: a body with no envelope stream, left as it is).
+    pub fn encode(&mut self, encoder: crate::frontend::Encoder, learn: Option<Learn>) -> bool {
+        match self {
+            ResponseBody::Translated(b) => match b.inner_mut() {
+                Some(k) => k.inner_mut().set(encoder, learn),
+                None => return false,
+            },
+            ResponseBody::Followed(b) => b.inner_mut().set(encoder, learn),
+            ResponseBody::Remote(b) => b.inner_mut().set(encoder, learn),
+            ResponseBody::Full(_) | ResponseBody::Passed(_) => return false,
+        }
+        true
     }
 
     /// A body read from the upstream (which the drain deadline cuts), rather than one made by the gateway.

@@ -4,6 +4,8 @@
 use crate::config::{duration, Settings, StreamFormat};
 use crate::cors::{Cors, OwnAnswer};
 use crate::proxy::body::stack::ResponseBody;
+use crate::proxy::frontend::adapter::BadBody;
+use crate::proxy::frontend::serve::Frontends;
 use crate::proxy::metrics::edge::{Fault, Metrics};
 use crate::proxy::request::body::ClientErrorKind;
 use crate::proxy::request::negotiate::Mode;
@@ -42,6 +44,8 @@ pub struct Shared {
     pub cors: Cors,
     /// The WebSocket output (`websocket.enabled`, with resumption).
     pub sockets: Option<Sockets>,
+    /// The `[[frontend]]` routes and the frontends' encodings (`X-Stream-Format: ai-sdk | ag-ui`).
+    pub frontends: Arc<Frontends>,
 }
 
 /// What the WebSocket handshakes share.
@@ -111,6 +115,7 @@ impl Shared {
             resumer,
             cors: Cors::new(&settings.cors),
             sockets,
+            frontends: Arc::new(Frontends::new(&settings.frontends, registry).map_err(|e| e.to_string())?),
         })
     }
 }
@@ -158,6 +163,16 @@ pub fn forward_failed(metrics: &Metrics, e: ForwardError) -> Response<ResponseBo
 }
 
 /// A response made by the gateway itself: a small JSON body `{"error": code, "message": ...}`.
+/// Answers a frontend request whose body the adapter cannot map: 400 naming the field; nothing was forwarded.
+pub fn bad_body(metrics: &Metrics, bad: &BadBody) -> Response<ResponseBody> {
+    metrics.client_fault(Fault::Request(ClientErrorKind::BadBody));
+    tracing::info!(field = %bad.field, "frontend request body not mapped");
+    let mut resp = gateway_error(metrics, StatusCode::BAD_REQUEST, "bad_request_body", &bad.message);
+    let body = serde_json::json!({"error": "bad_request_body", "field": bad.field, "message": bad.message});
+    *resp.body_mut() = ResponseBody::full(Bytes::from(body.to_string()));
+    resp
+}
+
 pub fn gateway_error(metrics: &Metrics, status: StatusCode, code: &str, message: &str) -> Response<ResponseBody> {
     metrics.request(Mode::Passthrough, status);
     let body = serde_json::json!({ "error": code, "message": message }).to_string();

@@ -2,8 +2,9 @@
 //! its response passed on or translated.
 
 use crate::proxy::base::flushes::Flushes;
-use crate::proxy::decide::answers::{client_failed, forward_failed, gateway_error, Shared};
+use crate::proxy::decide::answers::{bad_body, client_failed, forward_failed, gateway_error, Shared};
 use crate::proxy::decide::resumption;
+use crate::proxy::frontend::serve::{self, Read, Step};
 use crate::proxy::request::{agent, headers, negotiate};
 use crate::proxy::socket;
 use std::net::SocketAddr;
@@ -124,6 +125,30 @@ async fn proxy(
             None => {}
         }
     }
+    // A frontend's route: its turn adapted (or answered here), its response encoded.
+    let step = if shared.frontends.routes.is_empty() {
+        Step::Pass
+    } else {
+        let binding = match &shared.resumer {
+            Some(r) => r.binding(req.headers()),
+            None => serve::unbound(req.headers()),
+        };
+        shared.frontends.step(&mut req, binding, shared.body_read_timeout).await
+    };
+    let mut read = match step {
+        Step::Pass => None,
+        Step::Forward(read) => Some(read),
+        Step::Bad(bad) => return bad_body(metrics, &bad),
+        Step::BodyFailed(too_large) => {
+            let kind = if too_large {
+                ClientErrorKind::BadBody
+            } else {
+                ClientErrorKind::BodyTimeout
+            };
+            return client_failed(metrics, kind);
+        }
+        Step::Resume(found) => return resume_chat(shared, found, req.headers(), request_start).await,
+    };
     if let Some(r) = &shared.resumer {
         if let (Some(p), Some(token)) = (preflight, r.stream_token(req.uri().path())) {
             return resumption::preflight(r, &token, p, shared).await;
@@ -140,6 +165,9 @@ async fn proxy(
         Ok(n) => n,
         Err(e) => return gateway_error(metrics, StatusCode::BAD_REQUEST, e.code(), &e.to_string()),
     };
+    if read.is_none() {
+        read = negotiate::requested_protocol(req.headers(), req.uri()).map(Read::fresh);
+    }
     let may_translate = wants == StreamFormat::Json;
     let method = req.method().clone();
     let origin = cors::origin(req.headers());
@@ -271,7 +299,11 @@ async fn proxy(
             r.create(b, &agent, grant)
         }
         .inspect(|s| {
-            if let Ok(v) = HeaderValue::from_str(&r.url(&s.token)) {
+            let url = r.url(&s.token);
+            if let Some(read) = &read {
+                read.held(&url);
+            }
+            if let Ok(v) = HeaderValue::from_str(&url) {
                 parts.headers.insert(resume::STREAM_HEADER, v);
             }
         }),
@@ -292,8 +324,44 @@ async fn proxy(
         flushes,
         held,
     };
-    let body = ResponseBody::upstream(body, translator, info, Arc::clone(metrics), settings);
+    let mut body = ResponseBody::upstream(body, translator, info, Arc::clone(metrics), settings);
+    if let Some(read) = read.filter(|_| mode == Mode::Translate) {
+        if body.encode(read.encoder(), read.learn()) {
+            read.set_headers(&mut parts.headers);
+        }
+    }
     Response::from_parts(parts, body)
+}
+
+/// The AI SDK's resume route: the chat's held stream read again from the start, encoded as its first read was;
+/// 204 when there is none (never held, or no longer).
+async fn resume_chat(
+    shared: &Shared,
+    found: Option<(String, Read)>,
+    headers: &http::HeaderMap,
+    asked: Instant,
+) -> Response<ResponseBody> {
+    let no_stream = || {
+        let mut resp = Response::new(ResponseBody::full(bytes::Bytes::new()));
+        *resp.status_mut() = StatusCode::NO_CONTENT;
+        resp.headers_mut()
+            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        resp.extensions_mut().insert(cors::OwnAnswer::About(None));
+        shared.metrics.request(Mode::Passthrough, StatusCode::NO_CONTENT);
+        resp
+    };
+    let (Some((url, read)), Some(r)) = (found, &shared.resumer) else {
+        return no_stream();
+    };
+    let Some(token) = r.stream_token(&url) else {
+        return no_stream();
+    };
+    let mut resp = resumption::answer(r, resume::Route::Watch(token, 0), headers, shared, asked).await;
+    if resp.status() != StatusCode::OK || !resp.body_mut().encode(read.encoder(), None) {
+        return no_stream();
+    }
+    read.set_headers(resp.headers_mut());
+    resp
 }
 
 /// A translated stream is never cached (DESIGN 5: `Cache-Control: no-cache`), and what the upstream said against

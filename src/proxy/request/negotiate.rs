@@ -5,6 +5,7 @@ use http::{Method, StatusCode, Uri};
 use thiserror::Error;
 
 use crate::config::StreamFormat;
+use crate::frontend::Protocol;
 use crate::proxy::request::headers::{X_STREAM_DIALECT, X_STREAM_FORMAT};
 use crate::translate::Dialect;
 
@@ -24,9 +25,9 @@ pub const DIALECT_PARAM: &str = "stream_dialect";
 
 #[derive(Debug, Clone, Error, PartialEq, Eq)]
 pub enum NegotiateError {
-    #[error("X-Stream-Format must be json or legacy")]
+    #[error("X-Stream-Format must be json, legacy, ai-sdk or ag-ui")]
     BadHeader,
-    #[error("stream_format must be json or legacy")]
+    #[error("stream_format must be json, legacy, ai-sdk or ag-ui")]
     BadQuery,
     #[error("X-Stream-Dialect must be auto, xml, raw, cogency or agent_sdk")]
     BadDialectHeader,
@@ -45,7 +46,8 @@ impl NegotiateError {
 }
 
 fn parse_format(v: &str) -> Option<StreamFormat> {
-    if v.eq_ignore_ascii_case("json") {
+    // A frontend's protocol is the envelope stream encoded once more: translated.
+    if v.eq_ignore_ascii_case("json") || Protocol::parse(v).is_some() {
         Some(StreamFormat::Json)
     } else if v.eq_ignore_ascii_case("legacy") {
         Some(StreamFormat::Legacy)
@@ -95,6 +97,20 @@ pub fn requested(headers: &HeaderMap, uri: &Uri, default: StreamFormat) -> Resul
         (NegotiateError::BadHeader, NegotiateError::BadQuery),
     )?;
     Ok(asked.unwrap_or(default))
+}
+
+/// The frontend protocol the client asked its response in (`X-Stream-Format: ai-sdk | ag-ui`, else
+/// `stream_format=`), keeping its request as it is (response-only encoding).
+pub fn requested_protocol(headers: &HeaderMap, uri: &Uri) -> Option<Protocol> {
+    choice(
+        headers,
+        uri,
+        (&X_STREAM_FORMAT, QUERY_PARAM),
+        Protocol::parse,
+        (NegotiateError::BadHeader, NegotiateError::BadQuery),
+    )
+    .ok()
+    .flatten()
 }
 
 /// The dialect the client named for its stream's translator: the `X-Stream-Dialect` header, else
