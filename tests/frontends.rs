@@ -1179,3 +1179,135 @@ async fn a_cross_origin_use_chat_page_renders_a_subagent_and_answers_its_fronten
         setup.evidence()
     );
 }
+
+// ---------------------------------------------------------------- the backend itself
+
+/// The parts a translated legacy stream carries (the JSON envelopes, DESIGN 4), as [`AgentBackend::expected`]
+/// writes them; awaited calls answered with [`location`].
+fn envelope_parts(sse: &[u8], fallback: &str) -> Vec<Part> {
+    let translated = sse_gateway::translate::translate_all(sse_gateway::translate::Options::default(), fallback, sse).0;
+    let envs: Vec<Value> = sse_data(&translated)
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap_or(Value::String(d.clone())))
+        .collect();
+    let mut parts: Vec<Part> = Vec::new();
+    let mut root: Option<String> = None;
+    let extra = |b: &harness::legacy::Block, k: &str| {
+        b.extras
+            .iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| str_of(v))
+            .unwrap_or_default()
+    };
+    let answer = |parts: &mut Vec<Part>, id: &str, v: Value| {
+        for p in parts.iter_mut() {
+            if let Part::Tool { id: pid, output, .. } = p {
+                if pid == id {
+                    *output = Some(v.clone());
+                }
+            }
+        }
+    };
+    for b in harness::legacy::blocks(&envs) {
+        let agent = b.agent.clone();
+        let json = || serde_json::from_str::<Value>(&b.content).unwrap_or(Value::String(b.content.clone()));
+        match b.kind.as_str() {
+            "meta_init" => {
+                let parent = json()["parent_agent_uuid"].as_str().map(str::to_owned);
+                match (&root, parent) {
+                    (None, _) => root = Some(agent),
+                    (Some(_), Some(parent)) => parts.push(Part::Subagent { agent, parent }),
+                    _ => {}
+                }
+            }
+            "thinking" => parts.push(Part::Thinking {
+                agent,
+                text: b.content.clone(),
+            }),
+            "text" => parts.push(Part::Text {
+                agent,
+                text: b.content.clone(),
+            }),
+            "citation" => parts.push(Part::Source {
+                url: extra(&b, "url"),
+                title: extra(&b, "title"),
+                agent,
+            }),
+            "tool_call" | "server_tool_call" => parts.push(Part::Tool {
+                agent,
+                id: extra(&b, "id"),
+                name: extra(&b, "name"),
+                input: json(),
+                output: None,
+                server: b.kind == "server_tool_call",
+            }),
+            "tool_result" => answer(&mut parts, &extra(&b, "id"), Value::String(b.content.clone())),
+            "server_tool_result" => answer(&mut parts, &extra(&b, "id"), json()),
+            "awaiting_frontend_tools" => {
+                for call in json().as_array().into_iter().flatten() {
+                    answer(&mut parts, &str_of(&call["tool_use_id"]), location());
+                }
+            }
+            _ => {}
+        }
+    }
+    parts
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scripted_backend_streams_exactly_the_parts_it_promises_and_checks_continuity() {
+    let runs = vec![
+        thinking_and_text("a"),
+        backend_tools("b"),
+        subagent("c"),
+        server_tools("d"),
+        frontend_tool("e"),
+        failure("f"),
+        slow("g", 3, Duration::from_millis(5)),
+        second_turn("h"),
+    ];
+    let backend = AgentBackend::start(runs, None).await;
+    let post = |path: &str, body: Value| {
+        let url = format!("{}{path}", backend.url());
+        async move {
+            send("POST", &url, &[("content-type", "application/json")], body.to_string())
+                .await
+                .1
+        }
+    };
+    for (i, prompt) in ["a", "b", "c", "d", "e", "f", "g"].iter().enumerate() {
+        let sse = post(RUN, json!({"user_prompt": prompt})).await;
+        let served = backend.served();
+        let got = envelope_parts(&sse, "unused");
+        assert_eq!(got, served[i].parts, "run {prompt:?}: the stream's parts");
+    }
+    let first = backend.served()[0].agent.clone();
+    post(RUN, json!({"user_prompt": "h", "agent_uuid": first})).await;
+    let awaiting = backend.served()[4].agent.clone();
+    let sse = post(
+        TOOL_RESULTS,
+        json!({"agent_uuid": awaiting, "tool_results": [{"tool_use_id": "toolu_loc", "content": "{\"city\": \"Paris\"}", "is_error": false}]}),
+    )
+    .await;
+    let continuation = backend.served().last().expect("served").clone();
+    assert_eq!(
+        envelope_parts(&sse, &awaiting),
+        continuation.parts,
+        "the continuation's parts"
+    );
+    assert_eq!(backend.problems(), Vec::<String>::new(), "a well-behaved conversation");
+
+    // What the backend refuses: an agent it never gave out, a second answer, an answer with a call not awaited.
+    post(
+        RUN,
+        json!({"user_prompt": "h", "agent_uuid": "0a0a0a0a-0000-4000-8000-999999999999"}),
+    )
+    .await;
+    post(TOOL_RESULTS, json!({"agent_uuid": awaiting, "tool_results": []})).await;
+    let problems = backend.problems();
+    assert_eq!(problems.len(), 2, "{problems:#?}");
+    assert!(
+        problems[0].contains("never gave out") && problems[1].contains("awaits no frontend tool"),
+        "{problems:#?}"
+    );
+}
