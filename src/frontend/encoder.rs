@@ -37,27 +37,23 @@ impl Encoder {
     /// A frame of held events as the gateway's SSE encoder wrote them (`id:`, `data:`, `retry:` lines, comments,
     /// a blank line after each event): each event's data encoded; the rest is the envelope stream's own framing.
     pub fn frame(&mut self, frame: &[u8], out: &mut Vec<u8>) {
-        let mut rest = frame;
-        if !self.partial.is_empty() {
-            let Some(end) = memchr::memmem::find(frame, b"\n\n") else {
-                if self.partial.len() + frame.len() <= MAX_PARTIAL {
-                    self.partial.extend_from_slice(frame);
-                } else {
-                    self.partial.clear();
-                }
-                return;
-            };
-            let mut event = std::mem::take(&mut self.partial);
-            event.extend_from_slice(&frame[..end + 2]);
-            self.events(&event, out);
-            rest = &frame[end + 2..];
+        if self.partial.is_empty() {
+            // The usual case: whole events, read in place.
+            let whole = memchr::memmem::rfind(frame, b"\n\n").map_or(0, |end| end + 2);
+            self.events(&frame[..whole], out);
+            self.keep(&frame[whole..]);
+            return;
         }
-        let whole = match memchr::memmem::rfind(rest, b"\n\n") {
-            Some(end) => end + 2,
-            None => 0,
-        };
-        self.events(&rest[..whole], out);
-        let tail = &rest[whole..];
+        let mut pending = std::mem::take(&mut self.partial);
+        pending.extend_from_slice(frame);
+        let whole = memchr::memmem::rfind(&pending, b"\n\n").map_or(0, |end| end + 2);
+        self.events(&pending[..whole], out);
+        self.keep(&pending[whole..]);
+    }
+
+    /// Keeps the start of an unfinished event, unless it outgrew `MAX_PARTIAL` (dropped: not one of ours).
+    fn keep(&mut self, tail: &[u8]) {
+        self.partial.clear();
         if tail.len() <= MAX_PARTIAL {
             self.partial.extend_from_slice(tail);
         }

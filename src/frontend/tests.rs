@@ -414,3 +414,40 @@ fn ag_ui_order(chunks: &[Value]) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// Held frames carry ids, retry lines and comments, and an event may end in the next frame: the encoder reads
+/// every event's data once, whatever the cut.
+#[test]
+fn held_frames_cut_anywhere_encode_as_the_whole_stream() {
+    let mut text = String::from("retry: 1000\n: keepalive\n\n");
+    for (n, ev) in run().iter().enumerate() {
+        text.push_str(&format!("id: sg1-t-{n}\ndata: {ev}\n\n"));
+    }
+    let bytes = text.as_bytes();
+    let whole = {
+        let mut e = Encoder::new(Protocol::AiSdk, turn());
+        let mut out = Vec::new();
+        e.frame(bytes, &mut out);
+        e.finish(&mut out);
+        out
+    };
+    let direct = {
+        let mut e = Encoder::new(Protocol::AiSdk, turn());
+        let mut out = Vec::new();
+        for ev in run() {
+            e.event(ev.as_bytes(), &mut out);
+        }
+        e.finish(&mut out);
+        out
+    };
+    assert_eq!(whole, direct);
+    for step in [1, 7, 64, 333] {
+        let mut e = Encoder::new(Protocol::AiSdk, turn());
+        let mut out = Vec::new();
+        for piece in bytes.chunks(step) {
+            e.frame(piece, &mut out);
+        }
+        e.finish(&mut out);
+        assert!(out == whole, "cut every {step} bytes");
+    }
+}

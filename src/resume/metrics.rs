@@ -41,6 +41,8 @@ label_enum! {
         List = "list",
         /// The announcements' pub/sub connection and its (un)subscriptions.
         Subscribe = "subscribe",
+        /// A frontend chat's record (docs/FRONTENDS.md), read or written.
+        Chat = "chat",
     }
 }
 

@@ -824,6 +824,28 @@ impl RedisStore {
         Ok(parse_grant(stored))
     }
 
+    /// Any instance: a frontend chat's record (`proxy::frontend::chats`), by its key's hex; `None` when there is
+    /// none (never written, or expired).
+    pub async fn chat_get(&self, key: &str) -> Result<Option<String>, StoreError> {
+        let mut conn = self.shared.conn.clone();
+        let mut get = redis::cmd("GET");
+        get.arg(format!("{}chat:{key}", self.shared.opts.key_prefix));
+        let (observer, timeout) = (self.shared.observer.as_ref(), self.shared.opts.op_timeout);
+        round_trip(observer, StoreOp::Chat, timeout, get.query_async(&mut conn)).await
+    }
+
+    /// Any instance: writes a frontend chat's record, which expires `ttl` after its last write.
+    pub async fn chat_set(&self, key: &str, record: &str, ttl: Duration) -> Result<(), StoreError> {
+        let mut conn = self.shared.conn.clone();
+        let mut set = redis::cmd("SET");
+        set.arg(format!("{}chat:{key}", self.shared.opts.key_prefix))
+            .arg(record)
+            .arg("PX")
+            .arg(ttl.as_millis().max(1) as u64);
+        let (observer, timeout) = (self.shared.observer.as_ref(), self.shared.opts.op_timeout);
+        round_trip::<()>(observer, StoreOp::Chat, timeout, set.query_async(&mut conn)).await
+    }
+
     /// Any instance: the newest `limit` streams of a binding's index whose meta hash still exists (ended or
     /// not), oldest first; at most [`BINDING_INDEX_MAX`].
     pub async fn list_binding(&self, binding: &[u8; 32], limit: usize) -> Result<Vec<Indexed>, StoreError> {

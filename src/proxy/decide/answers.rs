@@ -95,6 +95,7 @@ impl Shared {
         registry: &Registry,
     ) -> Result<Self, String> {
         let t = &settings.translate;
+        let mirror = resumer.as_ref().and_then(|r| r.hub.mirror().cloned());
         let sockets = match &resumer {
             Some(r) if settings.websocket.enabled => Some(Sockets::new(settings, r, registry)?),
             _ => None,
@@ -115,7 +116,7 @@ impl Shared {
             resumer,
             cors: Cors::new(&settings.cors),
             sockets,
-            frontends: Arc::new(Frontends::new(&settings.frontends, registry).map_err(|e| e.to_string())?),
+            frontends: Arc::new(Frontends::new(&settings.frontends, mirror, registry).map_err(|e| e.to_string())?),
         })
     }
 }

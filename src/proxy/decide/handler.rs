@@ -357,7 +357,7 @@ async fn resume_chat(
         return no_stream();
     };
     let mut resp = resumption::answer(r, resume::Route::Watch(token, 0), headers, shared, asked).await;
-    if resp.status() != StatusCode::OK || !resp.body_mut().encode(read.encoder(), None) {
+    if resp.status() != StatusCode::OK || !resp.body_mut().encode(read.encoder(), read.learn()) {
         return no_stream();
     }
     read.set_headers(resp.headers_mut());

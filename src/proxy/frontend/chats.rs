@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::frontend::Turn;
+use crate::resume::redis::RedisStore;
 
 /// Chats remembered at once.
 pub const MAX_CHATS: usize = 100_000;
@@ -30,10 +31,11 @@ pub struct Chat {
     pub turn: Option<Turn>,
 }
 
-/// The records, by key.
+/// The records, by key; mirrored in Redis with the `redis` store.
 #[derive(Debug, Default)]
 pub struct Chats {
     inner: Mutex<Inner>,
+    mirror: Option<RedisStore>,
 }
 
 #[derive(Debug, Default)]
@@ -41,6 +43,10 @@ struct Inner {
     map: HashMap<[u8; 32], (Chat, Instant)>,
     /// Keys in the order they were last written (stale entries skipped when popped).
     order: VecDeque<([u8; 32], Instant)>,
+}
+
+fn hex(key: &[u8; 32]) -> String {
+    key.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The key of a conversation: its bound headers' hash, the route and its id.
@@ -55,6 +61,34 @@ pub fn key(binding: &[u8; 32], route: &str, id: &str) -> [u8; 32] {
 }
 
 impl Chats {
+    /// Kept in this instance's memory, and in `mirror` when given (`resume.store = "redis"`).
+    pub fn new(mirror: Option<RedisStore>) -> Self {
+        Self {
+            inner: Mutex::default(),
+            mirror,
+        }
+    }
+
+    /// A chat's record: this instance's, else the shared store's (a turn that reached another instance before).
+    /// A store that fails is a chat not found (logged): the turn goes on as a new one.
+    pub async fn find(&self, key: &[u8; 32]) -> Option<Chat> {
+        if let Some(chat) = self.get(key) {
+            return Some(chat);
+        }
+        let mirror = self.mirror.as_ref()?;
+        let stored = match mirror.chat_get(&hex(key)).await {
+            Ok(stored) => stored?,
+            Err(e) => {
+                tracing::warn!(error = %e, "redis store: a frontend chat could not be read");
+                return None;
+            }
+        };
+        let chat: Chat = serde_json::from_str(&stored).ok()?;
+        let copy = chat.clone();
+        self.update(*key, move |c| *c = copy);
+        Some(chat)
+    }
+
     pub fn get(&self, key: &[u8; 32]) -> Option<Chat> {
         let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         inner
@@ -72,12 +106,32 @@ impl Chats {
         if entry.1.elapsed() >= CHAT_TTL {
             entry.0 = Chat::default();
         }
+        let before = entry.0.clone();
         change(&mut entry.0);
         entry.1 = now;
         let chat = entry.0.clone();
         inner.order.push_back((key, now));
         inner.evict(now);
+        drop(inner);
+        if let (Some(mirror), true) = (&self.mirror, chat != before) {
+            self.store(mirror.clone(), key, &chat);
+        }
         chat
+    }
+
+    /// Writes a changed record to the shared store, off the caller's path (it runs inside a body's poll).
+    fn store(&self, mirror: RedisStore, key: [u8; 32], chat: &Chat) {
+        let Ok(record) = serde_json::to_string(chat) else {
+            return;
+        };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        rt.spawn(async move {
+            if let Err(e) = mirror.chat_set(&hex(&key), &record, CHAT_TTL).await {
+                tracing::warn!(error = %e, "redis store: a frontend chat could not be written");
+            }
+        });
     }
 
     pub fn len(&self) -> usize {

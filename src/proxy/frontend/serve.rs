@@ -20,6 +20,7 @@ use crate::frontend::{Encoder, Protocol, Turn};
 use crate::proxy::body::encode::Learn;
 use crate::proxy::request::body::UpstreamBody;
 use crate::proxy::request::headers::X_STREAM_FORMAT;
+use crate::resume::redis::RedisStore;
 
 /// Bytes of a frontend's request body read (a chat sends its whole history).
 pub const MAX_BODY_BYTES: usize = 4 << 20;
@@ -86,7 +87,8 @@ impl Read {
         Encoder::new(self.protocol, self.turn.clone())
     }
 
-    /// At the stream's end: the chat continues its run's agent, and remembers the calls it awaits.
+    /// At the stream's end: the chat continues its run's agent and remembers the calls it awaits; its stream is
+    /// no longer running, so the resume route answers 204 (a page reloaded after the run does not get it again).
     pub fn learn(&self) -> Option<Learn> {
         let (key, chats) = self.chat.clone()?;
         Some(Box::new(move |agent: Option<&str>, awaited: Option<&[String]>| {
@@ -95,6 +97,7 @@ impl Read {
                     c.agent = Some(a.to_owned());
                 }
                 c.awaited = awaited.map(<[String]>::to_vec).unwrap_or_default();
+                c.stream = None;
             });
         }))
     }
@@ -121,7 +124,7 @@ impl Read {
 }
 
 impl Frontends {
-    pub fn new(frontends: &[Frontend], registry: &Registry) -> prometheus::Result<Self> {
+    pub fn new(frontends: &[Frontend], mirror: Option<RedisStore>, registry: &Registry) -> prometheus::Result<Self> {
         let family = prometheus::IntCounterVec::new(
             prometheus::Opts::new(
                 crate::telemetry::name("frontend_requests_total"),
@@ -132,7 +135,7 @@ impl Frontends {
         let family = crate::telemetry::register(registry, family)?;
         Ok(Self {
             routes: Routes::new(frontends),
-            chats: Arc::new(Chats::default()),
+            chats: Arc::new(Chats::new(mirror)),
             requests: Protocol::ALL.map(|p| Outcome::ALL.map(|o| family.with_label_values(&[p.as_str(), o.as_str()]))),
         })
     }
@@ -159,7 +162,7 @@ impl Frontends {
             }
             Asked::Resume(id) => {
                 let key = chats::key(&binding, &route.path, id);
-                let found = self.chats.get(&key).and_then(|c| Some((c.stream?, c.turn?)));
+                let found = self.chats.find(&key).await.and_then(|c| Some((c.stream?, c.turn?)));
                 let Some((stream, turn)) = found else {
                     self.count(protocol, Outcome::NoStream);
                     return Step::Resume(None);
@@ -168,7 +171,7 @@ impl Frontends {
                 let read = Read {
                     protocol,
                     turn,
-                    chat: None,
+                    chat: Some((key, Arc::clone(&self.chats))),
                 };
                 Step::Resume(Some((stream, read)))
             }
@@ -194,7 +197,11 @@ impl Frontends {
         // The chat's id is in the body: peek at it for what the store remembers (AG-UI's agent and awaited calls).
         let chat_id = peek_chat(&bytes, protocol);
         let key = chat_id.as_deref().map(|id| chats::key(&binding, &route.path, id));
-        let remembered = key.and_then(|k| self.chats.get(&k)).map(|c| Remembered {
+        let remembered = match key {
+            Some(k) => self.chats.find(&k).await,
+            None => None,
+        };
+        let remembered = remembered.map(|c| Remembered {
             agent: c.agent,
             awaited: c.awaited,
         });
