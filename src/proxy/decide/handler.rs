@@ -166,7 +166,10 @@ async fn proxy(
         Err(e) => return gateway_error(metrics, StatusCode::BAD_REQUEST, e.code(), &e.to_string()),
     };
     if read.is_none() {
-        read = negotiate::requested_protocol(req.headers(), req.uri()).map(Read::fresh);
+        read = negotiate::requested_protocol(req.headers(), req.uri()).map(|p| {
+            shared.frontends.count(p, serve::Outcome::Encoded);
+            Read::fresh(p)
+        });
     }
     let may_translate = wants == StreamFormat::Json;
     let method = req.method().clone();
