@@ -476,8 +476,16 @@ fn same_parts(got: &[Part], want: &[Part]) -> Result<(), String> {
 }
 
 /// Compares what `client` ended with to what the backend sent.
+/// `FRONTENDS_DUMP=1`: each client's parts go to stderr (with `--nocapture`).
 fn check_content(client: Client, ran: &Ran, setup: &Setup) -> Result<(), String> {
     let want = setup.backend.expected();
+    if std::env::var_os("FRONTENDS_DUMP").is_some() {
+        let got = match client {
+            Client::AgUi => ag_ui_parts(&ran.out),
+            _ => ai_sdk_parts(&ran.out),
+        };
+        eprintln!("{}: {got:#?}\nexpected: {want:#?}", client.name());
+    }
     match client {
         Client::AgUi => {
             let got = ag_ui_parts(&ran.out);
@@ -1310,4 +1318,159 @@ async fn the_scripted_backend_streams_exactly_the_parts_it_promises_and_checks_c
         problems[0].contains("never gave out") && problems[1].contains("awaits no frontend tool"),
         "{problems:#?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_with_a_file_reaches_the_backend_as_content_blocks() {
+    let runs = || vec![thinking_and_text("describe this file")];
+    each_client(&AI_SDK, runs, |client, setup| async move {
+        let file = json!({"type": "file", "mediaType": "text/plain", "filename": "notes.txt",
+                          "url": "data:text/plain;base64,aGVsbG8gd29ybGQ="});
+        let s = json!({"turns": [{"text": "describe this file", "files": [file]}]});
+        let ran = run_client(client, setup.url(client.path()), s).await;
+        let result = (|| {
+            check_clean(client, &ran, &setup)?;
+            let served = setup.backend.served();
+            want(served.len() == 1, || format!("one run: {:#?}", served_lines(&served)))?;
+            let prompt = &served[0].body["user_prompt"];
+            let blocks = prompt.as_array().cloned().unwrap_or_default();
+            want(
+                blocks.len() == 2
+                    && blocks
+                        .iter()
+                        .any(|b| b["type"] == "text" && b["text"] == "describe this file"),
+                || format!("user_prompt is the text and the file as two content blocks: {prompt}"),
+            )?;
+            check_content(client, &ran, &setup)
+        })();
+        (setup, ran, result)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_chat_stream_route_answers_204_for_a_chat_with_no_stream() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let setup = Setup::start(vec![thinking_and_text("hi")], None).await;
+    let (parts, body) = get(&setup.url("/api/chat/no-such-chat/stream")).await;
+    assert_eq!(
+        parts.status,
+        204,
+        "a chat with no stream: {}\n{}",
+        String::from_utf8_lossy(&body),
+        setup.gw.log_tail()
+    );
+    assert!(setup.backend.recorded().is_empty(), "nothing reaches the backend");
+}
+
+/// The contract of the brief (DESIGN §5.3 says "running"): a page that reloads after its run finished, within
+/// the resume retention, still reads the run from the start, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_whose_run_just_finished_is_replayed_from_the_start_by_the_stream_route() {
+    if !node_clients_or_skip() {
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().await;
+    let setup = Setup::start(vec![thinking_and_text("hi")], None).await;
+    let s = json!({"chatId": "chat-finished", "turns": [{"text": "hi"}]});
+    let first = run_client(Client::Ai7, setup.url("/api/chat"), s.clone()).await;
+    assert!(first.ok && first.out["status"] == "ready", "{}", first.show());
+    let file = temp_path("resume.json");
+    std::fs::write(&file, s.to_string()).expect("write the script");
+    let replay = tokio::task::spawn_blocking({
+        let url = setup.url("/api/chat");
+        let file = file.clone();
+        move || {
+            Command::new("node")
+                .args([
+                    "tests/external/node/ai-sdk-client.mjs",
+                    "--ai",
+                    "7",
+                    "--url",
+                    &url,
+                    "--script",
+                ])
+                .arg(&file)
+                .arg("--resume")
+                .output()
+                .expect("run node")
+        }
+    })
+    .await
+    .expect("the client's thread");
+    let _ = std::fs::remove_file(&file);
+    let out: Value = String::from_utf8_lossy(&replay.stdout)
+        .lines()
+        .rev()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap_or(Value::Null);
+    let replayed = ai_sdk_parts(&out);
+    assert_eq!(
+        same_parts(&replayed, &ai_sdk_view(&setup.backend.expected())),
+        Ok(()),
+        "the replay of the finished chat: {}\n{}",
+        serde_json::to_string_pretty(&out).unwrap_or_default(),
+        setup.evidence()
+    );
+    assert_eq!(
+        setup.backend.served().len(),
+        1,
+        "the replay does not run the agent again"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_after_a_frontend_tool_continues_the_same_agent_with_a_new_run() {
+    let runs = || vec![frontend_tool("where am I"), second_turn("and now?")];
+    each_client(&ALL, runs, |client, setup| async move {
+        let ran = converse(client, &setup, &["where am I", "and now?"], json!({})).await;
+        let result = (|| {
+            check_clean(client, &ran, &setup)?;
+            let served = setup.backend.served();
+            let paths: Vec<&str> = served.iter().map(|s| s.path.as_str()).collect();
+            want(paths == [RUN, TOOL_RESULTS, RUN], || {
+                format!("run, tool_results, run: {:#?}", served_lines(&served))
+            })?;
+            want(served[2].body["agent_uuid"] == json!(served[0].agent), || {
+                format!(
+                    "the second turn continues agent {}: {}",
+                    served[0].agent, served[2].body
+                )
+            })?;
+            want(served[2].body["user_prompt"] == "and now?", || {
+                format!("the second turn's text: {}", served[2].body)
+            })?;
+            check_content(client, &ran, &setup)
+        })();
+        (setup, ran, result)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frontend_tool_that_fails_in_the_client_reaches_the_backend_as_an_error_result() {
+    let runs = || vec![frontend_tool("where am I")];
+    each_client(&ALL, runs, |client, setup| async move {
+        let denied = json!({"frontendTools": {FRONTEND_TOOL: {"error": "location permission denied"}}});
+        let ran = converse(client, &setup, &["where am I"], denied).await;
+        let result = (|| {
+            check_clean(client, &ran, &setup)?;
+            let served = setup.backend.served();
+            want(served.len() == 2 && served[1].path == TOOL_RESULTS, || {
+                format!("one run, then one tool_results: {:#?}", served_lines(&served))
+            })?;
+            let r = &served[1].body["tool_results"];
+            want(
+                r.as_array().map_or(0, Vec::len) == 1
+                    && r[0]["tool_use_id"] == "toolu_loc"
+                    && r[0]["is_error"] == true
+                    && r[0]["content"]
+                        .as_str()
+                        .is_some_and(|c| c.contains("location permission denied")),
+                || format!("toolu_loc with is_error true and the error text: {}", served[1].body),
+            )
+        })();
+        (setup, ran, result)
+    })
+    .await;
 }
