@@ -1474,3 +1474,66 @@ async fn a_frontend_tool_that_fails_in_the_client_reaches_the_backend_as_an_erro
     })
     .await;
 }
+
+/// DESIGN §5.3: the gateway's own answers on a mapped path (the adapter's 400, the resume route's 204) carry the
+/// backend's CORS answer for that origin, else the page sees "Failed to fetch" instead of the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateways_own_answers_on_a_mapped_path_carry_the_backends_cors_answer() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let page = "http://127.0.0.1:1";
+    let setup = Setup::start(vec![thinking_and_text("hi")], Some(Cors::legacy_app(page))).await;
+    let preflight = [
+        ("origin", page),
+        ("access-control-request-method", "POST"),
+        ("access-control-request-headers", "content-type"),
+    ];
+    let (parts, _) = send("OPTIONS", &setup.url("/api/chat"), &preflight, Vec::new()).await;
+    assert_eq!(parts.status, 200, "the preflight");
+    let acao = |parts: &http::response::Parts| {
+        parts
+            .headers
+            .get("access-control-allow-origin")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let mut failures = Vec::new();
+    let bad = [("origin", page), ("content-type", "application/json")];
+    let (parts, body) = send("POST", &setup.url("/api/chat"), &bad, r#"{"id": "c1", "messages": 5}"#).await;
+    if parts.status != 400 || acao(&parts).as_deref() != Some(page) {
+        failures.push(format!(
+            "the adapter's 400 to {page}: {} ACAO {:?} {}",
+            parts.status,
+            acao(&parts),
+            String::from_utf8_lossy(&body)
+        ));
+    }
+    let (parts, _) = send(
+        "GET",
+        &setup.url("/api/chat/no-such-chat/stream"),
+        &[("origin", page)],
+        Vec::new(),
+    )
+    .await;
+    if parts.status != 204 || acao(&parts).as_deref() != Some(page) {
+        failures.push(format!(
+            "the resume route's 204 to {page}: {} ACAO {:?}",
+            parts.status,
+            acao(&parts)
+        ));
+    }
+    let other = "http://127.0.0.1:2";
+    let (parts, _) = send(
+        "GET",
+        &setup.url("/api/chat/no-such-chat/stream"),
+        &[("origin", other)],
+        Vec::new(),
+    )
+    .await;
+    if acao(&parts).is_some() {
+        failures.push(format!(
+            "an origin the backend does not allow got ACAO {:?}",
+            acao(&parts)
+        ));
+    }
+    assert!(failures.is_empty(), "{}\n{}", failures.join("\n"), setup.evidence());
+}
