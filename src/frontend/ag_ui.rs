@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
-use super::blocks::{error_piece, Blocks, HeldError, Open, Seen};
+use super::blocks::{error_piece, Blocks, Open, Reading, Seen, Settled};
 use super::envelope::{json_or_text, string, Envelope};
 use super::turn::{write_event, Turn};
 use crate::protocol::EnvelopeKind;
@@ -27,6 +27,25 @@ struct Outcome<'a> {
     kind: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pending_tool_call_ids: Option<&'a [String]>,
+}
+
+/// An event about one message, in its lane.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct MessageOf<'a> {
+    message_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    subagent_run_id: Option<&'a str>,
+}
+
+/// A message's content.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct MessageDelta<'a> {
+    message_id: &'a str,
+    delta: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    subagent_run_id: Option<&'a str>,
 }
 
 /// The events the gateway writes, with their documented fields only.
@@ -53,17 +72,8 @@ enum Event<'a> {
         subagent_run_id: Option<&'a str>,
         metadata: AgentOf<'a>,
     },
-    TextMessageContent {
-        message_id: &'a str,
-        delta: &'a str,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        subagent_run_id: Option<&'a str>,
-    },
-    TextMessageEnd {
-        message_id: &'a str,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        subagent_run_id: Option<&'a str>,
-    },
+    TextMessageContent(MessageDelta<'a>),
+    TextMessageEnd(MessageOf<'a>),
     ReasoningStart {
         message_id: &'a str,
         #[serde(skip_serializing_if = "Option::is_none")]
@@ -76,22 +86,9 @@ enum Event<'a> {
         #[serde(skip_serializing_if = "Option::is_none")]
         subagent_run_id: Option<&'a str>,
     },
-    ReasoningMessageContent {
-        message_id: &'a str,
-        delta: &'a str,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        subagent_run_id: Option<&'a str>,
-    },
-    ReasoningMessageEnd {
-        message_id: &'a str,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        subagent_run_id: Option<&'a str>,
-    },
-    ReasoningEnd {
-        message_id: &'a str,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        subagent_run_id: Option<&'a str>,
-    },
+    ReasoningMessageContent(MessageDelta<'a>),
+    ReasoningMessageEnd(MessageOf<'a>),
+    ReasoningEnd(MessageOf<'a>),
     ToolCallStart {
         tool_call_id: &'a str,
         tool_call_name: &'a str,
@@ -156,15 +153,12 @@ pub struct AgUi {
     announced: Seen,
     /// Tool results the client sent.
     answered: Seen,
-    root: Option<String>,
+    reading: Reading,
     started: bool,
     /// `RUN_FINISHED` or `RUN_ERROR` went out.
     ended: bool,
     /// Open subagents, outermost first.
     lanes: Vec<Lane>,
-    held: Option<HeldError>,
-    /// The calls the run ended awaiting.
-    awaited: Option<Vec<String>>,
 }
 
 impl AgUi {
@@ -173,22 +167,16 @@ impl AgUi {
             blocks: Blocks::new(&turn.prefix),
             announced: Seen::of(&turn.known_tools),
             answered: Seen::of(&turn.known_results),
-            root: None,
+            reading: Reading::default(),
             started: false,
             ended: false,
             lanes: Vec::new(),
-            held: None,
-            awaited: None,
             turn,
         }
     }
 
-    pub fn root_agent(&self) -> Option<&str> {
-        self.root.as_deref()
-    }
-
-    pub fn awaited(&self) -> Option<&[String]> {
-        self.awaited.as_deref()
+    pub fn reading(&self) -> &Reading {
+        &self.reading
     }
 
     pub fn is_done(&self) -> bool {
@@ -196,7 +184,7 @@ impl AgUi {
     }
 
     pub fn buffered(&self) -> usize {
-        self.blocks.buffered() + self.held.as_ref().map_or(0, |h| h.text.capacity())
+        self.blocks.buffered() + self.reading.buffered()
     }
 
     pub fn event(&mut self, data: &[u8], out: &mut Vec<u8>) {
@@ -205,32 +193,24 @@ impl AgUi {
         }
         if data == b"[DONE]" {
             self.start(out);
-            if let Some(held) = self.held.take() {
-                self.terminal(&held.agent, &held.text, out);
-                return;
+            match self.reading.held.take() {
+                Some(held) => self.terminal(&held.agent, &held.text, out),
+                None => self.finish_run(None, out),
             }
-            self.finish_run(None, out);
             return;
         }
         let Some(env) = Envelope::parse(data) else {
             return;
         };
         self.start(out);
-        let root = self
-            .root
-            .get_or_insert_with(|| match (&self.turn.agent, env.kind) {
-                (Some(agent), k) if k != EnvelopeKind::MetaInit => agent.clone(),
-                _ => env.agent.to_string(),
-            })
-            .clone();
-        if let Some(held) = self.held.take() {
-            if env.agent == root && env.kind == EnvelopeKind::MetaFinal {
-                self.terminal(&held.agent, &held.text, out);
-                return;
+        let root = self.reading.root(&self.turn, &env);
+        match self.reading.settle(&env, &root) {
+            Settled::Terminal(held) => return self.terminal(&held.agent, &held.text, out),
+            Settled::Recoverable(held) => {
+                let lane = self.lane_of(&held.agent);
+                self.custom("error", &held.value(), lane.as_deref(), out);
             }
-            let value = json!({"agent": held.agent, "error": &*json_or_text(&held.text)});
-            let lane = self.lane_of(&held.agent);
-            self.custom("error", &value, lane.as_deref(), out);
+            Settled::Nothing => {}
         }
         // A child's `meta_init` opens its lane once whole; any other envelope of an agent is in its lane.
         let lane = if env.kind == EnvelopeKind::MetaInit && env.agent != root {
@@ -258,7 +238,7 @@ impl AgUi {
             EnvelopeKind::Error => {
                 let (held, evicted) = error_piece(&mut self.blocks, &env);
                 self.close_evicted(evicted, out);
-                self.held = held;
+                self.reading.held = held;
             }
             EnvelopeKind::MetaInit
             | EnvelopeKind::MetaFinal
@@ -277,10 +257,10 @@ impl AgUi {
             return;
         }
         self.start(out);
-        match self.held.take() {
+        match self.reading.held.take() {
             Some(held) => self.terminal(&held.agent, &held.text, out),
             None => {
-                let root = self.root.clone().unwrap_or_default();
+                let root = self.reading.root.clone().unwrap_or_default();
                 self.terminal(&root, "the stream ended before the run finished", out);
             }
         }
@@ -465,18 +445,15 @@ impl AgUi {
         if !env.delta.is_empty() {
             let message_id = &self.blocks.get_mut(at).out;
             let delta = &*env.delta;
+            let piece = MessageDelta {
+                message_id,
+                delta,
+                subagent_run_id: lane,
+            };
             let event = if thinking {
-                Event::ReasoningMessageContent {
-                    message_id,
-                    delta,
-                    subagent_run_id: lane,
-                }
+                Event::ReasoningMessageContent(piece)
             } else {
-                Event::TextMessageContent {
-                    message_id,
-                    delta,
-                    subagent_run_id: lane,
-                }
+                Event::TextMessageContent(piece)
             };
             write_event(out, &event);
         }
@@ -567,19 +544,11 @@ impl AgUi {
     /// A `tool_result` or `server_tool_result` envelope: kept until whole (with its images), then one
     /// `TOOL_CALL_RESULT`; a result the client sent is not echoed.
     fn result(&mut self, env: &Envelope<'_>, lane: Option<&str>, out: &mut Vec<u8>) {
-        let at = match self.blocks.find(env.kind, env) {
-            Some(at) => at,
-            None => {
-                let (at, evicted) = self.blocks.open(env.kind, env, "o");
-                self.close_evicted(evicted, out);
-                at
-            }
-        };
-        self.blocks.get_mut(at).push(&env.delta);
-        if !env.last {
+        let (whole, evicted) = self.blocks.collect(env.kind, env, "o");
+        self.close_evicted(evicted, out);
+        let Some(open) = whole else {
             return;
-        }
-        let open = self.blocks.take(at);
+        };
         if self.answered.contains(&open.id) {
             return;
         }
@@ -612,16 +581,9 @@ impl AgUi {
 
     /// An envelope of a type read whole (`meta_*`, `awaiting_frontend_tools`): its block once complete.
     fn whole(&mut self, env: &Envelope<'_>, out: &mut Vec<u8>) -> Option<Open> {
-        let at = match self.blocks.find(env.kind, env) {
-            Some(at) => at,
-            None => {
-                let (at, evicted) = self.blocks.open(env.kind, env, "w");
-                self.close_evicted(evicted, out);
-                at
-            }
-        };
-        self.blocks.get_mut(at).push(&env.delta);
-        env.last.then(|| self.blocks.take(at))
+        let (whole, evicted) = self.blocks.collect(env.kind, env, "w");
+        self.close_evicted(evicted, out);
+        whole
     }
 
     fn whole_block(&mut self, open: Open, root: &str, lane: Option<&str>, out: &mut Vec<u8>) {
@@ -671,7 +633,7 @@ impl AgUi {
                     pending.push(id.to_owned());
                 }
                 self.finish_run(Some(&pending), out);
-                self.awaited = Some(pending);
+                self.reading.awaited = Some(pending);
             }
             _ => {}
         }
@@ -690,30 +652,15 @@ impl AgUi {
 
     /// Closes a block the protocol shows as open (a message, a reasoning message, a tool call).
     fn close(&mut self, open: Open, lane: Option<&str>, out: &mut Vec<u8>) {
-        let message_id = &open.out;
+        let of = || MessageOf {
+            message_id: &open.out,
+            subagent_run_id: lane,
+        };
         match open.kind {
-            EnvelopeKind::Text => write_event(
-                out,
-                &Event::TextMessageEnd {
-                    message_id,
-                    subagent_run_id: lane,
-                },
-            ),
+            EnvelopeKind::Text => write_event(out, &Event::TextMessageEnd(of())),
             EnvelopeKind::Thinking => {
-                write_event(
-                    out,
-                    &Event::ReasoningMessageEnd {
-                        message_id,
-                        subagent_run_id: lane,
-                    },
-                );
-                write_event(
-                    out,
-                    &Event::ReasoningEnd {
-                        message_id,
-                        subagent_run_id: lane,
-                    },
-                );
+                write_event(out, &Event::ReasoningMessageEnd(of()));
+                write_event(out, &Event::ReasoningEnd(of()));
             }
             EnvelopeKind::ToolCall | EnvelopeKind::ServerToolCall if !open.quiet => write_event(
                 out,

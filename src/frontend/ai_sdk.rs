@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
-use super::blocks::{error_piece, Blocks, HeldError, Open, Seen};
+use super::blocks::{error_piece, Blocks, HeldError, Open, Reading, Seen, Settled};
 use super::envelope::{empty_object, json_or_text, string, Envelope};
 use super::turn::{write_event, Turn};
 use crate::protocol::EnvelopeKind;
@@ -31,6 +31,27 @@ fn meta(agent: &str) -> Meta<'_> {
     }
 }
 
+/// A text or reasoning part's start.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PartStart<'a> {
+    id: &'a str,
+    provider_metadata: Meta<'a>,
+}
+
+/// A text or reasoning part's delta.
+#[derive(Serialize)]
+struct PartDelta<'a> {
+    id: &'a str,
+    delta: &'a str,
+}
+
+/// A text or reasoning part's end.
+#[derive(Serialize)]
+struct PartEnd<'a> {
+    id: &'a str,
+}
+
 /// The chunks the gateway writes, with their documented fields only.
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "kebab-case", rename_all_fields = "camelCase")]
@@ -45,28 +66,12 @@ enum Chunk<'a> {
         finish_reason: &'a str,
         message_metadata: &'a Value,
     },
-    TextStart {
-        id: &'a str,
-        provider_metadata: Meta<'a>,
-    },
-    TextDelta {
-        id: &'a str,
-        delta: &'a str,
-    },
-    TextEnd {
-        id: &'a str,
-    },
-    ReasoningStart {
-        id: &'a str,
-        provider_metadata: Meta<'a>,
-    },
-    ReasoningDelta {
-        id: &'a str,
-        delta: &'a str,
-    },
-    ReasoningEnd {
-        id: &'a str,
-    },
+    TextStart(PartStart<'a>),
+    TextDelta(PartDelta<'a>),
+    TextEnd(PartEnd<'a>),
+    ReasoningStart(PartStart<'a>),
+    ReasoningDelta(PartDelta<'a>),
+    ReasoningEnd(PartEnd<'a>),
     ToolInputStart {
         tool_call_id: &'a str,
         tool_name: &'a str,
@@ -163,15 +168,12 @@ pub struct AiSdk {
     blocks: Blocks,
     /// Tool calls the message holds: the request's, and those announced here.
     announced: Seen,
-    root: Option<String>,
+    reading: Reading,
     started: bool,
     run: Run,
     done: bool,
     /// A root tool result went out since the step began: the root's next block is the model's next turn.
     results_in_step: bool,
-    held: Option<HeldError>,
-    /// The calls the run ended awaiting.
-    awaited: Option<Vec<String>>,
 }
 
 impl AiSdk {
@@ -179,23 +181,17 @@ impl AiSdk {
         Self {
             blocks: Blocks::new(&turn.prefix),
             announced: Seen::of(&turn.known_tools),
-            root: None,
+            reading: Reading::default(),
             started: false,
             run: Run::Going,
             done: false,
             results_in_step: false,
-            held: None,
-            awaited: None,
             turn,
         }
     }
 
-    pub fn root_agent(&self) -> Option<&str> {
-        self.root.as_deref()
-    }
-
-    pub fn awaited(&self) -> Option<&[String]> {
-        self.awaited.as_deref()
+    pub fn reading(&self) -> &Reading {
+        &self.reading
     }
 
     pub fn is_done(&self) -> bool {
@@ -203,7 +199,7 @@ impl AiSdk {
     }
 
     pub fn buffered(&self) -> usize {
-        self.blocks.buffered() + self.held.as_ref().map_or(0, |h| h.text.capacity())
+        self.blocks.buffered() + self.reading.buffered()
     }
 
     pub fn event(&mut self, data: &[u8], out: &mut Vec<u8>) {
@@ -220,21 +216,12 @@ impl AiSdk {
         if self.run != Run::Going {
             return;
         }
-        let root = self
-            .root
-            .get_or_insert_with(|| match (&self.turn.agent, env.kind) {
-                (Some(agent), k) if k != EnvelopeKind::MetaInit => agent.clone(),
-                _ => env.agent.to_string(),
-            })
-            .clone();
+        let root = self.reading.root(&self.turn, &env);
         let is_root = env.agent == root;
-        if let Some(held) = self.held.take() {
-            if is_root && env.kind == EnvelopeKind::MetaFinal {
-                self.terminal(&held, out);
-                return;
-            }
-            let data = json!({"agent": held.agent, "error": &*json_or_text(&held.text)});
-            write_event(out, &Chunk::DataError { data: &data });
+        match self.reading.settle(&env, &root) {
+            Settled::Terminal(held) => return self.terminal(&held, out),
+            Settled::Recoverable(held) => write_event(out, &Chunk::DataError { data: &held.value() }),
+            Settled::Nothing => {}
         }
         let whole_root_init = is_root && env.kind == EnvelopeKind::MetaInit;
         if !self.started && !whole_root_init {
@@ -259,7 +246,7 @@ impl AiSdk {
             EnvelopeKind::Error => {
                 let (held, evicted) = error_piece(&mut self.blocks, &env);
                 self.close_evicted(evicted, out);
-                self.held = held;
+                self.reading.held = held;
             }
             EnvelopeKind::MetaInit
             | EnvelopeKind::MetaFinal
@@ -277,11 +264,11 @@ impl AiSdk {
         if self.done {
             return;
         }
-        if let Some(held) = self.held.take() {
+        if let Some(held) = self.reading.held.take() {
             self.terminal(&held, out);
         } else if self.run == Run::Going {
             if !self.started {
-                let root = self.root.clone().unwrap_or_default();
+                let root = self.reading.root.clone().unwrap_or_default();
                 self.start(&root, None, out);
             }
             self.terminal_text("the stream ended before the run finished", out);
@@ -291,11 +278,11 @@ impl AiSdk {
 
     /// `[DONE]`: the run ended; a held error ended it.
     fn end(&mut self, out: &mut Vec<u8>) {
-        if let Some(held) = self.held.take() {
+        if let Some(held) = self.reading.held.take() {
             self.terminal(&held, out);
         }
         if self.run == Run::Going {
-            let root = self.root.clone().unwrap_or_default();
+            let root = self.reading.root.clone().unwrap_or_default();
             if !self.started {
                 self.start(&root, None, out);
             }
@@ -384,10 +371,11 @@ impl AiSdk {
                 self.close_evicted(evicted, out);
                 let id = &self.blocks.get_mut(at).out;
                 let provider_metadata = meta(&env.agent);
+                let start = PartStart { id, provider_metadata };
                 let chunk = if thinking {
-                    Chunk::ReasoningStart { id, provider_metadata }
+                    Chunk::ReasoningStart(start)
                 } else {
-                    Chunk::TextStart { id, provider_metadata }
+                    Chunk::TextStart(start)
                 };
                 write_event(out, &chunk);
                 at
@@ -396,10 +384,11 @@ impl AiSdk {
         if !env.delta.is_empty() {
             let id = &self.blocks.get_mut(at).out;
             let delta = &*env.delta;
+            let piece = PartDelta { id, delta };
             let chunk = if thinking {
-                Chunk::ReasoningDelta { id, delta }
+                Chunk::ReasoningDelta(piece)
             } else {
-                Chunk::TextDelta { id, delta }
+                Chunk::TextDelta(piece)
             };
             write_event(out, &chunk);
         }
@@ -521,19 +510,11 @@ impl AiSdk {
     /// A `tool_result` or `server_tool_result` envelope: kept until whole, then its output.
     fn result(&mut self, env: &Envelope<'_>, root: &str, out: &mut Vec<u8>) {
         let server = env.kind == EnvelopeKind::ServerToolResult;
-        let at = match self.blocks.find(env.kind, env) {
-            Some(at) => at,
-            None => {
-                let (at, evicted) = self.blocks.open(env.kind, env, "o");
-                self.close_evicted(evicted, out);
-                at
-            }
-        };
-        self.blocks.get_mut(at).push(&env.delta);
-        if !env.last {
+        let (whole, evicted) = self.blocks.collect(env.kind, env, "o");
+        self.close_evicted(evicted, out);
+        let Some(open) = whole else {
             return;
-        }
-        let open = self.blocks.take(at);
+        };
         self.ensure_call(&open.id, &open.name, &open.agent, &empty_object(), server, out);
         if open.cut {
             let error_text = format!("tool output over {} bytes", super::blocks::MAX_BUFFER);
@@ -603,16 +584,9 @@ impl AiSdk {
 
     /// An envelope of a type read whole (`meta_*`, `awaiting_frontend_tools`): its block once complete.
     fn whole(&mut self, env: &Envelope<'_>, out: &mut Vec<u8>) -> Option<Open> {
-        let at = match self.blocks.find(env.kind, env) {
-            Some(at) => at,
-            None => {
-                let (at, evicted) = self.blocks.open(env.kind, env, "w");
-                self.close_evicted(evicted, out);
-                at
-            }
-        };
-        self.blocks.get_mut(at).push(&env.delta);
-        env.last.then(|| self.blocks.take(at))
+        let (whole, evicted) = self.blocks.collect(env.kind, env, "w");
+        self.close_evicted(evicted, out);
+        whole
     }
 
     fn whole_block(&mut self, open: Open, root: &str, out: &mut Vec<u8>) {
@@ -645,7 +619,7 @@ impl AiSdk {
                 let ids = awaited
                     .iter()
                     .filter_map(|c| c.get("tool_use_id").and_then(Value::as_str));
-                self.awaited = Some(ids.map(str::to_owned).collect());
+                self.reading.awaited = Some(ids.map(str::to_owned).collect());
                 for call in &awaited {
                     let id = call.get("tool_use_id").and_then(Value::as_str).unwrap_or("");
                     let name = call.get("name").and_then(Value::as_str).unwrap_or("");
@@ -670,8 +644,8 @@ impl AiSdk {
     /// Closes a block the protocol shows as open (a text or reasoning part).
     fn close(&mut self, open: Open, out: &mut Vec<u8>) {
         match open.kind {
-            EnvelopeKind::Text => write_event(out, &Chunk::TextEnd { id: &open.out }),
-            EnvelopeKind::Thinking => write_event(out, &Chunk::ReasoningEnd { id: &open.out }),
+            EnvelopeKind::Text => write_event(out, &Chunk::TextEnd(PartEnd { id: &open.out })),
+            EnvelopeKind::Thinking => write_event(out, &Chunk::ReasoningEnd(PartEnd { id: &open.out })),
             _ => {}
         }
     }

@@ -7,6 +7,7 @@
 use std::collections::VecDeque;
 
 use super::envelope::Envelope;
+use super::turn::Turn;
 use crate::protocol::EnvelopeKind;
 
 /// Blocks open at once; one more closes the oldest (the envelope stream never holds this many).
@@ -106,6 +107,17 @@ impl Blocks {
         (self.open.len() - 1, evicted)
     }
 
+    /// Reads one envelope of a block the protocol sends whole: its text kept; the block once its last envelope
+    /// came, and a block closed to make room.
+    pub fn collect(&mut self, kind: EnvelopeKind, env: &Envelope<'_>, tag: &str) -> (Option<Open>, Option<Open>) {
+        let (at, evicted) = match self.find(kind, env) {
+            Some(at) => (at, None),
+            None => self.open(kind, env, tag),
+        };
+        self.get_mut(at).push(&env.delta);
+        (env.last.then(|| self.take(at)), evicted)
+    }
+
     /// Closes the block at `at`.
     pub fn take(&mut self, at: usize) -> Open {
         self.open.remove(at)
@@ -173,20 +185,63 @@ pub struct HeldError {
     pub text: String,
 }
 
+/// What both encoders keep of the run beyond its blocks: its root agent, the `error` held, the calls it ended
+/// awaiting.
+#[derive(Debug, Default)]
+pub struct Reading {
+    pub root: Option<String>,
+    pub held: Option<HeldError>,
+    pub awaited: Option<Vec<String>>,
+}
+
+/// What the envelope after a held `error` says of it.
+pub enum Settled {
+    Nothing,
+    /// Content followed: the run goes on.
+    Recoverable(HeldError),
+    /// The root's `meta_final` followed: the error ended the run.
+    Terminal(HeldError),
+}
+
+impl Reading {
+    /// The stream's root agent: the first envelope's, or the continued agent's when a continuation starts without
+    /// its `meta_init`.
+    pub fn root(&mut self, turn: &Turn, env: &Envelope<'_>) -> String {
+        self.root
+            .get_or_insert_with(|| match (&turn.agent, env.kind) {
+                (Some(agent), k) if k != EnvelopeKind::MetaInit => agent.clone(),
+                _ => env.agent.to_string(),
+            })
+            .clone()
+    }
+
+    /// Settles the held error by the envelope after it.
+    pub fn settle(&mut self, env: &Envelope<'_>, root: &str) -> Settled {
+        match self.held.take() {
+            None => Settled::Nothing,
+            Some(held) if env.agent == root && env.kind == EnvelopeKind::MetaFinal => Settled::Terminal(held),
+            Some(held) => Settled::Recoverable(held),
+        }
+    }
+
+    pub fn buffered(&self) -> usize {
+        self.held.as_ref().map_or(0, |h| h.text.capacity())
+    }
+}
+
+impl HeldError {
+    /// The value a recoverable error is sent as: its agent and the error (JSON where it is).
+    pub fn value(&self) -> serde_json::Value {
+        serde_json::json!({"agent": self.agent, "error": &*super::envelope::json_or_text(&self.text)})
+    }
+}
+
 /// Reads one `error` envelope into its block: the error once its block is whole, and a block closed to make room.
 pub fn error_piece(blocks: &mut Blocks, env: &Envelope<'_>) -> (Option<HeldError>, Option<Open>) {
-    let (at, evicted) = match blocks.find(EnvelopeKind::Error, env) {
-        Some(at) => (at, None),
-        None => blocks.open(EnvelopeKind::Error, env, "e"),
-    };
-    blocks.get_mut(at).push(&env.delta);
-    if !env.last {
-        return (None, evicted);
-    }
-    let open = blocks.take(at);
-    let held = HeldError {
+    let (whole, evicted) = blocks.collect(EnvelopeKind::Error, env, "e");
+    let held = whole.map(|open| HeldError {
         agent: open.agent,
         text: open.text,
-    };
-    (Some(held), evicted)
+    });
+    (held, evicted)
 }

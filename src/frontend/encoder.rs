@@ -2,6 +2,7 @@
 
 use super::ag_ui::AgUi;
 use super::ai_sdk::AiSdk;
+use super::blocks::Reading;
 use super::turn::{Protocol, Turn};
 
 /// Bytes of an unfinished held event kept between frames (held frames hold whole events; this only bounds a
@@ -71,17 +72,18 @@ impl Encoder {
 
     /// The stream's root agent, once known (the agent a next turn continues).
     pub fn root_agent(&self) -> Option<&str> {
-        match &self.inner {
-            Inner::AiSdk(e) => e.root_agent(),
-            Inner::AgUi(e) => e.root_agent(),
-        }
+        self.reading().root.as_deref()
     }
 
     /// The calls the run ended awaiting (`awaiting_frontend_tools`), if it did.
     pub fn awaited(&self) -> Option<&[String]> {
+        self.reading().awaited.as_deref()
+    }
+
+    fn reading(&self) -> &Reading {
         match &self.inner {
-            Inner::AiSdk(e) => e.awaited(),
-            Inner::AgUi(e) => e.awaited(),
+            Inner::AiSdk(e) => e.reading(),
+            Inner::AgUi(e) => e.reading(),
         }
     }
 
