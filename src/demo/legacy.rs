@@ -1,7 +1,7 @@
 //! The demo's legacy run (`--demo-dialect xml`, the default): DESIGN 3 exactly (framing and per-kind escaping):
 //! thinking, streamed text, a server tool call and result with citations, a client tool call answered by a
 //! subagent (nested `meta_init`, its own tool call and result, closed by the parent's `tool_result`),
-//! `meta_final` and `[DONE]`.
+//! `meta_final` and `[DONE]`. Also the continuation `POST /agent/tool_results` answers ([`continuation`]).
 
 use serde_json::json;
 
@@ -129,6 +129,51 @@ pub fn stream(agent: &str, query: &str) -> Vec<String> {
         "generated_files": [],
         "cost": 0.0123,
         "cumulative_usage": {"input_tokens": 1520, "output_tokens": 230},
+        "conversation_history": [],
+    });
+    items.push(format!(
+        "<meta_final data=\"{}\"></meta_final>",
+        attr(&final_data.to_string())
+    ));
+    items.push("[DONE]".to_owned());
+    items.into_iter().map(|i| format!("data: {i}\n\n")).collect()
+}
+
+/// One answered call of a `POST /agent/tool_results` body: `{tool_use_id, content, is_error}`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+pub struct ToolResult {
+    #[serde(default)]
+    pub tool_use_id: String,
+    #[serde(default)]
+    pub content: String,
+    #[serde(default)]
+    pub is_error: bool,
+}
+
+/// The legacy stream's SSE events for a `tool_results` continuation: as a backend continues a run it paused for
+/// the frontend's tools, with no `meta_init` (the agent is the one the request names), a text block
+/// acknowledging each result, `meta_final` and `[DONE]`.
+pub fn continuation(results: &[ToolResult]) -> Vec<String> {
+    let mut items = vec!["<content-block-text>".to_owned()];
+    if results.is_empty() {
+        items.push(fmt_escape("No tool result came with the continuation."));
+    }
+    for (i, r) in results.iter().enumerate() {
+        let sep = if i == 0 { "" } else { "\n" };
+        let said = if r.is_error { "failed with" } else { "returned" };
+        // At most 200 characters of it, and never the block's close tag.
+        let content: String = r.content.chars().take(200).collect();
+        let content = content.replace("</", "< /");
+        let line = format!("{sep}Thanks: the tool call {} {said} {content:?}.", r.tool_use_id);
+        items.push(fmt_escape(&line));
+    }
+    items.push("</content-block-text>".to_owned());
+    let final_data = json!({
+        "stop_reason": "end_turn",
+        "total_steps": 1,
+        "generated_files": [],
+        "cost": 0.001,
+        "cumulative_usage": {"input_tokens": 80, "output_tokens": 20},
         "conversation_history": [],
     });
     items.push(format!(
