@@ -28,6 +28,21 @@ use super::upstream::{sse_head, Emulator, Recorded, Step};
 /// The backend's paths, as the gateway's `[[frontend]]` routes name them.
 pub const RUN: &str = "/agent/run";
 pub const TOOL_RESULTS: &str = "/agent/tool_results";
+/// The gateway's `[[frontend]]` routes before this backend: `/api/chat` (ai-sdk) and `/agui` (ag-ui), both to
+/// [`RUN`] and [`TOOL_RESULTS`].
+pub const GATEWAY_CONFIG: &str = r#"
+[[frontend]]
+path = "/api/chat"
+protocol = "ai-sdk"
+run = "/agent/run"
+tool_results = "/agent/tool_results"
+
+[[frontend]]
+path = "/agui"
+protocol = "ag-ui"
+run = "/agent/run"
+tool_results = "/agent/tool_results"
+"#;
 
 /// Whose block a beat is: the run's root agent, or the subagent it spawned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
