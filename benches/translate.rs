@@ -7,6 +7,10 @@
 //! and checks that both produce the same blocks, so the comparison is between two correct translators; when the
 //! `dialects` group ran, a second summary times the dialects interleaved and checks that each carries the xml
 //! stream's content. `dialect_parts` measures the input side of each dialect alone (SSE decoding, JSON parsing).
+//! `frontend` (issue 35) translates the xml conversation to envelopes and encodes them for the AI SDK and AG-UI
+//! (`sse_gateway::frontend::Encoder`), beside translation alone, the encoding alone and its envelope parsing
+//! alone; its summary times them interleaved and prints the ratios (`BENCH_ONCE=frontend_<step>`: one pass, for
+//! callgrind).
 
 mod inputs;
 #[path = "../tests/harness/legacy.rs"]
@@ -20,6 +24,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 use serde_json::Value;
+use sse_gateway::frontend::envelope::Envelope;
+use sse_gateway::frontend::{Encoder, Protocol, Turn};
 use sse_gateway::translate::{Dialect, Options, Translator};
 
 use inputs::{escape, Input};
@@ -684,6 +690,280 @@ fn once_dialect(name: &str) {
     );
 }
 
+/// What a step of the `frontend` group does with the xml conversation.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Front {
+    /// Translation alone: the envelope stream (`X-Stream-Format: json`).
+    Json,
+    /// Translation, then each read's envelopes encoded (`X-Stream-Format: ai-sdk | ag-ui`), as `body::encode` does.
+    Translated(Protocol),
+    /// The encoding alone, of the envelope frames translated beforehand.
+    Encoded(Protocol),
+    /// Of the encoding, only each envelope read back (`frontend::envelope::Envelope::parse`: serde) from the frames.
+    Parsed,
+}
+
+impl Front {
+    const ALL: [Front; 6] = [
+        Front::Json,
+        Front::Translated(Protocol::AiSdk),
+        Front::Translated(Protocol::AgUi),
+        Front::Parsed,
+        Front::Encoded(Protocol::AiSdk),
+        Front::Encoded(Protocol::AgUi),
+    ];
+
+    fn name(self) -> String {
+        match self {
+            Front::Json => "translate/json".into(),
+            Front::Translated(p) => format!("translate+encode/{}", p.as_str()),
+            Front::Encoded(p) => format!("encode/{}", p.as_str()),
+            Front::Parsed => "parse_envelopes".into(),
+        }
+    }
+}
+
+/// The turn of a response-only encoding (`X-Stream-Format`), as `frontend::serve::Read::fresh` makes it.
+fn fresh_turn() -> Turn {
+    let id = "5f1c2e4a7b3d4c8e9a102b3c4d5e6f70".to_string();
+    Turn {
+        message_id: id.clone(),
+        thread_id: id.clone(),
+        run_id: id.clone(),
+        prefix: id,
+        ..Turn::default()
+    }
+}
+
+/// Hands one read's output on: encoded when there is an encoder (cleared after, as the proxy hands each frame on).
+fn hand_on(encoder: &mut Option<Encoder>, out: &mut Vec<u8>, enc: &mut Vec<u8>) -> usize {
+    let n = match encoder {
+        Some(e) => {
+            e.frame(out, enc);
+            let n = enc.len();
+            enc.clear();
+            n
+        }
+        None => out.len(),
+    };
+    out.clear();
+    n
+}
+
+/// The xml conversation translated read by read, each read's envelopes encoded for `protocol` (none: the envelope
+/// stream); returns the bytes that would go to the client.
+#[inline(never)]
+fn frontend_pass(protocol: Option<Protocol>, input: &Input, out: &mut Vec<u8>, enc: &mut Vec<u8>) -> usize {
+    let mut t = Translator::new(Options::default(), AGENT);
+    let mut encoder = protocol.map(|p| Encoder::new(p, fresh_turn()));
+    let mut total = 0;
+    for piece in input.pieces() {
+        t.feed(piece, out);
+        total += hand_on(&mut encoder, out, enc);
+    }
+    t.finish(out);
+    total += hand_on(&mut encoder, out, enc);
+    if let Some(e) = &mut encoder {
+        e.finish(enc);
+        total += enc.len();
+        enc.clear();
+    }
+    total
+}
+
+/// The envelope frames of `input`, one per read, as the translator hands them on.
+fn envelope_frames(input: &Input) -> Vec<Vec<u8>> {
+    let mut t = Translator::new(Options::default(), AGENT);
+    let mut frames = Vec::new();
+    let mut out = Vec::new();
+    for piece in input.pieces() {
+        t.feed(piece, &mut out);
+        frames.push(std::mem::take(&mut out));
+    }
+    t.finish(&mut out);
+    frames.push(out);
+    frames.retain(|f| !f.is_empty());
+    frames
+}
+
+/// The encoding alone: `frames` (envelopes) encoded for `protocol`.
+#[inline(never)]
+fn encode_only(protocol: Protocol, frames: &[Vec<u8>], enc: &mut Vec<u8>) -> usize {
+    let mut e = Encoder::new(protocol, fresh_turn());
+    let mut total = 0;
+    for f in frames {
+        e.frame(f, enc);
+        total += enc.len();
+        enc.clear();
+    }
+    e.finish(enc);
+    total += enc.len();
+    enc.clear();
+    total
+}
+
+/// The encoders' first step alone: each `data:` line of `frames` read back as an envelope (as `Encoder::frame`
+/// splits them); returns the envelopes read.
+#[inline(never)]
+fn parse_envelopes(frames: &[Vec<u8>]) -> usize {
+    let mut n = 0;
+    for f in frames {
+        for line in f.split(|&b| b == b'\n') {
+            if let Some(data) = line.strip_prefix(b"data: ") {
+                n += usize::from(black_box(Envelope::parse(data)).is_some());
+            }
+        }
+    }
+    n
+}
+
+fn front_run(step: Front, input: &Input, frames: &[Vec<u8>], out: &mut Vec<u8>, enc: &mut Vec<u8>) -> usize {
+    match step {
+        Front::Json => frontend_pass(None, input, out, enc),
+        Front::Translated(p) => frontend_pass(Some(p), input, out, enc),
+        Front::Encoded(p) => encode_only(p, frames, enc),
+        Front::Parsed => parse_envelopes(frames),
+    }
+}
+
+/// The xml conversation of the `dialects` group: thinking, text, tool calls and results over 40 model turns.
+fn frontend_input() -> Input {
+    inputs::dialects::all(DIALECT_ROUNDS)
+        .into_iter()
+        .find(|(d, _)| *d == Dialect::Xml)
+        .map(|(_, i)| i)
+        .expect("the xml conversation")
+}
+
+/// `frontend/<step>`: upstream events/s of each step. Returns whether the group ran.
+fn bench_frontend(c: &mut Criterion, input: &Input, frames: &[Vec<u8>]) -> bool {
+    let ran = Cell::new(false);
+    let mut g = c.benchmark_group("frontend");
+    g.sample_size(20);
+    g.throughput(Throughput::Elements(input.events));
+    let (mut out, mut enc) = (Vec::with_capacity(64 << 10), Vec::with_capacity(64 << 10));
+    for step in Front::ALL {
+        g.bench_function(step.name(), |b| {
+            ran.set(true);
+            b.iter(|| black_box(front_run(step, black_box(input), frames, &mut out, &mut enc)))
+        });
+    }
+    g.finish();
+    ran.get()
+}
+
+/// Whether `protocol`'s encoding of the conversation ends its run cleanly and carries every text delta.
+fn frontend_check(protocol: Protocol, input: &Input) -> String {
+    let frames = envelope_frames(input);
+    let mut all = Vec::new();
+    let mut e = Encoder::new(protocol, fresh_turn());
+    for f in &frames {
+        e.frame(f, &mut all);
+    }
+    e.finish(&mut all);
+    let text = String::from_utf8_lossy(&all);
+    let count = |s: &str| text.matches(s).count();
+    let envelopes = frames
+        .iter()
+        .map(|f| String::from_utf8_lossy(f).matches("\"type\":\"text\"").count())
+        .sum::<usize>();
+    let (deltas, ended, failed) = match protocol {
+        Protocol::AiSdk => (
+            count("\"type\":\"text-delta\""),
+            text.ends_with("data: [DONE]\n\n") && count("\"type\":\"finish\"") == 1,
+            count("\"type\":\"error\""),
+        ),
+        Protocol::AgUi => (
+            count("\"type\":\"TEXT_MESSAGE_CONTENT\""),
+            count("\"type\":\"RUN_FINISHED\"") == 1,
+            count("\"type\":\"RUN_ERROR\""),
+        ),
+    };
+    let ok = ended && failed == 0 && deltas >= envelopes.saturating_sub(envelopes / 10);
+    format!(
+        "{} ({deltas} text deltas for {envelopes} text envelopes, {:.2} MiB)",
+        if ok { "yes" } else { "NO" },
+        all.len() as f64 / (1 << 20) as f64
+    )
+}
+
+/// Times the steps alternately and prints events/s, time per conversation and the ratios to translation alone.
+fn frontend_summary(input: &Input, frames: &[Vec<u8>]) {
+    const ROUNDS: usize = 15;
+    println!(
+        "\n## Summary: frontend encoding of the xml conversation ({} upstream events, {} envelope frames), \
+         interleaved in one process (median of {ROUNDS} rounds)\n",
+        input.events,
+        frames.len()
+    );
+    println!("| step | events/s | time per conversation | vs translate/json | bytes out | run ends cleanly |");
+    println!("|---|---|---|---|---|---|");
+    let (mut out, mut enc) = (Vec::with_capacity(64 << 10), Vec::with_capacity(64 << 10));
+    let mut times = vec![Vec::new(); Front::ALL.len()];
+    let mut sizes = vec![0; Front::ALL.len()];
+    for _ in 0..ROUNDS {
+        for (i, step) in Front::ALL.into_iter().enumerate() {
+            let t = Instant::now();
+            sizes[i] = black_box(front_run(step, input, frames, &mut out, &mut enc));
+            times[i].push(t.elapsed());
+        }
+    }
+    let medians: Vec<Duration> = times.into_iter().map(median).collect();
+    let base = medians[0].as_secs_f64();
+    for (i, step) in Front::ALL.into_iter().enumerate() {
+        let d = medians[i].as_secs_f64();
+        let check = match step {
+            Front::Translated(p) => frontend_check(p, input),
+            _ => "—".into(),
+        };
+        println!(
+            "| {} | {:.2} M | {:.2} ms | {:.3}× | {} | {check} |",
+            step.name(),
+            input.events as f64 / d / 1e6,
+            d * 1e3,
+            d / base,
+            if matches!(step, Front::Parsed) {
+                format!("{} envelopes", sizes[i])
+            } else {
+                format!("{:.2} MiB", sizes[i] as f64 / (1 << 20) as f64)
+            },
+        );
+    }
+}
+
+/// `BENCH_ONCE=frontend_<json|ai-sdk|ag-ui|encode_ai-sdk|encode_ag-ui|parse>`: one step over the xml conversation,
+/// `BENCH_REPEAT` times (default 1). For instruction counts: `valgrind --tool=callgrind
+/// --toggle-collect='translate::frontend_pass'` (or `encode_only`, `parse_envelopes`).
+fn once_frontend(name: &str) {
+    let step = match name.strip_prefix("frontend_").unwrap_or_default() {
+        "json" => Front::Json,
+        "ai-sdk" => Front::Translated(Protocol::AiSdk),
+        "ag-ui" => Front::Translated(Protocol::AgUi),
+        "encode_ai-sdk" => Front::Encoded(Protocol::AiSdk),
+        "encode_ag-ui" => Front::Encoded(Protocol::AgUi),
+        "parse" => Front::Parsed,
+        other => panic!("no frontend step named {other}"),
+    };
+    let input = frontend_input();
+    let frames = envelope_frames(&input);
+    let repeat: usize = std::env::var("BENCH_REPEAT")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(1);
+    let (mut out, mut enc) = (Vec::with_capacity(64 << 10), Vec::with_capacity(64 << 10));
+    let mut best = Duration::MAX;
+    for _ in 0..repeat {
+        let t = Instant::now();
+        black_box(front_run(step, &input, &frames, &mut out, &mut enc));
+        best = best.min(t.elapsed());
+    }
+    eprintln!(
+        "{name}: {} upstream events, best of {repeat} {:.2} M events/s",
+        input.events,
+        input.events as f64 / best.as_secs_f64() / 1e6
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     // `cargo test --benches` runs each bench once in test mode: skip the summary there.
@@ -691,6 +971,10 @@ fn main() {
     if let Ok(name) = std::env::var("BENCH_ONCE") {
         if name.starts_with("dialect_") {
             once_dialect(&name);
+            return;
+        }
+        if name.starts_with("frontend_") {
+            once_frontend(&name);
             return;
         }
         // One run of each translator over one input, for instruction counts that the machine's load
@@ -736,6 +1020,9 @@ fn main() {
     }
     let dialects_ran = bench_dialects(&mut c, &conversations, &dialect_fixtures());
     bench_dialect_parts(&mut c, &conversations);
+    let front = frontend_input();
+    let front_frames = envelope_frames(&front);
+    let frontend_ran = bench_frontend(&mut c, &front, &front_frames);
     c.final_summary();
     if bench_mode && std::env::var_os("BENCH_NO_SUMMARY").is_none() {
         println!("(set BENCH_DUMP=DIR to write each input and both outputs there)");
@@ -744,6 +1031,9 @@ fn main() {
         }
         if dialects_ran {
             dialect_summary(&conversations);
+        }
+        if frontend_ran {
+            frontend_summary(&front, &front_frames);
         }
     }
 }

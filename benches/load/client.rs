@@ -24,8 +24,9 @@ pub struct Target {
     pub addr: SocketAddr,
     /// Address that speaks h2c with prior knowledge.
     pub h2_addr: SocketAddr,
-    /// Sends `X-Stream-Format: legacy` (gateway pass-through).
-    pub legacy_header: bool,
+    /// Sends `X-Stream-Format: <this>`: `legacy` (gateway pass-through), `json` (the envelope stream, as without
+    /// the header), `ai-sdk` or `ag-ui` (the envelope stream encoded for a frontend, issue 35).
+    pub format: Option<&'static str>,
     /// The stream arrives as JSON envelopes.
     pub translated: bool,
 }
@@ -212,12 +213,19 @@ impl StreamParser {
     }
 
     fn other_event(&mut self, ev: &[u8]) {
-        // Resumable streams put an `id:` line before it (resume.enabled, the default).
-        if ev.split(|&b| b == b'\n').any(|line| line == b"data: [DONE]") {
+        // Resumable streams put an `id:` line before it (resume.enabled, the default). AG-UI has no `[DONE]`: its
+        // run ends with `RUN_FINISHED` (or `RUN_ERROR`).
+        let has = |s: &[u8]| memchr::memmem::find(ev, s).is_some();
+        if ev.split(|&b| b == b'\n').any(|line| line == b"data: [DONE]")
+            || (self.translated && has(b"\"type\":\"RUN_FINISHED\""))
+        {
             self.done = true;
         } else if let Some(n) = find_number_after(ev, b"load_events") {
             self.announced = Some(n);
-        } else if self.translated && memchr::memmem::find(ev, b"\"type\":\"error\"").is_some() && self.error.is_none() {
+        } else if self.translated
+            && (has(b"\"type\":\"error\"") || has(b"\"type\":\"RUN_ERROR\""))
+            && self.error.is_none()
+        {
             self.error = Some(String::from_utf8_lossy(&ev[..ev.len().min(300)]).into_owned());
         }
     }
@@ -287,8 +295,8 @@ async fn one_stream(
         // HTTP/1.1 needs Host; h2 takes :authority from the URI (nginx answers 400 to a Host that differs).
         req = req.header("host", target.addr.to_string());
     }
-    if target.legacy_header {
-        req = req.header("x-stream-format", "legacy");
+    if let Some(format) = target.format {
+        req = req.header("x-stream-format", format);
     }
     // As EventSource and the SSE client libraries do (the gateway gives such requests a dedicated connection).
     req = req.header("accept", "text/event-stream");

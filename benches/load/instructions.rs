@@ -105,7 +105,7 @@ pub async fn instructions(opts: &Opts, up: &[u16], rep: &mut Report, ok: &mut bo
                 name: "nginx",
                 addr: at(h1),
                 h2_addr: at(h2),
-                legacy_header: false,
+                format: None,
                 translated: false,
             },
         ),
@@ -115,7 +115,7 @@ pub async fn instructions(opts: &Opts, up: &[u16], rep: &mut Report, ok: &mut bo
                 name: "gateway",
                 addr: at(port),
                 h2_addr: at(port),
-                legacy_header: false,
+                format: None,
                 translated: true,
             },
         ),
@@ -125,7 +125,7 @@ pub async fn instructions(opts: &Opts, up: &[u16], rep: &mut Report, ok: &mut bo
                 name: crate::scenarios::RESUME_OFF,
                 addr: at(port_off),
                 h2_addr: at(port_off),
-                legacy_header: false,
+                format: None,
                 translated: true,
             },
         ),
@@ -135,7 +135,7 @@ pub async fn instructions(opts: &Opts, up: &[u16], rep: &mut Report, ok: &mut bo
                 name: "gateway-pass",
                 addr: at(port),
                 h2_addr: at(port),
-                legacy_header: true,
+                format: Some("legacy"),
                 translated: false,
             },
         ),
@@ -189,5 +189,89 @@ pub async fn instructions(opts: &Opts, up: &[u16], rep: &mut Report, ok: &mut bo
         per_event[1] - per_event[2],
         verdict(on_off <= 1.1)
     ));
+    Ok(())
+}
+
+/// Issue 35: the instructions per event of the one gateway (its defaults, under callgrind) with the client asking
+/// `X-Stream-Format: json`, `ai-sdk` and `ag-ui` in turn, as `instructions` counts them; the ratios to `json`. The
+/// dumps stay in the scratch directory for `callgrind_annotate` (where the encoding's instructions go).
+pub async fn frontend(opts: &Opts, up: &[u16], rep: &mut Report, ok: &mut bool) -> Result<(), String> {
+    let installed = Command::new("valgrind")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !installed {
+        rep.line("(instructions per event skipped: no valgrind; apt-get install -y valgrind)\n");
+        return Ok(());
+    }
+    let window = Duration::from_secs_f64(if opts.quick { 2.0 } else { 4.0 });
+    let dir = procs::scratch("callgrind-frontend");
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let wrapper = callgrind(&dir);
+    let place = procs::Place {
+        wrapper: &wrapper,
+        dir: &dir.join("gateway"),
+        upstream: up[crate::upstream::LISTENERS - 1],
+        cpus: None,
+        env: &[],
+    };
+    let (gateway, port, _) = procs::spawn_gateway(&opts.gateway, &place)?;
+    let formats = ["json", "ai-sdk", "ag-ui"];
+    rep.line(format!(
+        "Instructions per event under callgrind (the gateway's user space only, its defaults): {STREAMS} streams over \
+         HTTP/1.1, {RATE:.0} events/s in all, through one gateway process under callgrind, each format in two \
+         phases of {:.0} s and {:.0} s, counters zeroed before and dumped after each; per event = (instructions₂ − \
+         instructions₁) / (events₂ − events₁). Dumps: `{}` (pid {}).\n",
+        window.as_secs_f64(),
+        2.0 * window.as_secs_f64(),
+        dir.display(),
+        gateway.pid()
+    ));
+    rep.line("| X-Stream-Format | instructions per event | / json | events in the two phases | instructions in the two phases |");
+    rep.line("|---|---|---|---|---|");
+    let mut per_event: Vec<f64> = Vec::new();
+    for format in formats {
+        let t = Target {
+            name: format,
+            addr: procs::addr(port),
+            h2_addr: procs::addr(port),
+            format: Some(format),
+            translated: true,
+        };
+        let (i1, e1) = counted_phase(&gateway, &dir, &t, window, rep, ok).await?;
+        let (i2, e2) = counted_phase(&gateway, &dir, &t, 2 * window, rep, ok).await?;
+        let v = if e2 > e1 {
+            (i2 as f64 - i1 as f64) / (e2 - e1) as f64
+        } else {
+            f64::NAN
+        };
+        per_event.push(v);
+        rep.line(format!(
+            "| {format} | **{}** | {} | {}, {} | {}, {} |",
+            n(v),
+            if per_event.len() == 1 {
+                "1.00".to_owned()
+            } else {
+                format!("**{:.3}×**", v / per_event[0])
+            },
+            n(e1 as f64),
+            n(e2 as f64),
+            n(i1 as f64),
+            n(i2 as f64)
+        ));
+    }
+    rep.line("");
+    for (format, v) in formats.iter().zip(&per_event).skip(1) {
+        let r = v / per_event[0];
+        rep.line(format!(
+            "- {format} / json, instructions per event: {} / {} = {r:.3}× ({:+.0} per event; target ≤ 1.10×: {})",
+            n(*v),
+            n(per_event[0]),
+            v - per_event[0],
+            verdict(r <= 1.10)
+        ));
+    }
+    rep.line("");
     Ok(())
 }

@@ -275,7 +275,7 @@ fn target(name: &'static str, port: u16) -> Target {
         name,
         addr: procs::addr(port),
         h2_addr: procs::addr(port),
-        legacy_header: false,
+        format: None,
         translated: true,
     }
 }

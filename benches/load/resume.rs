@@ -670,7 +670,7 @@ async fn saturation(
                 name: case.name,
                 addr: procs::addr(run.a.1),
                 h2_addr: procs::addr(run.a.1),
-                legacy_header: false,
+                format: None,
                 translated: true,
             };
             let r = run_phase(&t, &plan, Arc::new(AtomicUsize::new(0))).await;

@@ -129,35 +129,35 @@ impl Env {
                 name: NAMES[0],
                 addr: up,
                 h2_addr: up,
-                legacy_header: false,
+                format: None,
                 translated: false,
             },
             Target {
                 name: NAMES[1],
                 addr: procs::addr(self.nginx.1),
                 h2_addr: procs::addr(self.nginx.2),
-                legacy_header: false,
+                format: None,
                 translated: false,
             },
             Target {
                 name: NAMES[2],
                 addr: gw,
                 h2_addr: gw,
-                legacy_header: false,
+                format: None,
                 translated: true,
             },
             Target {
                 name: NAMES[3],
                 addr: gw,
                 h2_addr: gw,
-                legacy_header: true,
+                format: Some("legacy"),
                 translated: false,
             },
             Target {
                 name: NAMES[GW_OFF],
                 addr: procs::addr(self.gateway_off.1),
                 h2_addr: procs::addr(self.gateway_off.1),
-                legacy_header: false,
+                format: None,
                 translated: true,
             },
         ];
@@ -166,7 +166,7 @@ impl Env {
                 name: NAMES[BASELINE],
                 addr: procs::addr(b.1),
                 h2_addr: procs::addr(b.1),
-                legacy_header: false,
+                format: None,
                 translated: true,
             });
         }
@@ -417,7 +417,7 @@ pub async fn run(opts: &Opts, nofile: u64) -> Result<bool, String> {
     // `instructions` is not part of `all`: it needs valgrind, and its phases run the proxies 50× slower; nor is
     // `redis`: it needs redis-server, and `resume` already runs the Redis store in `all`.
     let one = opts.scenario.as_str();
-    if !(one == "all" || ["instructions", "redis", "websocket"].contains(&one) || IN_ALL.contains(&one)) {
+    if !(one == "all" || ["instructions", "redis", "websocket", "frontend"].contains(&one) || IN_ALL.contains(&one)) {
         return Err(format!("unknown scenario {one:?}"));
     }
     let names = if one == "all" { IN_ALL.to_vec() } else { vec![one] };
@@ -433,6 +433,7 @@ pub async fn run(opts: &Opts, nofile: u64) -> Result<bool, String> {
             "resume" => crate::resume::resume(opts, &env.up, &mut rep, &mut ok).await?,
             "redis" => crate::redis_scale::redis(opts, &env.up, &mut rep, &mut ok).await?,
             "websocket" => crate::websocket::websocket(opts, &env.up, &mut rep, &mut ok).await?,
+            "frontend" => frontend(opts, &mut env, &mut rep, &mut ok).await?,
             _ => crate::instructions::instructions(opts, &env.up, &mut rep, &mut ok).await?,
         }
     }
@@ -1141,6 +1142,105 @@ async fn cost(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> Re
     ));
     rep.line(format!("- none dropped: {}\n", verdict(failed.iter().all(|f| *f == 0))));
     Ok(())
+}
+
+/// The formats `frontend` asks the default gateway for, as `X-Stream-Format` (`json` first: the others' ratios are
+/// to it), with their targets' names.
+const FRONTEND_FORMATS: [(&str, &str); 3] = [
+    ("json", "gateway-json"),
+    ("ai-sdk", "gateway-ai-sdk"),
+    ("ag-ui", "gateway-ag-ui"),
+];
+
+/// Issue 35's cost: the same paced upstream streams (50 × 400 ev/s over HTTP/1.1, as `cost`) through the one default
+/// gateway (resumption on), the client asking `X-Stream-Format: json` (the envelope stream), `ai-sdk` and `ag-ui`,
+/// rounds interleaved; the gateway's CPU per event of each and the ratios to `json`; then, where valgrind is
+/// installed, the instructions per event of each under callgrind (`instructions::frontend`), the steady figure.
+async fn frontend(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> Result<(), String> {
+    let rounds = opts.rounds.unwrap_or(if opts.quick { 1 } else { 3 }).max(1);
+    let window = Duration::from_secs_f64(opts.secs.unwrap_or(if opts.quick { 1.5 } else { 5.0 }));
+    let (paced, per_stream_rate) = (50, 400.0);
+    let plan = rated_plan(paced, paced as f64 * per_stream_rate, window, Proto::H1);
+    let gw = procs::addr(env.gateway.1);
+    let targets: Vec<Target> = FRONTEND_FORMATS
+        .iter()
+        .map(|&(format, name)| Target {
+            name,
+            addr: gw,
+            h2_addr: gw,
+            format: Some(format),
+            translated: true,
+        })
+        .collect();
+    rep.line("## frontend: CPU per event of the envelope stream encoded for a frontend (issue 35)\n");
+    rep.line(format!(
+        "{paced} streams over HTTP/1.1, each paced at {per_stream_rate:.0} events/s ({} events/s in all) by the legacy \
+         upstream, through the one gateway with its defaults (resumption on), the client sending \
+         `X-Stream-Format: json | ai-sdk | ag-ui` (response-only encoding: the same upstream request, the held \
+         envelopes encoded per read). Per event = the gateway's user + system CPU over the whole phase (ramp, \
+         {:.1} s warm-up, {:.1} s window) / stamped text deltas delivered; /proc ticks of 10 ms. {rounds} \
+         interleaved round(s) (A B C, C B A, …); the ratio is the median over rounds of (row / json in the same \
+         round). Issue 35's bound: encoding adds at most 10 % CPU per event.\n",
+        n(paced as f64 * per_stream_rate),
+        plan.warm.as_secs_f64(),
+        window.as_secs_f64(),
+    ));
+    let k = targets.len();
+    let (mut cpu, mut user, mut bytes, mut rate) = (
+        vec![Vec::new(); k],
+        vec![Vec::new(); k],
+        vec![Vec::new(); k],
+        vec![Vec::new(); k],
+    );
+    let mut failed = vec![0usize; k];
+    for round in 0..rounds {
+        for i in order(round, k) {
+            let (r, spent) = phase(env, &targets[i], &plan, rep, ok).await?;
+            // `Env::pids`'s groups: upstream, nginx, the gateway, client.
+            let per_event = 1e6 / r.events.max(1) as f64;
+            cpu[i].push(spent.cpu[2] * per_event);
+            user[i].push((spent.cpu[2] - spent.system[2]) * per_event);
+            bytes[i].push(r.bytes as f64 / r.events.max(1) as f64);
+            rate[i].push(r.rate());
+            failed[i] += r.failed();
+        }
+    }
+    let ratio =
+        |v: &[f64], base: &[f64]| median(v.iter().zip(base).map(|(a, b)| a / b.max(f64::MIN_POSITIVE)).collect());
+    let list = |v: &[f64], digits: usize| v.iter().map(|x| format!("{x:.digits$}")).collect::<Vec<_>>().join(", ");
+    rep.line("| X-Stream-Format | gateway CPU per event, µs (median) | / json | user, µs | by round | bytes to the client per event | events/s delivered | failed streams |");
+    rep.line("|---|---|---|---|---|---|---|---|");
+    for (i, (format, _)) in FRONTEND_FORMATS.iter().enumerate() {
+        rep.line(format!(
+            "| {format} | **{:.2}** | {} | {:.2} | {} | {:.0} | {} | {} |",
+            median(cpu[i].clone()),
+            if i == 0 {
+                "1.00".to_owned()
+            } else {
+                format!("**{:.3}×**", ratio(&cpu[i], &cpu[0]))
+            },
+            median(user[i].clone()),
+            list(&cpu[i], 2),
+            median(bytes[i].clone()),
+            rate[i].iter().map(|r| n(*r)).collect::<Vec<_>>().join(", "),
+            failed[i]
+        ));
+    }
+    rep.line("");
+    for i in 1..k {
+        let r = ratio(&cpu[i], &cpu[0]);
+        let diff = median(cpu[i].iter().zip(&cpu[0]).map(|(a, b)| a - b).collect());
+        rep.line(format!(
+            "- {} / json, gateway CPU per event: {:.2} / {:.2} µs = {r:.3}× ({diff:+.2} µs, median of same-round \
+             differences; target ≤ 1.10×: {}; wall-clock CPU on a shared machine, 10 ms ticks)",
+            FRONTEND_FORMATS[i].0,
+            median(cpu[i].clone()),
+            median(cpu[0].clone()),
+            verdict(r <= 1.10)
+        ));
+    }
+    rep.line(format!("- none dropped: {}\n", verdict(failed.iter().all(|f| *f == 0))));
+    crate::instructions::frontend(opts, &env.up, rep, ok).await
 }
 
 /// The gateway's own per-frame translation time (upstream frame in → translated frame out), from its
