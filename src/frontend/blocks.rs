@@ -25,8 +25,9 @@ pub struct Open {
     pub id: String,
     /// `name` of its first envelope.
     pub name: String,
-    /// What the protocol calls it (a text part's id, a message id).
+    /// What the protocol calls it (a text part's id, a message id), and that as a JSON string literal.
     pub out: String,
+    pub quoted: String,
     /// Its text so far, for a block sent whole.
     pub text: String,
     /// The text passed `MAX_BUFFER`: what was kept is all there is.
@@ -84,6 +85,13 @@ impl Blocks {
             .position(|o| o.kind == kind && o.agent == env.agent && o.id == env.id)
     }
 
+    /// The open streamed block (`text`, `thinking`) of `agent`.
+    pub fn find_streamed(&self, kind: EnvelopeKind, agent: &str) -> Option<&Open> {
+        self.open
+            .iter()
+            .find(|o| o.kind == kind && o.agent == agent && o.id.is_empty())
+    }
+
     pub fn get_mut(&mut self, at: usize) -> &mut Open {
         &mut self.open[at]
     }
@@ -93,7 +101,9 @@ impl Blocks {
     pub fn open(&mut self, kind: EnvelopeKind, env: &Envelope<'_>, tag: &str) -> (usize, Option<Open>) {
         let evicted = (self.open.len() >= MAX_OPEN).then(|| self.open.remove(0));
         let out = self.make_id(tag);
+        let quoted = serde_json::to_string(&out).unwrap_or_default();
         self.open.push(Open {
+            quoted,
             kind,
             agent: env.agent.to_string(),
             id: env.id.to_string(),

@@ -75,6 +75,77 @@ impl<'a> Envelope<'a> {
     }
 }
 
+/// A streamed block's envelope as the gateway's own encoder writes it (`{"type":"text","agent":"…","final":…,
+/// "delta":"…"}`, the fields in that order), read without serde: the most frequent envelope, whose delta goes on
+/// to the client's chunk as the JSON string literal it already is. Anything else is `None` (serde's to read).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Streamed<'a> {
+    pub kind: EnvelopeKind,
+    /// The agent as written: only an agent with no escape is read here, so it is the agent itself.
+    pub agent: &'a str,
+    pub last: bool,
+    /// The delta's JSON string literal, quotes included.
+    pub delta: &'a [u8],
+}
+
+impl<'a> Streamed<'a> {
+    pub fn read(data: &'a [u8]) -> Option<Self> {
+        let (kind, rest) = if let Some(r) = data.strip_prefix(b"{\"type\":\"text\",\"agent\":\"") {
+            (EnvelopeKind::Text, r)
+        } else if let Some(r) = data.strip_prefix(b"{\"type\":\"thinking\",\"agent\":\"") {
+            (EnvelopeKind::Thinking, r)
+        } else {
+            return None;
+        };
+        let end = memchr::memchr2(b'"', b'\\', rest)?;
+        if rest[end] != b'"' {
+            return None;
+        }
+        let agent = std::str::from_utf8(&rest[..end]).ok()?;
+        let rest = &rest[end..];
+        let (last, rest) = if let Some(r) = rest.strip_prefix(b"\",\"final\":false,\"delta\":") {
+            (false, r)
+        } else {
+            (true, rest.strip_prefix(b"\",\"final\":true,\"delta\":")?)
+        };
+        let delta = rest.strip_suffix(b"}")?;
+        // The literal is the rest up to the closing brace: one string, closed by its last quote and by no escape.
+        let closed = delta.len() >= 2 && delta[0] == b'"' && delta[delta.len() - 1] == b'"';
+        if !closed || ends_escaped(&delta[1..delta.len() - 1]) || has_bare_quote(&delta[1..delta.len() - 1]) {
+            return None;
+        }
+        Some(Streamed {
+            kind,
+            agent,
+            last,
+            delta,
+        })
+    }
+
+    /// Whether the delta is `""`.
+    pub fn is_empty(&self) -> bool {
+        self.delta.len() == 2
+    }
+}
+
+/// Whether the string body ends in an odd run of backslashes (its closing quote would be escaped).
+fn ends_escaped(body: &[u8]) -> bool {
+    body.iter().rev().take_while(|&&b| b == b'\\').count() % 2 == 1
+}
+
+/// Whether the string body holds a quote no backslash escapes (then it is not one string).
+fn has_bare_quote(body: &[u8]) -> bool {
+    let mut at = 0;
+    while let Some(q) = memchr::memchr(b'"', &body[at..]) {
+        let q = at + q;
+        if body[..q].iter().rev().take_while(|&&b| b == b'\\').count() % 2 == 0 {
+            return true;
+        }
+        at = q + 1;
+    }
+    false
+}
+
 /// `text` as a JSON value when it is one (a JSON payload's delta), else as a string.
 pub fn json_or_text(text: &str) -> Box<RawValue> {
     match serde_json::from_str::<&RawValue>(text) {
@@ -123,6 +194,42 @@ mod tests {
         assert_eq!(f["url"], "https://e.x");
         assert_eq!(f["citation_type"], "web_search_result_location");
         assert!(!f.contains_key("delta"));
+    }
+
+    #[test]
+    fn the_fast_reader_answers_only_where_serde_agrees() {
+        let cases: [&[u8]; 9] = [
+            br#"{"type":"text","agent":"a-1","final":false,"delta":"He said \"hi\"\n"}"#,
+            br#"{"type":"thinking","agent":"a","final":true,"delta":""}"#,
+            br#"{"type":"text","agent":"a","final":false,"delta":"ends in a backslash \\"}"#,
+            br#"{"type":"text","agent":"a\"b","final":false,"delta":"x"}"#,
+            br#"{"type":"text","agent":"a","final":false,"delta":"x","id":"y"}"#,
+            br#"{"type":"text","agent":"a","final":false,"delta":"x" }"#,
+            br#"{"type":"tool_call","agent":"a","final":true,"delta":"{}","id":"t","name":"n"}"#,
+            br#"{"type":"text","agent":"a","final":false,"delta":"a"b"}"#,
+            br#"{"type":"text","agent":"a","final":false,"delta":"\"}"#,
+        ];
+        for data in cases {
+            let slow = Envelope::parse(data);
+            match Streamed::read(data) {
+                Some(fast) => {
+                    let slow = slow.expect("serde reads what the fast reader reads");
+                    assert_eq!((fast.kind, fast.agent, fast.last), (slow.kind, &*slow.agent, slow.last));
+                    let delta: String = serde_json::from_slice(fast.delta).expect("a string literal");
+                    assert_eq!(delta, slow.delta);
+                }
+                None => {}
+            }
+        }
+        assert!(Streamed::read(cases[0]).is_some() && Streamed::read(cases[1]).is_some());
+        assert!(Streamed::read(cases[2]).is_some());
+        for refused in &cases[3..] {
+            assert!(
+                Streamed::read(refused).is_none(),
+                "{}",
+                String::from_utf8_lossy(refused)
+            );
+        }
     }
 
     #[test]

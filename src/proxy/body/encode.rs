@@ -77,7 +77,8 @@ impl<L: Layer> Body for Encode<L> {
                         // Trailers: nothing of the envelope stream.
                         continue;
                     };
-                    let mut out = Vec::new();
+                    // Chunks are about as long as the envelopes they come from: one allocation per frame.
+                    let mut out = Vec::with_capacity(data.len() + data.len() / 4 + 64);
                     if let Some(encoder) = this.encoder.as_mut() {
                         encoder.frame(&data, &mut out);
                     }
