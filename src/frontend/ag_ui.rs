@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
-use super::blocks::{error_piece, Blocks, Open, Reading, Seen, Settled};
+use super::blocks::{error_piece, Blocks, Open, Reading, Seen, Settled, Writer};
 use super::envelope::{json_or_text, string, Envelope, Streamed};
 use super::turn::{write_event, Turn};
 use crate::protocol::EnvelopeKind;
@@ -163,33 +163,8 @@ pub struct AgUi {
     lanes: Vec<Lane>,
 }
 
-impl AgUi {
-    pub fn new(turn: Turn) -> Self {
-        Self {
-            blocks: Blocks::new(&turn.prefix),
-            announced: Seen::of(&turn.known_tools),
-            answered: Seen::of(&turn.known_results),
-            reading: Reading::default(),
-            started: false,
-            ended: false,
-            lanes: Vec::new(),
-            turn,
-        }
-    }
-
-    pub fn reading(&self) -> &Reading {
-        &self.reading
-    }
-
-    pub fn is_done(&self) -> bool {
-        self.ended
-    }
-
-    pub fn buffered(&self) -> usize {
-        self.blocks.buffered() + self.reading.buffered()
-    }
-
-    pub fn event(&mut self, data: &[u8], out: &mut Vec<u8>) {
+impl Writer for AgUi {
+    fn event(&mut self, data: &[u8], out: &mut Vec<u8>) {
         if self.ended {
             return;
         }
@@ -256,6 +231,44 @@ impl AgUi {
         }
     }
 
+    /// The held stream ended: a run that did not end ends with `RUN_ERROR`.
+    fn finish(&mut self, out: &mut Vec<u8>) {
+        if self.ended {
+            return;
+        }
+        self.start(out);
+        match self.reading.held.take() {
+            Some(held) => self.terminal(&held.agent, &held.text, out),
+            None => {
+                let root = self.reading.root.clone().unwrap_or_default();
+                self.terminal(&root, "the stream ended before the run finished", out);
+            }
+        }
+    }
+
+    fn is_done(&self) -> bool {
+        self.ended
+    }
+
+    fn kept(&self) -> (&Blocks, &Reading) {
+        (&self.blocks, &self.reading)
+    }
+}
+
+impl AgUi {
+    pub fn new(turn: Turn) -> Self {
+        Self {
+            blocks: Blocks::new(&turn.prefix),
+            announced: Seen::of(&turn.known_tools),
+            answered: Seen::of(&turn.known_results),
+            reading: Reading::default(),
+            started: false,
+            ended: false,
+            lanes: Vec::new(),
+            turn,
+        }
+    }
+
     /// The most frequent envelope, a delta of an open text or thinking message in the lane already open, with
     /// nothing held, written without serde: its delta literal goes on as it is. `false`: not that case.
     fn streamed_fast(&mut self, data: &[u8], out: &mut Vec<u8>) -> bool {
@@ -289,21 +302,6 @@ impl AgUi {
             out.extend_from_slice(b"}\n\n");
         }
         true
-    }
-
-    /// The held stream ended: a run that did not end ends with `RUN_ERROR`.
-    pub fn finish(&mut self, out: &mut Vec<u8>) {
-        if self.ended {
-            return;
-        }
-        self.start(out);
-        match self.reading.held.take() {
-            Some(held) => self.terminal(&held.agent, &held.text, out),
-            None => {
-                let root = self.reading.root.clone().unwrap_or_default();
-                self.terminal(&root, "the stream ended before the run finished", out);
-            }
-        }
     }
 
     fn start(&mut self, out: &mut Vec<u8>) {

@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
-use super::blocks::{error_piece, Blocks, HeldError, Open, Reading, Seen, Settled};
+use super::blocks::{error_piece, Blocks, HeldError, Open, Reading, Seen, Settled, Writer};
 use super::envelope::{empty_object, json_or_text, string, Envelope, Streamed};
 use super::turn::{write_event, Turn};
 use crate::protocol::EnvelopeKind;
@@ -151,6 +151,24 @@ enum Chunk<'a> {
     },
 }
 
+impl<'a> Chunk<'a> {
+    /// A reasoning or text part's start.
+    fn start(thinking: bool, start: PartStart<'a>) -> Self {
+        match thinking {
+            true => Chunk::ReasoningStart(start),
+            false => Chunk::TextStart(start),
+        }
+    }
+
+    /// A reasoning or text part's delta.
+    fn piece(thinking: bool, piece: PartDelta<'a>) -> Self {
+        match thinking {
+            true => Chunk::ReasoningDelta(piece),
+            false => Chunk::TextDelta(piece),
+        }
+    }
+}
+
 /// Where the run stands for the client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Run {
@@ -176,33 +194,8 @@ pub struct AiSdk {
     results_in_step: bool,
 }
 
-impl AiSdk {
-    pub fn new(turn: Turn) -> Self {
-        Self {
-            blocks: Blocks::new(&turn.prefix),
-            announced: Seen::of(&turn.known_tools),
-            reading: Reading::default(),
-            started: false,
-            run: Run::Going,
-            done: false,
-            results_in_step: false,
-            turn,
-        }
-    }
-
-    pub fn reading(&self) -> &Reading {
-        &self.reading
-    }
-
-    pub fn is_done(&self) -> bool {
-        self.done
-    }
-
-    pub fn buffered(&self) -> usize {
-        self.blocks.buffered() + self.reading.buffered()
-    }
-
-    pub fn event(&mut self, data: &[u8], out: &mut Vec<u8>) {
+impl Writer for AiSdk {
+    fn event(&mut self, data: &[u8], out: &mut Vec<u8>) {
         if self.done {
             return;
         }
@@ -262,6 +255,46 @@ impl AiSdk {
         }
     }
 
+    /// The held stream ended: a run that did not end says so, then `[DONE]`.
+    fn finish(&mut self, out: &mut Vec<u8>) {
+        if self.done {
+            return;
+        }
+        if let Some(held) = self.reading.held.take() {
+            self.terminal(&held, out);
+        } else if self.run == Run::Going {
+            if !self.started {
+                let root = self.reading.root.clone().unwrap_or_default();
+                self.start(&root, None, out);
+            }
+            self.terminal_text("the stream ended before the run finished", out);
+        }
+        self.write_done(out);
+    }
+
+    fn is_done(&self) -> bool {
+        self.done
+    }
+
+    fn kept(&self) -> (&Blocks, &Reading) {
+        (&self.blocks, &self.reading)
+    }
+}
+
+impl AiSdk {
+    pub fn new(turn: Turn) -> Self {
+        Self {
+            blocks: Blocks::new(&turn.prefix),
+            announced: Seen::of(&turn.known_tools),
+            reading: Reading::default(),
+            started: false,
+            run: Run::Going,
+            done: false,
+            results_in_step: false,
+            turn,
+        }
+    }
+
     /// The most frequent envelope, a delta of an open text or thinking block with nothing held, written without
     /// serde: its delta literal goes on as it is. `false`: not that case, nothing done.
     fn streamed_fast(&mut self, data: &[u8], out: &mut Vec<u8>) -> bool {
@@ -284,23 +317,6 @@ impl AiSdk {
             }
         }
         true
-    }
-
-    /// The held stream ended: a run that did not end says so, then `[DONE]`.
-    pub fn finish(&mut self, out: &mut Vec<u8>) {
-        if self.done {
-            return;
-        }
-        if let Some(held) = self.reading.held.take() {
-            self.terminal(&held, out);
-        } else if self.run == Run::Going {
-            if !self.started {
-                let root = self.reading.root.clone().unwrap_or_default();
-                self.start(&root, None, out);
-            }
-            self.terminal_text("the stream ended before the run finished", out);
-        }
-        self.write_done(out);
     }
 
     /// `[DONE]`: the run ended; a held error ended it.
@@ -390,34 +406,22 @@ impl AiSdk {
     /// A `text` or `thinking` envelope: its part's start, delta, end.
     fn streamed(&mut self, env: &Envelope<'_>, root: &str, out: &mut Vec<u8>) {
         let thinking = env.kind == EnvelopeKind::Thinking;
+        let tag = if thinking { "r" } else { "t" };
         let at = match self.blocks.find(env.kind, env) {
             Some(at) => at,
             None => {
                 self.block_starts(&env.agent, root, out);
-                let (at, evicted) = self.blocks.open(env.kind, env, if thinking { "r" } else { "t" });
+                let (at, evicted) = self.blocks.open(env.kind, env, tag);
                 self.close_evicted(evicted, out);
                 let id = &self.blocks.get_mut(at).out;
                 let provider_metadata = meta(&env.agent);
-                let start = PartStart { id, provider_metadata };
-                let chunk = if thinking {
-                    Chunk::ReasoningStart(start)
-                } else {
-                    Chunk::TextStart(start)
-                };
-                write_event(out, &chunk);
+                write_event(out, &Chunk::start(thinking, PartStart { id, provider_metadata }));
                 at
             }
         };
         if !env.delta.is_empty() {
             let id = &self.blocks.get_mut(at).out;
-            let delta = &*env.delta;
-            let piece = PartDelta { id, delta };
-            let chunk = if thinking {
-                Chunk::ReasoningDelta(piece)
-            } else {
-                Chunk::TextDelta(piece)
-            };
-            write_event(out, &chunk);
+            write_event(out, &Chunk::piece(thinking, PartDelta { id, delta: &env.delta }));
         }
         if env.last {
             let open = self.blocks.take(at);

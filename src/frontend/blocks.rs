@@ -195,6 +195,19 @@ pub struct HeldError {
     pub text: String,
 }
 
+/// What each protocol's writer is (`ai_sdk`, `ag_ui`; `encoder::Encoder` drives one): held events in, its chunks
+/// out, and what it keeps of the run.
+pub trait Writer: std::fmt::Debug + Send {
+    /// One held event's data: an envelope's JSON text, or `[DONE]`.
+    fn event(&mut self, data: &[u8], out: &mut Vec<u8>);
+    /// The held stream ended.
+    fn finish(&mut self, out: &mut Vec<u8>);
+    /// Nothing more will be written.
+    fn is_done(&self) -> bool;
+    /// Its open blocks and what it keeps of the run.
+    fn kept(&self) -> (&Blocks, &Reading);
+}
+
 /// What both encoders keep of the run beyond its blocks: its root agent, the `error` held, the calls it ended
 /// awaiting.
 #[derive(Debug, Default)]

@@ -2,7 +2,7 @@
 
 use super::ag_ui::AgUi;
 use super::ai_sdk::AiSdk;
-use super::blocks::Reading;
+use super::blocks::Writer;
 use super::turn::{Protocol, Turn};
 
 /// Bytes of an unfinished held event kept between frames (held frames hold whole events; this only bounds a
@@ -12,22 +12,16 @@ pub const MAX_PARTIAL: usize = 1 << 20;
 /// An encoder of one protocol for one read of one stream.
 #[derive(Debug)]
 pub struct Encoder {
-    inner: Inner,
+    inner: Box<dyn Writer>,
     /// The start of an event whose frame ended before its blank line.
     partial: Vec<u8>,
 }
 
-#[derive(Debug)]
-enum Inner {
-    AiSdk(Box<AiSdk>),
-    AgUi(Box<AgUi>),
-}
-
 impl Encoder {
     pub fn new(protocol: Protocol, turn: Turn) -> Self {
-        let inner = match protocol {
-            Protocol::AiSdk => Inner::AiSdk(Box::new(AiSdk::new(turn))),
-            Protocol::AgUi => Inner::AgUi(Box::new(AgUi::new(turn))),
+        let inner: Box<dyn Writer> = match protocol {
+            Protocol::AiSdk => Box::new(AiSdk::new(turn)),
+            Protocol::AgUi => Box::new(AgUi::new(turn)),
         };
         Self {
             inner,
@@ -72,51 +66,32 @@ impl Encoder {
 
     /// The stream's root agent, once known (the agent a next turn continues).
     pub fn root_agent(&self) -> Option<&str> {
-        self.reading().root.as_deref()
+        self.inner.kept().1.root.as_deref()
     }
 
     /// The calls the run ended awaiting (`awaiting_frontend_tools`), if it did.
     pub fn awaited(&self) -> Option<&[String]> {
-        self.reading().awaited.as_deref()
-    }
-
-    fn reading(&self) -> &Reading {
-        match &self.inner {
-            Inner::AiSdk(e) => e.reading(),
-            Inner::AgUi(e) => e.reading(),
-        }
+        self.inner.kept().1.awaited.as_deref()
     }
 
     /// One held event's data: an envelope's JSON text, or `[DONE]`. Anything else is skipped.
     pub fn event(&mut self, data: &[u8], out: &mut Vec<u8>) {
-        match &mut self.inner {
-            Inner::AiSdk(e) => e.event(data, out),
-            Inner::AgUi(e) => e.event(data, out),
-        }
+        self.inner.event(data, out);
     }
 
     /// The held stream ended: whatever the protocol needs to end the run (an error if the run did not end).
     pub fn finish(&mut self, out: &mut Vec<u8>) {
-        match &mut self.inner {
-            Inner::AiSdk(e) => e.finish(out),
-            Inner::AgUi(e) => e.finish(out),
-        }
+        self.inner.finish(out);
     }
 
     /// The run has ended for the client: nothing more will be written.
     pub fn is_done(&self) -> bool {
-        match &self.inner {
-            Inner::AiSdk(e) => e.is_done(),
-            Inner::AgUi(e) => e.is_done(),
-        }
+        self.inner.is_done()
     }
 
     /// Bytes this encoder holds (open blocks' buffers, the held error), for memory accounting.
     pub fn buffered(&self) -> usize {
-        self.partial.capacity()
-            + match &self.inner {
-                Inner::AiSdk(e) => e.buffered(),
-                Inner::AgUi(e) => e.buffered(),
-            }
+        let (blocks, reading) = self.inner.kept();
+        self.partial.capacity() + blocks.buffered() + reading.buffered()
     }
 }
