@@ -18,14 +18,13 @@
 mod harness;
 
 use std::collections::BTreeSet;
-use std::io::Read;
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use harness::blocks;
-use harness::browser::{available_or_skip, npm_package_installed};
+use harness::node::node_with_or_skip;
 use harness::prelude::*;
 use harness::sse::{clip, split_id};
 use serde_json::{json, Value};
@@ -251,50 +250,20 @@ async fn every_fixture_translates_to_its_expected_blocks_under_auto_and_under_it
 /// The output of `node dialect-client.mjs AGENT URL…`: one JSON line per URL, or `None` when node or the package is
 /// missing (a failure under CI). The client is killed if it outlives `WAIT`.
 fn web_app_reads(urls: &[String]) -> Option<Vec<Value>> {
-    let node = Command::new("node")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    let available = node && npm_package_installed("@microsoft/fetch-event-source");
-    if !available_or_skip(
+    if !node_with_or_skip(
         "node with @microsoft/fetch-event-source",
-        available,
-        "run .ci/external-clients.sh",
+        &["@microsoft/fetch-event-source"],
     ) {
         return None;
     }
-    let mut child = Command::new("node")
-        .arg("tests/external/node/dialect-client.mjs")
-        .arg(AGENT)
-        .args(urls)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn node");
-    // Read the pipes while node runs: its output is larger than a pipe holds.
-    let pipe = |mut r: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = r.read_to_string(&mut s);
-            s
-        })
-    };
-    let out = pipe(Box::new(child.stdout.take().expect("stdout")));
-    let err = pipe(Box::new(child.stderr.take().expect("stderr")));
-    let deadline = Instant::now() + WAIT;
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("try_wait") {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the node client did not finish within {WAIT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let (out, err) = (out.join().expect("stdout"), err.join().expect("stderr"));
-    assert!(status.success(), "the node client failed: {err}");
+    let mut cmd = Command::new("node");
+    cmd.arg("tests/external/node/dialect-client.mjs").arg(AGENT).args(urls);
+    let ran = harness::node::run(cmd, WAIT);
+    let status = ran
+        .status
+        .unwrap_or_else(|| panic!("the node client did not finish within {WAIT:?}"));
+    assert!(status.success(), "the node client failed: {}", ran.stderr);
+    let out = ran.stdout;
     Some(
         out.lines()
             .map(|l| serde_json::from_str(l).expect("one JSON line per URL"))

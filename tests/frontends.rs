@@ -15,11 +15,10 @@
 
 mod harness;
 
-use std::io::Read;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use harness::agent_backend::{
     backend_tools, failure, frontend_tool, location, second_turn, server_tools, slow, subagent,
@@ -28,6 +27,7 @@ use harness::agent_backend::{
 };
 use harness::browser::{available_or_skip, chromium_or_skip, npm_package_installed};
 use harness::cors::Cors;
+use harness::node::node_with_or_skip;
 use harness::pages::await_report;
 use harness::prelude::*;
 use serde_json::{json, Value};
@@ -68,18 +68,34 @@ impl Setup {
         Setup { backend, gw, config }
     }
 
+    /// For the cases of the gateway's own answers: one at a time ([`ONE_AT_A_TIME`], held by the guard), a backend
+    /// with one plain run, behind `cors` when given.
+    async fn plain(cors: Option<Cors>) -> (tokio::sync::MutexGuard<'static, ()>, Setup) {
+        let one = ONE_AT_A_TIME.lock().await;
+        (one, Setup::start(vec![thinking_and_text("hi")], cors).await)
+    }
+
     fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.gw.addr)
     }
 
+    /// The requests that reached the backend, one line each (`METHOD target`, and the body `with_body`).
+    fn reached(&self, with_body: bool) -> Vec<String> {
+        let mut lines = Vec::new();
+        for r in self.backend.recorded() {
+            let body = if with_body {
+                String::from_utf8_lossy(&r.body)
+            } else {
+                "".into()
+            };
+            lines.push(format!("{} {} {body}", r.method, r.target).trim_end().to_owned());
+        }
+        lines
+    }
+
     /// The backend's requests, its problems and the gateway's log: the evidence a failure message carries.
     fn evidence(&self) -> String {
-        let requests: Vec<String> = self
-            .backend
-            .recorded()
-            .iter()
-            .map(|r| format!("{} {} {}", r.method, r.target, String::from_utf8_lossy(&r.body)))
-            .collect();
+        let requests = self.reached(true);
         format!(
             "backend requests: {requests:#?}\nbackend problems: {:#?}\ngateway log:\n{}",
             self.backend.problems(),
@@ -106,34 +122,28 @@ const ALL: [Client; 3] = [Client::Ai5, Client::Ai7, Client::AgUi];
 const AI_SDK: [Client; 2] = [Client::Ai5, Client::Ai7];
 
 impl Client {
-    fn name(self) -> &'static str {
+    /// Its name, the gateway path it talks to, and its node command line.
+    fn spec(self) -> (&'static str, &'static str, &'static [&'static str]) {
+        const AI_SDK_CLIENT: &str = "tests/external/node/ai-sdk-client.mjs";
         match self {
-            Client::Ai5 => "ai 5",
-            Client::Ai7 => "ai 7",
-            Client::AgUi => "@ag-ui/client",
+            Client::Ai5 => ("ai 5", "/api/chat", &[AI_SDK_CLIENT, "--ai", "5"]),
+            Client::Ai7 => ("ai 7", "/api/chat", &[AI_SDK_CLIENT, "--ai", "7"]),
+            Client::AgUi => ("@ag-ui/client", "/agui", &["tests/external/node/ag-ui-client.mjs"]),
         }
     }
 
+    fn name(self) -> &'static str {
+        self.spec().0
+    }
+
     fn path(self) -> &'static str {
-        match self {
-            Client::AgUi => "/agui",
-            _ => "/api/chat",
-        }
+        self.spec().1
     }
 }
 
 /// node and the clients' npm packages, or a skip (a failure under CI).
 fn node_clients_or_skip() -> bool {
-    let node = Command::new("node")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    let packages = ["ai", "ai5", "@ag-ui/client"].iter().all(|p| npm_package_installed(p));
-    available_or_skip(
-        "node with ai, ai5 and @ag-ui/client",
-        node && packages,
-        "run .ci/external-clients.sh",
-    )
+    node_with_or_skip("node with ai, ai5 and @ag-ui/client", &["ai", "ai5", "@ag-ui/client"])
 }
 
 /// What a node client printed: its JSON line (`Null` when none), whether it exited 0, and its stderr.
@@ -161,52 +171,17 @@ async fn run_client(client: Client, url: String, script: Value) -> Ran {
         let file = temp_path("script.json");
         std::fs::write(&file, script.to_string()).expect("write the client script");
         let mut cmd = Command::new("node");
-        match client {
-            Client::Ai5 | Client::Ai7 => {
-                let major = if client == Client::Ai5 { "5" } else { "7" };
-                cmd.args(["tests/external/node/ai-sdk-client.mjs", "--ai", major]);
-            }
-            Client::AgUi => {
-                cmd.arg("tests/external/node/ag-ui-client.mjs");
-            }
-        }
-        cmd.args(["--url", &url, "--script"]).arg(&file);
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("spawn node");
-        let pipe = |mut r: Box<dyn Read + Send>| {
-            std::thread::spawn(move || {
-                let mut s = String::new();
-                let _ = r.read_to_string(&mut s);
-                s
-            })
-        };
-        let out = pipe(Box::new(child.stdout.take().expect("stdout")));
-        let err = pipe(Box::new(child.stderr.take().expect("stderr")));
-        let deadline = Instant::now() + CLIENT_WAIT;
-        let status = loop {
-            if let Some(s) = child.try_wait().expect("try_wait") {
-                break Some(s);
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let (out, mut stderr) = (out.join().expect("stdout"), err.join().expect("stderr"));
+        cmd.args(client.spec().2).args(["--url", &url, "--script"]).arg(&file);
+        let ran = harness::node::run(cmd, CLIENT_WAIT);
         let _ = std::fs::remove_file(&file);
-        if status.is_none() {
+        let mut stderr = ran.stderr;
+        if ran.status.is_none() {
             stderr.push_str(&format!("\n(killed: still running after {CLIENT_WAIT:?})"));
         }
-        let line = out.lines().rev().find(|l| l.starts_with('{')).unwrap_or("null");
+        let line = ran.stdout.lines().rev().find(|l| l.starts_with('{')).unwrap_or("null");
         Ran {
             out: serde_json::from_str(line).unwrap_or(Value::Null),
-            ok: status.is_some_and(|s| s.success()),
+            ok: ran.status.is_some_and(|s| s.success()),
             stderr,
         }
     })
@@ -381,24 +356,7 @@ fn ag_ui_view(want: &[Part], got: &[Part], root: &str) -> Vec<Part> {
         .iter()
         .filter(|p| !matches!(p, Part::Source { .. } | Part::Subagent { .. }))
         .cloned()
-        .map(|p| match p {
-            Part::Tool {
-                agent,
-                id,
-                name,
-                input,
-                output,
-                ..
-            } => Part::Tool {
-                agent,
-                id,
-                name,
-                input,
-                output: output.as_ref().map(norm),
-                server: false,
-            },
-            p => p,
-        })
+        .map(|p| output_as_value(p, false))
         .collect();
     for (w, g) in view.iter_mut().zip(got) {
         let lane = match agent(g).as_str() {
@@ -418,29 +376,19 @@ fn ag_ui_view(want: &[Part], got: &[Part], root: &str) -> Vec<Part> {
     view
 }
 
+/// `p` with its tool output compared as a value; still marked server-run only with `keep_server` (AG-UI shows
+/// server tools as any tool).
+fn output_as_value(mut p: Part, keep_server: bool) -> Part {
+    if let Part::Tool { output, server, .. } = &mut p {
+        *output = output.as_ref().map(norm);
+        *server &= keep_server;
+    }
+    p
+}
+
 /// The AI SDK view of `want`: tool outputs compared as values.
 fn ai_sdk_view(want: &[Part]) -> Vec<Part> {
-    want.iter()
-        .cloned()
-        .map(|p| match p {
-            Part::Tool {
-                agent,
-                id,
-                name,
-                input,
-                output,
-                server,
-            } => Part::Tool {
-                agent,
-                id,
-                name,
-                input,
-                output: output.as_ref().map(norm),
-                server,
-            },
-            p => p,
-        })
-        .collect()
+    want.iter().cloned().map(|p| output_as_value(p, true)).collect()
 }
 
 /// `Err` naming the first part that differs, with both lists, when `got` is not `want`.
@@ -526,42 +474,127 @@ fn check_clean(client: Client, ran: &Ran, setup: &Setup) -> Result<(), String> {
     }
 }
 
-/// Runs `case` for each of `clients` on a fresh backend (scripted by `runs()`) and gateway, one after the other;
-/// fails with every client's failure, its output and the evidence.
-async fn each_client<F, Fut>(clients: &[Client], runs: impl Fn() -> Vec<Run>, case: F)
-where
-    F: Fn(Client, Setup) -> Fut,
-    Fut: std::future::Future<Output = (Setup, Ran, Result<(), String>)>,
-{
-    if !node_clients_or_skip() {
-        return;
-    }
-    let _one = ONE_AT_A_TIME.lock().await;
-    let mut failures = Vec::new();
-    for &client in clients {
-        let setup = Setup::start(runs(), None).await;
-        let (setup, ran, result) = case(client, setup).await;
-        if let Err(why) = result {
-            failures.push(format!(
-                "=== {}: {why}\n{}\n{}",
-                client.name(),
-                ran.show(),
-                setup.evidence()
-            ));
-        }
-    }
-    assert!(
-        failures.is_empty(),
-        "{} of {} clients failed:\n{}",
-        failures.len(),
-        clients.len(),
-        failures.join("\n\n")
-    );
+/// A case each of `clients` runs, each on a fresh backend scripted by `runs()` and a fresh gateway: a conversation
+/// of `turns` (with `extra` script keys, see [`script`]), or a `whole_script`.
+struct Case {
+    clients: &'static [Client],
+    runs: fn() -> Vec<Run>,
+    turns: &'static [&'static str],
+    extra: Value,
+    whole_script: Option<Value>,
+    /// How many requests the client makes (AI SDK POSTs, AG-UI runs) and the backend serves, checked first.
+    posts: Option<u64>,
+    /// [`check_clean`] before the case's own checks (off where the run is to end in an error).
+    clean: bool,
+    /// [`check_content`] after them (off where the client answers with something else than the backend promised).
+    content: bool,
 }
 
-/// Runs `client` with `turns` (and `extra` script keys) on `setup`.
-async fn converse(client: Client, setup: &Setup, turns: &[&str], extra: Value) -> Ran {
-    run_client(client, setup.url(client.path()), script(client, turns, extra)).await
+impl Case {
+    fn of(clients: &'static [Client], runs: fn() -> Vec<Run>, turns: &'static [&'static str]) -> Case {
+        Case {
+            clients,
+            runs,
+            turns,
+            extra: json!({}),
+            whole_script: None,
+            posts: None,
+            clean: true,
+            content: true,
+        }
+    }
+
+    /// `extra` keys in each client's script.
+    fn with(self, extra: Value) -> Case {
+        Case { extra, ..self }
+    }
+
+    /// `script` as each client's script, as it is.
+    fn script(self, script: Value) -> Case {
+        Case {
+            whole_script: Some(script),
+            ..self
+        }
+    }
+
+    /// The client makes `n` requests in all, and the backend serves `n`.
+    fn posting(self, n: u64) -> Case {
+        Case { posts: Some(n), ..self }
+    }
+
+    /// The client gives up at its fourth request: a re-post loop shows, rather than runs on.
+    fn bounded(self) -> Case {
+        self.with(json!({"maxPosts": 3, "maxRuns": 3}))
+    }
+
+    /// The client makes one request, the backend serves one, and the client would give up at its fourth (a re-post
+    /// loop).
+    fn one_request(self) -> Case {
+        self.bounded().posting(1)
+    }
+
+    /// The run ends in an error: no [`check_clean`].
+    fn failing(self) -> Case {
+        Case { clean: false, ..self }
+    }
+
+    /// The client's own answer is not the backend's: no [`check_content`].
+    fn answered_otherwise(self) -> Case {
+        Case { content: false, ..self }
+    }
+
+    /// Runs the case for each client with no checks of its own.
+    async fn run(self) {
+        self.check(|_, _, _, _| Ok(())).await;
+    }
+
+    /// Runs the case for each client, one after the other, with `checks` (of the client's output, the setup and the requests
+    /// the backend served) between [`check_clean`] and [`check_content`]; fails with every client's failure, its output and the evidence.
+    async fn check(self, checks: impl Fn(Client, &Ran, &Setup, &[Served]) -> Result<(), String>) {
+        if !node_clients_or_skip() {
+            return;
+        }
+        let _one = ONE_AT_A_TIME.lock().await;
+        let mut failures = Vec::new();
+        for &client in self.clients {
+            let setup = Setup::start((self.runs)(), None).await;
+            let s = (self.whole_script.clone()).unwrap_or_else(|| script(client, self.turns, self.extra.clone()));
+            let ran = run_client(client, setup.url(client.path()), s).await;
+            let result = (|| {
+                if let Some(n) = self.posts {
+                    let got = posts(client, &ran.out);
+                    want(got == n, || format!("{n} requests of the client, got {got}"))?;
+                    let served = setup.backend.served();
+                    want(served.len() as u64 == n, || {
+                        format!("the backend serves {n} requests: {:#?}", served_lines(&served))
+                    })?;
+                }
+                if self.clean {
+                    check_clean(client, &ran, &setup)?;
+                }
+                checks(client, &ran, &setup, &setup.backend.served())?;
+                if self.content {
+                    check_content(client, &ran, &setup)?;
+                }
+                Ok::<_, String>(())
+            })();
+            if let Err(why) = result {
+                failures.push(format!(
+                    "=== {}: {why}\n{}\n{}",
+                    client.name(),
+                    ran.show(),
+                    setup.evidence()
+                ));
+            }
+        }
+        assert!(
+            failures.is_empty(),
+            "{} of {} clients failed:\n{}",
+            failures.len(),
+            self.clients.len(),
+            failures.join("\n\n")
+        );
+    }
 }
 
 fn want(cond: bool, why: impl FnOnce() -> String) -> Result<(), String> {
@@ -587,56 +620,49 @@ fn posts(client: Client, out: &Value) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_turn_continues_the_first_turns_agent_with_thinking_and_text_intact() {
-    let runs = || vec![thinking_and_text("first question"), second_turn("second question")];
-    each_client(&ALL, runs, |client, setup| async move {
-        let ran = converse(client, &setup, &["first question", "second question"], json!({})).await;
-        let result = (|| {
-            check_clean(client, &ran, &setup)?;
-            let served = setup.backend.served();
-            want(served.len() == 2 && served.iter().all(|s| s.path == RUN), || {
-                format!("the backend should see two runs: {:#?}", served_lines(&served))
-            })?;
-            want(
-                served[0].body["user_prompt"] == "first question" && served[1].body["user_prompt"] == "second question",
-                || format!("user_prompt is each turn's text: {:#?}", served_lines(&served)),
-            )?;
-            want(served[0].body.get("agent_uuid").is_none_or(Value::is_null), || {
-                format!("the first turn names no agent: {}", served[0].body)
-            })?;
-            want(served[1].body["agent_uuid"] == json!(served[0].agent), || {
-                format!(
-                    "the second turn continues agent {}: {}",
-                    served[0].agent, served[1].body
-                )
-            })?;
-            want(posts(client, &ran.out) == 2, || {
-                format!("two requests of the client, got {}", posts(client, &ran.out))
-            })?;
-            if client != Client::AgUi {
-                let msgs = assistant_messages(&ran.out);
-                want(msgs.len() == 2, || {
-                    format!("two assistant messages, got {}", msgs.len())
-                })?;
-                want(
-                    msgs.iter().all(|m| m["metadata"]["agent"] == json!(served[0].agent)),
-                    || "each assistant message's metadata.agent is the agent".to_owned(),
-                )?;
-            }
-            check_content(client, &ran, &setup)
-        })();
-        (setup, ran, result)
+    Case::of(
+        &ALL,
+        || vec![thinking_and_text("first question"), second_turn("second question")],
+        &["first question", "second question"],
+    )
+    .posting(2)
+    .check(|client, ran, _, served| {
+        want(served.len() == 2 && served.iter().all(|s| s.path == RUN), || {
+            format!("the backend should see two runs: {:#?}", served_lines(&served))
+        })?;
+        want(
+            served[0].body["user_prompt"] == "first question" && served[1].body["user_prompt"] == "second question",
+            || format!("user_prompt is each turn's text: {:#?}", served_lines(&served)),
+        )?;
+        want(served[0].body.get("agent_uuid").is_none_or(Value::is_null), || {
+            format!("the first turn names no agent: {}", served[0].body)
+        })?;
+        want(served[1].body["agent_uuid"] == json!(served[0].agent), || {
+            format!(
+                "the second turn continues agent {}: {}",
+                served[0].agent, served[1].body
+            )
+        })?;
+        if client == Client::AgUi {
+            return Ok(());
+        }
+        let msgs = assistant_messages(&ran.out);
+        want(msgs.len() == 2, || {
+            format!("two assistant messages, got {}", msgs.len())
+        })?;
+        want(
+            msgs.iter().all(|m| m["metadata"]["agent"] == json!(served[0].agent)),
+            || "each assistant message's metadata.agent is the agent".to_owned(),
+        )
     })
     .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frontend_tool_answered_by_the_client_reaches_the_backend_once_with_only_the_awaited_call() {
-    let runs = || vec![frontend_tool("where am I")];
-    each_client(&ALL, runs, |client, setup| async move {
-        let ran = converse(client, &setup, &["where am I"], json!({})).await;
-        let result = (|| {
-            check_clean(client, &ran, &setup)?;
-            let served = setup.backend.served();
+    Case::of(&ALL, || vec![frontend_tool("where am I")], &["where am I"])
+        .posting(2)
+        .check(|client, ran, _, served| {
             want(
                 served.len() == 2 && served[0].path == RUN && served[1].path == TOOL_RESULTS,
                 || format!("one run, then one tool_results: {:#?}", served_lines(&served)),
@@ -653,13 +679,10 @@ async fn a_frontend_tool_answered_by_the_client_reaches_the_backend_once_with_on
                 norm(&results[0]["content"]) == location() && results[0]["is_error"] == false,
                 || format!("the page's answer {} as a string, is_error false: {body}", location()),
             )?;
-            want(posts(client, &ran.out) == 2, || {
-                format!("two requests of the client, got {}", posts(client, &ran.out))
-            })?;
             match client {
                 Client::AgUi => want(ran.out["pending"] == json!([["toolu_loc"]]), || {
                     format!("the client answers exactly toolu_loc: pending {}", ran.out["pending"])
-                })?,
+                }),
                 _ => {
                     let msgs = assistant_messages(&ran.out);
                     want(msgs.len() == 1, || {
@@ -676,99 +699,51 @@ async fn a_frontend_tool_answered_by_the_client_reaches_the_backend_once_with_on
                         .collect();
                     want(reasons == [json!("tool-calls"), json!("stop")], || {
                         format!("finishes tool-calls then stop: {}", ran.out["finishes"])
-                    })?;
+                    })
                 }
             }
-            check_content(client, &ran, &setup)
-        })();
-        (setup, ran, result)
-    })
-    .await;
+        })
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backend_run_tools_do_not_make_the_client_post_again() {
-    let runs = || vec![backend_tools("search the docs")];
-    each_client(&ALL, runs, |client, setup| async move {
-        // A loop shows at the fourth request: the client gives up there.
-        let ran = converse(
-            client,
-            &setup,
-            &["search the docs"],
-            json!({"maxPosts": 3, "maxRuns": 3}),
-        )
+    Case::of(&ALL, || vec![backend_tools("search the docs")], &["search the docs"])
+        .one_request()
+        .run()
         .await;
-        let result = (|| {
-            want(posts(client, &ran.out) == 1, || {
-                format!(
-                    "one request per turn, got {} (the re-post loop)",
-                    posts(client, &ran.out)
-                )
-            })?;
-            let served = setup.backend.served();
-            want(served.len() == 1, || {
-                format!("the backend sees one request: {:#?}", served_lines(&served))
-            })?;
-            check_clean(client, &ran, &setup)?;
-            check_content(client, &ran, &setup)
-        })();
-        (setup, ran, result)
-    })
-    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_tools_arrive_provider_executed_and_citations_as_sources() {
-    let runs = || vec![server_tools("capital of France")];
-    each_client(&ALL, runs, |client, setup| async move {
-        let ran = converse(
-            client,
-            &setup,
-            &["capital of France"],
-            json!({"maxPosts": 3, "maxRuns": 3}),
-        )
-        .await;
-        let result = (|| {
-            check_clean(client, &ran, &setup)?;
-            want(posts(client, &ran.out) == 1, || {
-                format!("one request, got {}", posts(client, &ran.out))
-            })?;
-            if client != Client::AgUi {
-                let parts = ai_sdk_parts(&ran.out);
-                want(
-                    parts
-                        .iter()
-                        .any(|p| matches!(p, Part::Source { url, .. } if url == SOURCE_URL)),
-                    || format!("a source-url part for {SOURCE_URL}"),
-                )?;
-                want(
-                    parts
-                        .iter()
-                        .any(|p| matches!(p, Part::Tool { server: true, name, .. } if name == "web_search")),
-                    || "web_search is providerExecuted".to_owned(),
-                )?;
+    Case::of(&ALL, || vec![server_tools("capital of France")], &["capital of France"])
+        .one_request()
+        .check(|client, ran, _, _| {
+            if client == Client::AgUi {
+                return Ok(());
             }
-            check_content(client, &ran, &setup)
-        })();
-        (setup, ran, result)
-    })
-    .await;
+            let parts = ai_sdk_parts(&ran.out);
+            want(
+                parts
+                    .iter()
+                    .any(|p| matches!(p, Part::Source { url, .. } if url == SOURCE_URL)),
+                || format!("a source-url part for {SOURCE_URL}"),
+            )?;
+            want(
+                parts
+                    .iter()
+                    .any(|p| matches!(p, Part::Tool { server: true, name, .. } if name == "web_search")),
+                || "web_search is providerExecuted".to_owned(),
+            )
+        })
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subagent_is_told_apart_from_its_parent_in_every_client() {
-    let runs = || vec![subagent("research Paris")];
-    each_client(&ALL, runs, |client, setup| async move {
-        let ran = converse(
-            client,
-            &setup,
-            &["research Paris"],
-            json!({"maxPosts": 3, "maxRuns": 3}),
-        )
-        .await;
-        let result = (|| {
-            check_clean(client, &ran, &setup)?;
-            let served = setup.backend.served();
+    Case::of(&ALL, || vec![subagent("research Paris")], &["research Paris"])
+        .bounded()
+        .check(|client, ran, _, served| {
             let (root, child) = (served[0].agent.clone(), served[0].child.clone());
             match client {
                 Client::AgUi => {
@@ -794,7 +769,7 @@ async fn a_subagent_is_told_apart_from_its_parent_in_every_client() {
                         .count();
                     want(child_messages >= 2, || {
                         format!("the child's thinking and text carry its subagentRunId, {child_messages} messages do")
-                    })?;
+                    })
                 }
                 _ => {
                     let parts = ai_sdk_parts(&ran.out);
@@ -810,22 +785,18 @@ async fn a_subagent_is_told_apart_from_its_parent_in_every_client() {
                             .iter()
                             .any(|p| matches!(p, Part::Text { agent, .. } if *agent == child)),
                         || format!("a text part whose providerMetadata.gateway.agent is {child}"),
-                    )?;
+                    )
                 }
             }
-            check_content(client, &ran, &setup)
-        })();
-        (setup, ran, result)
-    })
-    .await;
+        })
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backend_failure_mid_run_ends_the_run_with_an_error_in_every_client() {
-    let runs = || vec![failure("fail please")];
-    each_client(&ALL, runs, |client, setup| async move {
-        let ran = converse(client, &setup, &["fail please"], json!({})).await;
-        let result = (|| {
+    Case::of(&ALL, || vec![failure("fail please")], &["fail please"])
+        .failing()
+        .check(|client, ran, setup, _| {
             match client {
                 Client::AgUi => {
                     want(ran.out["errors"].as_array().is_some_and(Vec::is_empty), || {
@@ -857,67 +828,76 @@ async fn a_backend_failure_mid_run_ends_the_run_with_an_error_in_every_client() 
             }
             want(setup.backend.problems().is_empty(), || {
                 format!("backend: {:?}", setup.backend.problems())
-            })?;
-            check_content(client, &ran, &setup)
-        })();
-        (setup, ran, result)
-    })
-    .await;
+            })
+        })
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ai_sdk_client_cut_mid_run_resumes_the_whole_message_from_the_chat_stream() {
-    let runs = || vec![slow("a slow answer", 20, Duration::from_millis(100))];
-    each_client(&AI_SDK, runs, |client, setup| async move {
-        let ran = converse(client, &setup, &["a slow answer"], json!({"resumeAfterMs": 700})).await;
-        let result = (|| {
-            check_clean(client, &ran, &setup)?;
-            let served = setup.backend.served();
-            want(served.len() == 1, || {
-                format!(
-                    "the backend runs the agent once (the resume reads the held stream): {:#?}",
-                    served_lines(&served)
+    Case::of(
+        &AI_SDK,
+        || vec![slow("a slow answer", 20, Duration::from_millis(100))],
+        &["a slow answer"],
+    )
+    .with(json!({"resumeAfterMs": 700}))
+    .check(|_, ran, setup, served| {
+        want(served.len() == 1, || {
+            format!(
+                "the backend runs the agent once (the resume reads the held stream): {:#?}",
+                served_lines(&served)
+            )
+        })?;
+        let requests = ran.out["requests"].as_array().cloned().unwrap_or_default();
+        let chat = ran.out["requests"][0]["body"]["id"].as_str().unwrap_or("").to_owned();
+        let shape: Vec<(String, String, u64)> = requests
+            .iter()
+            .map(|r| {
+                (
+                    str_of(&r["method"]),
+                    str_of(&r["url"]),
+                    r["status"].as_u64().unwrap_or(0),
                 )
-            })?;
-            let requests = ran.out["requests"].as_array().cloned().unwrap_or_default();
-            let chat = ran.out["requests"][0]["body"]["id"].as_str().unwrap_or("").to_owned();
-            let shape: Vec<(String, String, u64)> = requests
-                .iter()
-                .map(|r| {
-                    (
-                        str_of(&r["method"]),
-                        str_of(&r["url"]),
-                        r["status"].as_u64().unwrap_or(0),
-                    )
-                })
-                .collect();
-            let stream = setup.url(&format!("/api/chat/{chat}/stream"));
-            want(
-                shape.len() == 2 && shape[0].0 == "POST" && shape[1] == ("GET".to_owned(), stream.clone(), 200),
-                || format!("a POST, then GET {stream} answered 200: {shape:?}"),
-            )?;
-            let msgs = assistant_messages(&ran.out);
-            let text: String = (0..20).map(|i| format!("piece{i} ")).collect();
-            want(
-                msgs.len() == 1
-                    && msgs[0]["parts"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .any(|p| p["text"] == json!(text)),
-                || format!("one assistant message with the whole text {text:?}"),
-            )?;
-            check_content(client, &ran, &setup)
-        })();
-        (setup, ran, result)
+            })
+            .collect();
+        let stream = setup.url(&format!("/api/chat/{chat}/stream"));
+        want(
+            shape.len() == 2 && shape[0].0 == "POST" && shape[1] == ("GET".to_owned(), stream.clone(), 200),
+            || format!("a POST, then GET {stream} answered 200: {shape:?}"),
+        )?;
+        let msgs = assistant_messages(&ran.out);
+        let text: String = (0..20).map(|i| format!("piece{i} ")).collect();
+        want(
+            msgs.len() == 1
+                && msgs[0]["parts"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|p| p["text"] == json!(text)),
+            || format!("one assistant message with the whole text {text:?}"),
+        )
     })
     .await;
 }
 
+/// The value of the answer's header `name`.
+fn header(parts: &http::response::Parts, name: &str) -> Option<String> {
+    parts.headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned)
+}
+
+/// The preflight of a page at `origin` for `POST /api/chat`, and its answer.
+async fn preflight(setup: &Setup, origin: &str) -> (http::response::Parts, Vec<u8>) {
+    let headers = [
+        ("origin", origin),
+        ("access-control-request-method", "POST"),
+        ("access-control-request-headers", "content-type"),
+    ];
+    send("OPTIONS", &setup.url("/api/chat"), &headers, Vec::new()).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_the_adapter_cannot_map_is_a_400_naming_the_field_and_nothing_reaches_the_backend() {
-    let _one = ONE_AT_A_TIME.lock().await;
-    let setup = Setup::start(vec![thinking_and_text("hi")], None).await;
+    let (_one, setup) = Setup::plain(None).await;
     let json_type = [("content-type", "application/json")];
     let cases: [(&str, &str, Option<&str>); 5] = [
         ("/api/chat", "this is not JSON", None),
@@ -942,12 +922,7 @@ async fn a_body_the_adapter_cannot_map_is_a_400_naming_the_field_and_nothing_rea
     for (path, body, field) in cases {
         let (parts, answer) = send("POST", &setup.url(path), &json_type, body.to_owned()).await;
         let text = String::from_utf8_lossy(&answer).into_owned();
-        let ty = parts
-            .headers
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_owned();
+        let ty = header(&parts, "content-type").unwrap_or_default();
         let parsed: Option<Value> = serde_json::from_slice(&answer).ok();
         let ok = parts.status == 400
             && ty.contains("json")
@@ -962,12 +937,7 @@ async fn a_body_the_adapter_cannot_map_is_a_400_naming_the_field_and_nothing_rea
         }
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let reached: Vec<String> = setup
-        .backend
-        .recorded()
-        .iter()
-        .map(|r| format!("{} {}", r.method, r.target))
-        .collect();
+    let reached = setup.reached(false);
     if !reached.is_empty() {
         failures.push(format!("the backend was sent {reached:?}"));
     }
@@ -976,22 +946,12 @@ async fn a_body_the_adapter_cannot_map_is_a_400_naming_the_field_and_nothing_rea
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_preflight_of_a_mapped_path_is_the_backends_answer_for_its_run_path() {
-    let _one = ONE_AT_A_TIME.lock().await;
     let page = "http://127.0.0.1:1";
-    let setup = Setup::start(vec![thinking_and_text("hi")], Some(Cors::legacy_app(page))).await;
+    let (_one, setup) = Setup::plain(Some(Cors::legacy_app(page))).await;
     let mut failures = Vec::new();
     for (origin, allowed) in [(page, true), ("http://127.0.0.1:2", false)] {
-        let headers = [
-            ("origin", origin),
-            ("access-control-request-method", "POST"),
-            ("access-control-request-headers", "content-type"),
-        ];
-        let (parts, body) = send("OPTIONS", &setup.url("/api/chat"), &headers, Vec::new()).await;
-        let acao = parts
-            .headers
-            .get("access-control-allow-origin")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
+        let (parts, body) = preflight(&setup, origin).await;
+        let acao = header(&parts, "access-control-allow-origin");
         let want_status = if allowed { 200 } else { 400 };
         if parts.status != want_status || acao.as_deref() != allowed.then_some(origin) {
             failures.push(format!(
@@ -1006,12 +966,7 @@ async fn the_preflight_of_a_mapped_path_is_the_backends_answer_for_its_run_path(
             ));
         }
     }
-    let preflights: Vec<String> = setup
-        .backend
-        .recorded()
-        .iter()
-        .map(|r| format!("{} {}", r.method, r.target))
-        .collect();
+    let preflights = setup.reached(false);
     if preflights != ["OPTIONS /agent/run", "OPTIONS /agent/run"] {
         failures.push(format!(
             "the backend should see both preflights on the run path, saw {preflights:?}"
@@ -1307,15 +1262,12 @@ async fn the_scripted_backend_streams_exactly_the_parts_it_promises_and_checks_c
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_with_a_file_reaches_the_backend_as_content_blocks() {
-    let runs = || vec![thinking_and_text("describe this file")];
-    each_client(&AI_SDK, runs, |client, setup| async move {
-        let file = json!({"type": "file", "mediaType": "text/plain", "filename": "notes.txt",
-                          "url": "data:text/plain;base64,aGVsbG8gd29ybGQ="});
-        let s = json!({"turns": [{"text": "describe this file", "files": [file]}]});
-        let ran = run_client(client, setup.url(client.path()), s).await;
-        let result = (|| {
-            check_clean(client, &ran, &setup)?;
-            let served = setup.backend.served();
+    let file = json!({"type": "file", "mediaType": "text/plain", "filename": "notes.txt",
+                      "url": "data:text/plain;base64,aGVsbG8gd29ybGQ="});
+    let whole = json!({"turns": [{"text": "describe this file", "files": [file]}]});
+    Case::of(&AI_SDK, || vec![thinking_and_text("describe this file")], &[])
+        .script(whole)
+        .check(|_, _, _, served| {
             want(served.len() == 1, || format!("one run: {:#?}", served_lines(&served)))?;
             let prompt = &served[0].body["user_prompt"];
             let blocks = prompt.as_array().cloned().unwrap_or_default();
@@ -1325,18 +1277,14 @@ async fn a_message_with_a_file_reaches_the_backend_as_content_blocks() {
                         .iter()
                         .any(|b| b["type"] == "text" && b["text"] == "describe this file"),
                 || format!("user_prompt is the text and the file as two content blocks: {prompt}"),
-            )?;
-            check_content(client, &ran, &setup)
-        })();
-        (setup, ran, result)
-    })
-    .await;
+            )
+        })
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_chat_stream_route_answers_204_for_a_chat_with_no_stream() {
-    let _one = ONE_AT_A_TIME.lock().await;
-    let setup = Setup::start(vec![thinking_and_text("hi")], None).await;
+    let (_one, setup) = Setup::plain(None).await;
     let (parts, body) = get(&setup.url("/api/chat/no-such-chat/stream")).await;
     assert_eq!(
         parts.status,
@@ -1356,8 +1304,7 @@ async fn a_chat_whose_run_was_read_to_its_end_is_not_replayed_by_the_stream_rout
     if !node_clients_or_skip() {
         return;
     }
-    let _one = ONE_AT_A_TIME.lock().await;
-    let setup = Setup::start(vec![thinking_and_text("hi")], None).await;
+    let (_one, setup) = Setup::plain(None).await;
     let s = json!({"chatId": "chat-finished", "turns": [{"text": "hi"}]});
     let first = run_client(Client::Ai7, setup.url("/api/chat"), s.clone()).await;
     assert!(first.ok && first.out["status"] == "ready", "{}", first.show());
@@ -1374,41 +1321,36 @@ async fn a_chat_whose_run_was_read_to_its_end_is_not_replayed_by_the_stream_rout
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_turn_after_a_frontend_tool_continues_the_same_agent_with_a_new_run() {
-    let runs = || vec![frontend_tool("where am I"), second_turn("and now?")];
-    each_client(&ALL, runs, |client, setup| async move {
-        let ran = converse(client, &setup, &["where am I", "and now?"], json!({})).await;
-        let result = (|| {
-            check_clean(client, &ran, &setup)?;
-            let served = setup.backend.served();
-            let paths: Vec<&str> = served.iter().map(|s| s.path.as_str()).collect();
-            want(paths == [RUN, TOOL_RESULTS, RUN], || {
-                format!("run, tool_results, run: {:#?}", served_lines(&served))
-            })?;
-            want(served[2].body["agent_uuid"] == json!(served[0].agent), || {
-                format!(
-                    "the second turn continues agent {}: {}",
-                    served[0].agent, served[2].body
-                )
-            })?;
-            want(served[2].body["user_prompt"] == "and now?", || {
-                format!("the second turn's text: {}", served[2].body)
-            })?;
-            check_content(client, &ran, &setup)
-        })();
-        (setup, ran, result)
+    Case::of(
+        &ALL,
+        || vec![frontend_tool("where am I"), second_turn("and now?")],
+        &["where am I", "and now?"],
+    )
+    .check(|_, _, _, served| {
+        let paths: Vec<&str> = served.iter().map(|s| s.path.as_str()).collect();
+        want(paths == [RUN, TOOL_RESULTS, RUN], || {
+            format!("run, tool_results, run: {:#?}", served_lines(&served))
+        })?;
+        want(served[2].body["agent_uuid"] == json!(served[0].agent), || {
+            format!(
+                "the second turn continues agent {}: {}",
+                served[0].agent, served[2].body
+            )
+        })?;
+        want(served[2].body["user_prompt"] == "and now?", || {
+            format!("the second turn's text: {}", served[2].body)
+        })
     })
     .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frontend_tool_that_fails_in_the_client_reaches_the_backend_as_an_error_result() {
-    let runs = || vec![frontend_tool("where am I")];
-    each_client(&ALL, runs, |client, setup| async move {
-        let denied = json!({"frontendTools": {FRONTEND_TOOL: {"error": "location permission denied"}}});
-        let ran = converse(client, &setup, &["where am I"], denied).await;
-        let result = (|| {
-            check_clean(client, &ran, &setup)?;
-            let served = setup.backend.served();
+    let denied = json!({"frontendTools": {FRONTEND_TOOL: {"error": "location permission denied"}}});
+    Case::of(&ALL, || vec![frontend_tool("where am I")], &["where am I"])
+        .with(denied)
+        .answered_otherwise()
+        .check(|_, _, _, served| {
             want(served.len() == 2 && served[1].path == TOOL_RESULTS, || {
                 format!("one run, then one tool_results: {:#?}", served_lines(&served))
             })?;
@@ -1422,33 +1364,19 @@ async fn a_frontend_tool_that_fails_in_the_client_reaches_the_backend_as_an_erro
                         .is_some_and(|c| c.contains("location permission denied")),
                 || format!("toolu_loc with is_error true and the error text: {}", served[1].body),
             )
-        })();
-        (setup, ran, result)
-    })
-    .await;
+        })
+        .await;
 }
 
 /// DESIGN §5.3: the gateway's own answers on a mapped path (the adapter's 400, the resume route's 204) carry the
 /// backend's CORS answer for that origin, else the page sees "Failed to fetch" instead of the answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gateways_own_answers_on_a_mapped_path_carry_the_backends_cors_answer() {
-    let _one = ONE_AT_A_TIME.lock().await;
     let page = "http://127.0.0.1:1";
-    let setup = Setup::start(vec![thinking_and_text("hi")], Some(Cors::legacy_app(page))).await;
-    let preflight = [
-        ("origin", page),
-        ("access-control-request-method", "POST"),
-        ("access-control-request-headers", "content-type"),
-    ];
-    let (parts, _) = send("OPTIONS", &setup.url("/api/chat"), &preflight, Vec::new()).await;
+    let (_one, setup) = Setup::plain(Some(Cors::legacy_app(page))).await;
+    let (parts, _) = preflight(&setup, page).await;
     assert_eq!(parts.status, 200, "the preflight");
-    let acao = |parts: &http::response::Parts| {
-        parts
-            .headers
-            .get("access-control-allow-origin")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned)
-    };
+    let acao = |parts: &http::response::Parts| header(parts, "access-control-allow-origin");
     let mut failures = Vec::new();
     let bad = [("origin", page), ("content-type", "application/json")];
     let (parts, body) = send("POST", &setup.url("/api/chat"), &bad, r#"{"id": "c1", "messages": 5}"#).await;
@@ -1460,13 +1388,11 @@ async fn the_gateways_own_answers_on_a_mapped_path_carry_the_backends_cors_answe
             String::from_utf8_lossy(&body)
         ));
     }
-    let (parts, _) = send(
-        "GET",
-        &setup.url("/api/chat/no-such-chat/stream"),
-        &[("origin", page)],
-        Vec::new(),
-    )
-    .await;
+    let no_stream_from = |origin: &str| {
+        let (url, origin) = (setup.url("/api/chat/no-such-chat/stream"), origin.to_owned());
+        async move { send("GET", &url, &[("origin", &origin)], Vec::new()).await.0 }
+    };
+    let parts = no_stream_from(page).await;
     if parts.status != 204 || acao(&parts).as_deref() != Some(page) {
         failures.push(format!(
             "the resume route's 204 to {page}: {} ACAO {:?}",
@@ -1474,14 +1400,7 @@ async fn the_gateways_own_answers_on_a_mapped_path_carry_the_backends_cors_answe
             acao(&parts)
         ));
     }
-    let other = "http://127.0.0.1:2";
-    let (parts, _) = send(
-        "GET",
-        &setup.url("/api/chat/no-such-chat/stream"),
-        &[("origin", other)],
-        Vec::new(),
-    )
-    .await;
+    let parts = no_stream_from("http://127.0.0.1:2").await;
     if acao(&parts).is_some() {
         failures.push(format!(
             "an origin the backend does not allow got ACAO {:?}",

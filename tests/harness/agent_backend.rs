@@ -611,35 +611,33 @@ pub fn backend_tools(prompt: &str) -> Run {
     )
 }
 
+/// The root says `intro`, and spawns a subagent (`toolu_spawn`) for `task`.
+fn spawning(intro: &str, task: &str) -> Vec<Beat> {
+    vec![
+        Beat::text(Lane::Root, &[intro]),
+        Beat::call(Lane::Root, "toolu_spawn", "spawn_subagent", json!({ "task": task })),
+        Beat::Subagent,
+    ]
+}
+
 /// (c) A subagent: the root spawns it, it thinks, writes and runs a tool of its own, the root's tool result for
 /// the spawn call closes it, and the root answers.
 pub fn subagent(prompt: &str) -> Run {
-    Run::new(
-        prompt,
-        vec![
-            Beat::text(Lane::Root, &["Delegating to a researcher."]),
-            Beat::call(
-                Lane::Root,
-                "toolu_spawn",
-                "spawn_subagent",
-                json!({"task": "research Paris"}),
-            ),
-            Beat::Subagent,
-            Beat::thinking(Lane::Child, &["The child thinks."]),
-            Beat::text(Lane::Child, &["Paris is ", "the capital of France."]),
-            Beat::call(Lane::Child, "toolu_lookup", "lookup", json!({"q": "Paris population"})),
-            Beat::result(Lane::Child, "toolu_lookup", "lookup", "2.1 million"),
-            Beat::result(
-                Lane::Root,
-                "toolu_spawn",
-                "spawn_subagent",
-                "Paris is the capital of France.",
-            ),
-            Beat::text(Lane::Root, &["The researcher says ", "Paris is the capital."]),
-            Beat::Final,
-            Beat::Done,
-        ],
-    )
+    let mut beats = spawning("Delegating to a researcher.", "research Paris");
+    beats.extend([
+        Beat::thinking(Lane::Child, &["The child thinks."]),
+        Beat::text(Lane::Child, &["Paris is ", "the capital of France."]),
+        Beat::call(Lane::Child, "toolu_lookup", "lookup", json!({"q": "Paris population"})),
+        Beat::result(Lane::Child, "toolu_lookup", "lookup", "2.1 million"),
+        Beat::result(
+            Lane::Root,
+            "toolu_spawn",
+            "spawn_subagent",
+            "Paris is the capital of France.",
+        ),
+        Beat::text(Lane::Root, &["The researcher says ", "Paris is the capital."]),
+    ]);
+    Run::new(prompt, finished(beats))
 }
 
 pub const SOURCE_URL: &str = "https://en.wikipedia.org/wiki/Paris";
@@ -675,28 +673,35 @@ pub fn server_tools(prompt: &str) -> Run {
     )
 }
 
+/// `beats`, then the run's end: `meta_final` and `[DONE]`.
+fn finished(mut beats: Vec<Beat>) -> Vec<Beat> {
+    beats.extend([Beat::Final, Beat::Done]);
+    beats
+}
+
+/// `beats`, then the page's frontend tool called and awaited; the stream ends. The `tool_results` continuation
+/// answers with the text `answer` and finishes.
+fn awaiting_location(prompt: &str, mut beats: Vec<Beat>, answer: &[&str]) -> Run {
+    beats.extend([
+        Beat::call(Lane::Root, "toolu_loc", FRONTEND_TOOL, json!({})),
+        Beat::Awaiting {
+            calls: vec![("toolu_loc".into(), FRONTEND_TOOL.into(), json!({}))],
+            answer: location(),
+        },
+        Beat::Done,
+    ]);
+    Run::new(prompt, beats).then(finished(vec![Beat::text(Lane::Root, answer)]))
+}
+
 /// (e) A backend-run tool, then the page's frontend tool, awaited; the stream ends. The `tool_results`
 /// continuation answers in text and finishes.
 pub fn frontend_tool(prompt: &str) -> Run {
-    Run::new(
-        prompt,
-        vec![
-            Beat::text(Lane::Root, &["Let me check where you are."]),
-            Beat::call(Lane::Root, "toolu_search", "search_docs", json!({"query": "weather"})),
-            Beat::result(Lane::Root, "toolu_search", "search_docs", "needs a location"),
-            Beat::call(Lane::Root, "toolu_loc", FRONTEND_TOOL, json!({})),
-            Beat::Awaiting {
-                calls: vec![("toolu_loc".into(), FRONTEND_TOOL.into(), json!({}))],
-                answer: location(),
-            },
-            Beat::Done,
-        ],
-    )
-    .then(vec![
-        Beat::text(Lane::Root, &["You are in ", "Paris: it is sunny."]),
-        Beat::Final,
-        Beat::Done,
-    ])
+    let beats = vec![
+        Beat::text(Lane::Root, &["Let me check where you are."]),
+        Beat::call(Lane::Root, "toolu_search", "search_docs", json!({"query": "weather"})),
+        Beat::result(Lane::Root, "toolu_search", "search_docs", "needs a location"),
+    ];
+    awaiting_location(prompt, beats, &["You are in ", "Paris: it is sunny."])
 }
 
 /// (f) The model fails mid-text: the failure JSON while the block is open, and the stream ends.
@@ -723,40 +728,16 @@ pub fn slow(prompt: &str, pieces: usize, gap: Duration) -> Run {
 pub fn second_turn(prompt: &str) -> Run {
     Run::new(
         prompt,
-        vec![
-            Beat::text(Lane::Root, &["Second answer, ", "same agent."]),
-            Beat::Final,
-            Beat::Done,
-        ],
+        finished(vec![Beat::text(Lane::Root, &["Second answer, ", "same agent."])]),
     )
 }
 
 /// The browser's run: a subagent, then the page's frontend tool; the continuation's final text.
 pub fn subagent_then_frontend_tool(prompt: &str) -> Run {
-    Run::new(
-        prompt,
-        vec![
-            Beat::text(Lane::Root, &["Asking a helper."]),
-            Beat::call(
-                Lane::Root,
-                "toolu_spawn",
-                "spawn_subagent",
-                json!({"task": "find the weather"}),
-            ),
-            Beat::Subagent,
-            Beat::text(Lane::Child, &["The helper needs ", "your location."]),
-            Beat::result(Lane::Root, "toolu_spawn", "spawn_subagent", "needs a location"),
-            Beat::call(Lane::Root, "toolu_loc", FRONTEND_TOOL, json!({})),
-            Beat::Awaiting {
-                calls: vec![("toolu_loc".into(), FRONTEND_TOOL.into(), json!({}))],
-                answer: location(),
-            },
-            Beat::Done,
-        ],
-    )
-    .then(vec![
-        Beat::text(Lane::Root, &["Sunny in ", "Paris today."]),
-        Beat::Final,
-        Beat::Done,
-    ])
+    let mut beats = spawning("Asking a helper.", "find the weather");
+    beats.extend([
+        Beat::text(Lane::Child, &["The helper needs ", "your location."]),
+        Beat::result(Lane::Root, "toolu_spawn", "spawn_subagent", "needs a location"),
+    ]);
+    awaiting_location(prompt, beats, &["Sunny in ", "Paris today."])
 }

@@ -12,7 +12,7 @@
 //! real-client tests, a relay that cuts event streams mid-way ([`relay`]), headless Chromium ([`browser`]), the
 //! pages and the paced run it reads ([`pages`]), a backend's CORS as Starlette answers it ([`cors`]), a
 //! WebSocket client with the runs its tests read ([`ws`]), and a scripted legacy agent backend for the AI SDK and
-//! AG-UI frontends ([`agent_backend`]).
+//! AG-UI frontends ([`agent_backend`]), and node scripts run with their output read ([`node`]).
 //!
 //! Each test crate includes it with `mod harness;` and imports what it uses (`use harness::prelude::*` brings the
 //! server and process levels' usual names); the benches include single files by path.
@@ -41,6 +41,7 @@ pub mod pages;
 pub mod ws;
 pub mod blocks;
 pub mod agent_backend;
+pub mod node;
 
 /// Generous bound on anything a test waits for: reaching it is a failure, not a measurement.
 pub const PATIENCE: Duration = Duration::from_secs(30);
