@@ -54,21 +54,41 @@ fn newest_dump(dir: &Path, pid: u32) -> Result<u64, String> {
         .ok_or_else(|| format!("{}: no summary line", newest.1.display()))
 }
 
-/// `proc`'s counters zeroed, one phase of `window`, its counters dumped: (instructions, events delivered).
-async fn counted_phase(
+/// `t`'s instructions per event through `proc`: two phases, of `window` and twice that, each with `proc`'s counters
+/// zeroed before and dumped after, so that stream set-up cancels out (per event = (instructions₂ − instructions₁) / (events₂ − events₁), NaN with no more events
+/// in the second); and the table cells of the phases, `events₁, events₂ | instructions₁, instructions₂`.
+async fn instructions_per_event(
     proc: &Proc,
     dir: &Path,
     t: &Target,
     window: Duration,
     rep: &mut Report,
     ok: &mut bool,
-) -> Result<(u64, u64), String> {
-    control("-z", proc.pid())?;
-    let plan = crate::scenarios::rated_plan(STREAMS, RATE, window, Proto::H1);
-    let r = run_phase(t, &plan, Arc::new(AtomicUsize::new(0))).await;
-    crate::scenarios::report_failures(&r, t, &plan, rep, ok);
-    control("-d", proc.pid())?;
-    Ok((newest_dump(dir, proc.pid())?, r.events))
+) -> Result<(f64, String), String> {
+    // (instructions, events delivered) of each phase.
+    let mut counted = [(0, 0); 2];
+    for (phase, window) in [window, 2 * window].into_iter().enumerate() {
+        control("-z", proc.pid())?;
+        let plan = crate::scenarios::rated_plan(STREAMS, RATE, window, Proto::H1);
+        let r = run_phase(t, &plan, Arc::new(AtomicUsize::new(0))).await;
+        crate::scenarios::report_failures(&r, t, &plan, rep, ok);
+        control("-d", proc.pid())?;
+        counted[phase] = (newest_dump(dir, proc.pid())?, r.events);
+    }
+    let [(i1, e1), (i2, e2)] = counted;
+    let v = if e2 > e1 {
+        (i2 as f64 - i1 as f64) / (e2 - e1) as f64
+    } else {
+        f64::NAN
+    };
+    let cells = format!(
+        "{}, {} | {}, {}",
+        n(e1 as f64),
+        n(e2 as f64),
+        n(i1 as f64),
+        n(i2 as f64)
+    );
+    Ok((v, cells))
 }
 
 pub async fn instructions(opts: &Opts, up: &[u16], rep: &mut Report, ok: &mut bool) -> Result<(), String> {
@@ -157,23 +177,9 @@ pub async fn instructions(opts: &Opts, up: &[u16], rep: &mut Report, ok: &mut bo
     rep.line("|---|---|---|---|");
     let mut per_event = Vec::new();
     for (c, t) in &runs {
-        let (i1, e1) = counted_phase(c, &dir, t, window, rep, ok).await?;
-        let (i2, e2) = counted_phase(c, &dir, t, 2 * window, rep, ok).await?;
-        let v = if e2 > e1 {
-            (i2 as f64 - i1 as f64) / (e2 - e1) as f64
-        } else {
-            f64::NAN
-        };
+        let (v, phases) = instructions_per_event(c, &dir, t, window, rep, ok).await?;
         per_event.push(v);
-        rep.line(format!(
-            "| {} | **{}** | {}, {} | {}, {} |",
-            t.name,
-            n(v),
-            n(e1 as f64),
-            n(e2 as f64),
-            n(i1 as f64),
-            n(i2 as f64)
-        ));
+        rep.line(format!("| {} | **{}** | {phases} |", t.name, n(v)));
     }
     let on_off = per_event[1] / per_event[2];
     rep.line(format!(
@@ -239,27 +245,14 @@ pub async fn frontend(opts: &Opts, up: &[u16], rep: &mut Report, ok: &mut bool) 
             format: Some(format),
             translated: true,
         };
-        let (i1, e1) = counted_phase(&gateway, &dir, &t, window, rep, ok).await?;
-        let (i2, e2) = counted_phase(&gateway, &dir, &t, 2 * window, rep, ok).await?;
-        let v = if e2 > e1 {
-            (i2 as f64 - i1 as f64) / (e2 - e1) as f64
-        } else {
-            f64::NAN
-        };
+        let (v, phases) = instructions_per_event(&gateway, &dir, &t, window, rep, ok).await?;
         per_event.push(v);
-        rep.line(format!(
-            "| {format} | **{}** | {} | {}, {} | {}, {} |",
-            n(v),
-            if per_event.len() == 1 {
-                "1.00".to_owned()
-            } else {
-                format!("**{:.3}×**", v / per_event[0])
-            },
-            n(e1 as f64),
-            n(e2 as f64),
-            n(i1 as f64),
-            n(i2 as f64)
-        ));
+        let to_json = if per_event.len() == 1 {
+            "1.00".to_owned()
+        } else {
+            format!("**{:.3}×**", v / per_event[0])
+        };
+        rep.line(format!("| {format} | **{}** | {to_json} | {phases} |", n(v)));
     }
     rep.line("");
     for (format, v) in formats.iter().zip(&per_event).skip(1) {

@@ -123,12 +123,18 @@ pub fn stream(agent: &str, query: &str) -> Vec<String> {
             "Note: 18 < 20, so bring a <jacket> & an umbrella \\ just in case.",
         ],
     );
+    finish(items, 3, 0.0123, (1520, 230))
+}
+
+/// `items` ended as a run ends (`meta_final` with its `steps`, `cost` and `usage` as input and output tokens, then
+/// `[DONE]`), each an SSE event.
+fn finish(mut items: Vec<String>, steps: u32, cost: f64, usage: (u32, u32)) -> Vec<String> {
     let final_data = json!({
         "stop_reason": "end_turn",
-        "total_steps": 3,
+        "total_steps": steps,
         "generated_files": [],
-        "cost": 0.0123,
-        "cumulative_usage": {"input_tokens": 1520, "output_tokens": 230},
+        "cost": cost,
+        "cumulative_usage": {"input_tokens": usage.0, "output_tokens": usage.1},
         "conversation_history": [],
     });
     items.push(format!(
@@ -168,18 +174,5 @@ pub fn continuation(results: &[ToolResult]) -> Vec<String> {
         items.push(fmt_escape(&line));
     }
     items.push("</content-block-text>".to_owned());
-    let final_data = json!({
-        "stop_reason": "end_turn",
-        "total_steps": 1,
-        "generated_files": [],
-        "cost": 0.001,
-        "cumulative_usage": {"input_tokens": 80, "output_tokens": 20},
-        "conversation_history": [],
-    });
-    items.push(format!(
-        "<meta_final data=\"{}\"></meta_final>",
-        attr(&final_data.to_string())
-    ));
-    items.push("[DONE]".to_owned());
-    items.into_iter().map(|i| format!("data: {i}\n\n")).collect()
+    finish(items, 1, 0.001, (80, 20))
 }

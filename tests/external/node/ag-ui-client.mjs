@@ -15,22 +15,11 @@
 // Exit 1 when the client failed (anything in `errors`: verifyEvents, the schema check (`schema: <path>: <message>`),
 // the transport, or, checked here since the client accepts it, a stream that ends without RUN_FINISHED/RUN_ERROR),
 // on too many runs or after 30 s; 0 otherwise (a RUN_ERROR is a finding in `runErrors`, not a failure).
-import fs from 'node:fs';
 import { randomUUID } from 'node:crypto';
 import { HttpAgent } from '@ag-ui/client';
+import { urlAndScript } from './args.mjs';
 
-const argv = process.argv.slice(2);
-const opt = (name) => {
-  const i = argv.indexOf(name);
-  return i >= 0 ? argv[i + 1] : undefined;
-};
-const url = opt('--url');
-const scriptFile = opt('--script');
-if (!url || !scriptFile) {
-  console.error('usage: node ag-ui-client.mjs --url <agent url> --script <json file>');
-  process.exit(2);
-}
-const script = JSON.parse(fs.readFileSync(scriptFile, 'utf8'));
+const { url, script } = urlAndScript('node ag-ui-client.mjs --url <agent url> --script <json file>');
 const frontendTools = script.frontendTools ?? {};
 const maxRuns = script.maxRuns ?? 10;
 const TIMEOUT_MS = 30000;

@@ -18,22 +18,14 @@
 // status, body}], finishes: [{finishReason, isError, isAbort}]}. Exit 1 (message on stderr, the line still printed
 // when there is one) on too many POSTs, a 30 s timeout, or a bad command line; exit 0 otherwise (a stream error is
 // a finding reported in `errors`/`status`, not a failure of this script).
-import fs from 'node:fs';
+import { flag, opt, urlAndScript } from './args.mjs';
 
-const argv = process.argv.slice(2);
-const opt = (name) => {
-  const i = argv.indexOf(name);
-  return i >= 0 ? argv[i + 1] : undefined;
-};
 const major = opt('--ai');
-const url = opt('--url');
-const scriptFile = opt('--script');
-const resumeOnly = argv.includes('--resume');
-if (!['5', '7'].includes(major) || !url || !scriptFile) {
-  console.error('usage: node ai-sdk-client.mjs --ai 5|7 --url <api url> --script <json file> [--resume]');
-  process.exit(2);
-}
-const script = JSON.parse(fs.readFileSync(scriptFile, 'utf8'));
+const resumeOnly = flag('--resume');
+const { url, script } = urlAndScript(
+  'node ai-sdk-client.mjs --ai 5|7 --url <api url> --script <json file> [--resume]',
+  ['5', '7'].includes(major),
+);
 const ai = await import(major === '7' ? 'ai' : 'ai5');
 const { AbstractChat, DefaultChatTransport, lastAssistantMessageIsCompleteWithToolCalls } = ai;
 

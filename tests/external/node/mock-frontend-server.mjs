@@ -14,13 +14,9 @@ import http from 'node:http';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { opt } from './args.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-const args = process.argv.slice(2);
-const opt = (name, dflt) => {
-  const i = args.indexOf(name);
-  return i >= 0 ? args[i + 1] : dflt;
-};
 const PORT = Number(opt('--port', 0));
 const PACE = Number(opt('--pace-ms', 15));
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
