@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
-use super::blocks::{error_piece, Blocks, Open, Reading, Seen, Settled, Writer};
+use super::blocks::{error_piece, Kept, Open, Seen, Settled, Writer};
 use super::envelope::{json_or_text, string, Envelope, Streamed};
 use super::turn::{write_event, Turn};
 use crate::protocol::EnvelopeKind;
@@ -29,13 +29,32 @@ struct Outcome<'a> {
     pending_tool_call_ids: Option<&'a [String]>,
 }
 
-/// An event about one message, in its lane.
+/// An event in its lane: a subagent's carries its `subagentRunId` (last), the root's none.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct InLane<'a> {
+    #[serde(flatten)]
+    event: Event<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    subagent_run_id: Option<&'a str>,
+}
+
+/// Writes `event` in `lane`.
+fn emit(out: &mut Vec<u8>, lane: Option<&str>, event: Event<'_>) {
+    write_event(
+        out,
+        &InLane {
+            event,
+            subagent_run_id: lane,
+        },
+    );
+}
+
+/// An event about one message.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct MessageOf<'a> {
     message_id: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    subagent_run_id: Option<&'a str>,
 }
 
 /// A message's content.
@@ -44,8 +63,6 @@ struct MessageOf<'a> {
 struct MessageDelta<'a> {
     message_id: &'a str,
     delta: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    subagent_run_id: Option<&'a str>,
 }
 
 /// The events the gateway writes, with their documented fields only.
@@ -68,23 +85,17 @@ enum Event<'a> {
     TextMessageStart {
         message_id: &'a str,
         role: &'static str,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        subagent_run_id: Option<&'a str>,
         metadata: AgentOf<'a>,
     },
     TextMessageContent(MessageDelta<'a>),
     TextMessageEnd(MessageOf<'a>),
     ReasoningStart {
         message_id: &'a str,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        subagent_run_id: Option<&'a str>,
         metadata: AgentOf<'a>,
     },
     ReasoningMessageStart {
         message_id: &'a str,
         role: &'static str,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        subagent_run_id: Option<&'a str>,
     },
     ReasoningMessageContent(MessageDelta<'a>),
     ReasoningMessageEnd(MessageOf<'a>),
@@ -92,34 +103,24 @@ enum Event<'a> {
     ToolCallStart {
         tool_call_id: &'a str,
         tool_call_name: &'a str,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        subagent_run_id: Option<&'a str>,
         metadata: &'a Value,
     },
     ToolCallArgs {
         tool_call_id: &'a str,
         delta: &'a str,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        subagent_run_id: Option<&'a str>,
     },
     ToolCallEnd {
         tool_call_id: &'a str,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        subagent_run_id: Option<&'a str>,
     },
     ToolCallResult {
         message_id: &'a str,
         tool_call_id: &'a str,
         content: &'a RawValue,
         role: &'static str,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        subagent_run_id: Option<&'a str>,
     },
     Custom {
         name: &'a str,
         value: &'a RawValue,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        subagent_run_id: Option<&'a str>,
     },
     SubagentStarted {
         subagent_run_id: &'a str,
@@ -150,12 +151,9 @@ struct Lane {
 #[derive(Debug)]
 pub struct AgUi {
     turn: Turn,
-    blocks: Blocks,
-    /// Tool calls announced (the request's and this run's).
-    announced: Seen,
+    kept: Kept,
     /// Tool results the client sent.
     answered: Seen,
-    reading: Reading,
     started: bool,
     /// `RUN_FINISHED` or `RUN_ERROR` went out.
     ended: bool,
@@ -170,7 +168,7 @@ impl Writer for AgUi {
         }
         if data == b"[DONE]" {
             self.start(out);
-            match self.reading.held.take() {
+            match self.kept.reading.held.take() {
                 Some(held) => self.terminal(&held.agent, &held.text, out),
                 None => self.finish_run(None, out),
             }
@@ -183,8 +181,8 @@ impl Writer for AgUi {
             return;
         };
         self.start(out);
-        let root = self.reading.root(&self.turn, &env);
-        match self.reading.settle(&env, &root) {
+        let root = self.kept.reading.root(&self.turn, &env);
+        match self.kept.reading.settle(&env, &root) {
             Settled::Terminal(held) => return self.terminal(&held.agent, &held.text, out),
             Settled::Recoverable(held) => {
                 let lane = self.lane_of(&held.agent);
@@ -204,9 +202,9 @@ impl Writer for AgUi {
             EnvelopeKind::ToolCall | EnvelopeKind::ServerToolCall => self.call(&env, lane, out),
             EnvelopeKind::ToolResult | EnvelopeKind::ServerToolResult => self.result(&env, lane, out),
             EnvelopeKind::ToolResultImage => {
-                if let Some(at) = self.blocks.find(EnvelopeKind::ToolResult, &env) {
+                if let Some(at) = self.kept.blocks.find(EnvelopeKind::ToolResult, &env) {
                     let image = (env.src.to_string(), env.media_type.to_string());
-                    self.blocks.get_mut(at).images.push(image);
+                    self.kept.blocks.get_mut(at).images.push(image);
                 }
             }
             EnvelopeKind::Citation => {
@@ -216,9 +214,9 @@ impl Writer for AgUi {
                 self.custom("citation", &Value::Object(fields), lane, out);
             }
             EnvelopeKind::Error => {
-                let (held, evicted) = error_piece(&mut self.blocks, &env);
+                let (held, evicted) = error_piece(&mut self.kept.blocks, &env);
                 self.close_evicted(evicted, out);
-                self.reading.held = held;
+                self.kept.reading.held = held;
             }
             EnvelopeKind::MetaInit
             | EnvelopeKind::MetaFinal
@@ -237,10 +235,10 @@ impl Writer for AgUi {
             return;
         }
         self.start(out);
-        match self.reading.held.take() {
+        match self.kept.reading.held.take() {
             Some(held) => self.terminal(&held.agent, &held.text, out),
             None => {
-                let root = self.reading.root.clone().unwrap_or_default();
+                let root = self.kept.reading.root.clone().unwrap_or_default();
                 self.terminal(&root, "the stream ended before the run finished", out);
             }
         }
@@ -250,18 +248,16 @@ impl Writer for AgUi {
         self.ended
     }
 
-    fn kept(&self) -> (&Blocks, &Reading) {
-        (&self.blocks, &self.reading)
+    fn kept(&self) -> &Kept {
+        &self.kept
     }
 }
 
 impl AgUi {
     pub fn new(turn: Turn) -> Self {
         Self {
-            blocks: Blocks::new(&turn.prefix),
-            announced: Seen::of(&turn.known_tools),
+            kept: Kept::new(&turn),
             answered: Seen::of(&turn.known_results),
-            reading: Reading::default(),
             started: false,
             ended: false,
             lanes: Vec::new(),
@@ -272,10 +268,13 @@ impl AgUi {
     /// The most frequent envelope, a delta of an open text or thinking message in the lane already open, with
     /// nothing held, written without serde: its delta literal goes on as it is. `false`: not that case.
     fn streamed_fast(&mut self, data: &[u8], out: &mut Vec<u8>) -> bool {
-        if !self.started || self.reading.held.is_some() {
+        if !self.started || self.kept.reading.held.is_some() {
             return false;
         }
-        let (Some(env), Some(root)) = (Streamed::read(data).filter(|e| !e.last), self.reading.root.as_deref()) else {
+        let (Some(env), Some(root)) = (
+            Streamed::read(data).filter(|e| !e.last),
+            self.kept.reading.root.as_deref(),
+        ) else {
             return false;
         };
         // Its lane must be the one open: the root's with none open, or the innermost subagent's.
@@ -284,7 +283,7 @@ impl AgUi {
             Some(l) if l.agent == env.agent => Some(l.quoted.as_bytes()),
             _ => return false,
         };
-        let Some(open) = self.blocks.find_streamed(env.kind, env.agent) else {
+        let Some(open) = self.kept.blocks.find_streamed(env.kind, env.agent) else {
             return false;
         };
         if !env.is_empty() {
@@ -328,7 +327,7 @@ impl AgUi {
             self.finish_lanes(at + 1, out);
             return Some(self.lanes[at].run_id.clone());
         }
-        let run_id = self.blocks.make_id("a");
+        let run_id = self.kept.blocks.make_id("a");
         let parent = self.lanes.last().map(|l| l.run_id.clone());
         write_event(
             out,
@@ -355,7 +354,7 @@ impl AgUi {
     fn finish_lanes(&mut self, from: usize, out: &mut Vec<u8>) {
         while self.lanes.len() > from {
             let Some(lane) = self.lanes.pop() else { break };
-            for open in self.blocks.take_all(Some(&lane.agent)) {
+            for open in self.kept.blocks.take_all(Some(&lane.agent)) {
                 self.close(open, Some(&lane.run_id), out);
             }
             write_event(
@@ -370,7 +369,7 @@ impl AgUi {
     /// Closes every open block and lane (before the run ends).
     fn close_all(&mut self, out: &mut Vec<u8>) {
         self.finish_lanes(0, out);
-        for open in self.blocks.take_all(None) {
+        for open in self.kept.blocks.take_all(None) {
             self.close(open, None, out);
         }
     }
@@ -405,7 +404,7 @@ impl AgUi {
         if let Some(at) = self.lanes.iter().position(|l| l.agent == agent) {
             self.finish_lanes(at + 1, out);
             if let Some(lane) = self.lanes.pop() {
-                for open in self.blocks.take_all(Some(&lane.agent)) {
+                for open in self.kept.blocks.take_all(Some(&lane.agent)) {
                     self.close(open, Some(&lane.run_id), out);
                 }
                 write_event(
@@ -430,50 +429,36 @@ impl AgUi {
 
     fn custom(&mut self, name: &str, value: &Value, lane: Option<&str>, out: &mut Vec<u8>) {
         let raw = serde_json::value::to_raw_value(value).unwrap_or_else(|_| string(""));
-        write_event(
-            out,
-            &Event::Custom {
-                name,
-                value: &raw,
-                subagent_run_id: lane,
-            },
-        );
+        emit(out, lane, Event::Custom { name, value: &raw });
     }
 
     /// A `text` or `thinking` envelope: its message's start, content, end.
     fn streamed(&mut self, env: &Envelope<'_>, lane: Option<&str>, out: &mut Vec<u8>) {
         let thinking = env.kind == EnvelopeKind::Thinking;
-        let at = match self.blocks.find(env.kind, env) {
+        let at = match self.kept.blocks.find(env.kind, env) {
             Some(at) => at,
             None => {
-                let (at, evicted) = self.blocks.open(env.kind, env, if thinking { "r" } else { "m" });
+                let (at, evicted) = self.kept.blocks.open(env.kind, env, if thinking { "r" } else { "m" });
                 self.close_evicted(evicted, out);
-                let message_id = &self.blocks.get_mut(at).out;
+                let message_id = &self.kept.blocks.get_mut(at).out;
                 let metadata = AgentOf { agent: &env.agent };
                 if thinking {
-                    write_event(
+                    emit(out, lane, Event::ReasoningStart { message_id, metadata });
+                    emit(
                         out,
-                        &Event::ReasoningStart {
-                            message_id,
-                            subagent_run_id: lane,
-                            metadata,
-                        },
-                    );
-                    write_event(
-                        out,
-                        &Event::ReasoningMessageStart {
+                        lane,
+                        Event::ReasoningMessageStart {
                             message_id,
                             role: "reasoning",
-                            subagent_run_id: lane,
                         },
                     );
                 } else {
-                    write_event(
+                    emit(
                         out,
-                        &Event::TextMessageStart {
+                        lane,
+                        Event::TextMessageStart {
                             message_id,
                             role: "assistant",
-                            subagent_run_id: lane,
                             metadata,
                         },
                     );
@@ -482,45 +467,41 @@ impl AgUi {
             }
         };
         if !env.delta.is_empty() {
-            let message_id = &self.blocks.get_mut(at).out;
+            let message_id = &self.kept.blocks.get_mut(at).out;
             let delta = &*env.delta;
-            let piece = MessageDelta {
-                message_id,
-                delta,
-                subagent_run_id: lane,
-            };
+            let piece = MessageDelta { message_id, delta };
             let event = if thinking {
                 Event::ReasoningMessageContent(piece)
             } else {
                 Event::TextMessageContent(piece)
             };
-            write_event(out, &event);
+            emit(out, lane, event);
         }
         if env.last {
-            let open = self.blocks.take(at);
+            let open = self.kept.blocks.take(at);
             self.close(open, lane, out);
         }
     }
 
     /// A `tool_call` or `server_tool_call` envelope: start, arguments, end.
     fn call(&mut self, env: &Envelope<'_>, lane: Option<&str>, out: &mut Vec<u8>) {
-        let at = match self.blocks.find(env.kind, env) {
+        let at = match self.kept.blocks.find(env.kind, env) {
             Some(at) => at,
             None => {
-                let (at, evicted) = self.blocks.open(env.kind, env, "c");
+                let (at, evicted) = self.kept.blocks.open(env.kind, env, "c");
                 self.close_evicted(evicted, out);
-                let quiet = self.announced.contains(&env.id);
-                self.blocks.get_mut(at).quiet = quiet;
+                let quiet = self.kept.announced.contains(&env.id);
+                self.kept.blocks.get_mut(at).quiet = quiet;
                 if !quiet {
-                    self.announced.insert(&env.id);
+                    self.kept.announced.insert(&env.id);
                     let server = env.kind == EnvelopeKind::ServerToolCall;
                     let metadata = json!({"agent": &*env.agent, "providerExecuted": server});
-                    write_event(
+                    emit(
                         out,
-                        &Event::ToolCallStart {
+                        lane,
+                        Event::ToolCallStart {
                             tool_call_id: &env.id,
                             tool_call_name: &env.name,
-                            subagent_run_id: lane,
                             metadata: &metadata,
                         },
                     );
@@ -528,19 +509,19 @@ impl AgUi {
                 at
             }
         };
-        let quiet = self.blocks.get_mut(at).quiet;
+        let quiet = self.kept.blocks.get_mut(at).quiet;
         if !quiet && !env.delta.is_empty() {
-            write_event(
+            emit(
                 out,
-                &Event::ToolCallArgs {
+                lane,
+                Event::ToolCallArgs {
                     tool_call_id: &env.id,
                     delta: &env.delta,
-                    subagent_run_id: lane,
                 },
             );
         }
         if env.last {
-            let open = self.blocks.take(at);
+            let open = self.kept.blocks.take(at);
             if !open.quiet {
                 self.close(open, lane, out);
             }
@@ -549,41 +530,35 @@ impl AgUi {
 
     /// Announces a call the client has not seen, whole (a result or an awaited call for it came first).
     fn ensure_call(&mut self, id: &str, name: &str, agent: &str, args: &str, lane: Option<&str>, out: &mut Vec<u8>) {
-        if self.announced.contains(id) {
+        if self.kept.announced.contains(id) {
             return;
         }
-        self.announced.insert(id);
+        self.kept.announced.insert(id);
         let metadata = json!({ "agent": agent });
-        write_event(
+        emit(
             out,
-            &Event::ToolCallStart {
+            lane,
+            Event::ToolCallStart {
                 tool_call_id: id,
                 tool_call_name: name,
-                subagent_run_id: lane,
                 metadata: &metadata,
             },
         );
-        write_event(
+        emit(
             out,
-            &Event::ToolCallArgs {
+            lane,
+            Event::ToolCallArgs {
                 tool_call_id: id,
                 delta: args,
-                subagent_run_id: lane,
             },
         );
-        write_event(
-            out,
-            &Event::ToolCallEnd {
-                tool_call_id: id,
-                subagent_run_id: lane,
-            },
-        );
+        emit(out, lane, Event::ToolCallEnd { tool_call_id: id });
     }
 
     /// A `tool_result` or `server_tool_result` envelope: kept until whole (with its images), then one
     /// `TOOL_CALL_RESULT`; a result the client sent is not echoed.
     fn result(&mut self, env: &Envelope<'_>, lane: Option<&str>, out: &mut Vec<u8>) {
-        let (whole, evicted) = self.blocks.collect(env.kind, env, "o");
+        let (whole, evicted) = self.kept.blocks.collect(env.kind, env, "o");
         self.close_evicted(evicted, out);
         let Some(open) = whole else {
             return;
@@ -605,22 +580,22 @@ impl AgUi {
             }
             serde_json::value::to_raw_value(&parts).unwrap_or_else(|_| string(&open.text))
         };
-        let message_id = self.blocks.make_id("o");
-        write_event(
+        let message_id = self.kept.blocks.make_id("o");
+        emit(
             out,
-            &Event::ToolCallResult {
+            lane,
+            Event::ToolCallResult {
                 message_id: &message_id,
                 tool_call_id: &open.id,
                 content: &content,
                 role: "tool",
-                subagent_run_id: lane,
             },
         );
     }
 
     /// An envelope of a type read whole (`meta_*`, `awaiting_frontend_tools`): its block once complete.
     fn whole(&mut self, env: &Envelope<'_>, out: &mut Vec<u8>) -> Option<Open> {
-        let (whole, evicted) = self.blocks.collect(env.kind, env, "w");
+        let (whole, evicted) = self.kept.blocks.collect(env.kind, env, "w");
         self.close_evicted(evicted, out);
         whole
     }
@@ -672,42 +647,28 @@ impl AgUi {
                     pending.push(id.to_owned());
                 }
                 self.finish_run(Some(&pending), out);
-                self.reading.awaited = Some(pending);
+                self.kept.reading.awaited = Some(pending);
             }
             _ => {}
         }
     }
 
     fn custom_raw(&mut self, name: &str, value: &RawValue, lane: Option<&str>, out: &mut Vec<u8>) {
-        write_event(
-            out,
-            &Event::Custom {
-                name,
-                value,
-                subagent_run_id: lane,
-            },
-        );
+        emit(out, lane, Event::Custom { name, value });
     }
 
     /// Closes a block the protocol shows as open (a message, a reasoning message, a tool call).
     fn close(&mut self, open: Open, lane: Option<&str>, out: &mut Vec<u8>) {
-        let of = || MessageOf {
-            message_id: &open.out,
-            subagent_run_id: lane,
-        };
+        let of = || MessageOf { message_id: &open.out };
         match open.kind {
-            EnvelopeKind::Text => write_event(out, &Event::TextMessageEnd(of())),
+            EnvelopeKind::Text => emit(out, lane, Event::TextMessageEnd(of())),
             EnvelopeKind::Thinking => {
-                write_event(out, &Event::ReasoningMessageEnd(of()));
-                write_event(out, &Event::ReasoningEnd(of()));
+                emit(out, lane, Event::ReasoningMessageEnd(of()));
+                emit(out, lane, Event::ReasoningEnd(of()));
             }
-            EnvelopeKind::ToolCall | EnvelopeKind::ServerToolCall if !open.quiet => write_event(
-                out,
-                &Event::ToolCallEnd {
-                    tool_call_id: &open.id,
-                    subagent_run_id: lane,
-                },
-            ),
+            EnvelopeKind::ToolCall | EnvelopeKind::ServerToolCall if !open.quiet => {
+                emit(out, lane, Event::ToolCallEnd { tool_call_id: &open.id })
+            }
             _ => {}
         }
     }

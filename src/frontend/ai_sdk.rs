@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
-use super::blocks::{error_piece, Blocks, HeldError, Open, Reading, Seen, Settled, Writer};
+use super::blocks::{error_piece, HeldError, Kept, Open, Settled, Writer};
 use super::envelope::{empty_object, json_or_text, string, Envelope, Streamed};
 use super::turn::{write_event, Turn};
 use crate::protocol::EnvelopeKind;
@@ -52,6 +52,30 @@ struct PartEnd<'a> {
     id: &'a str,
 }
 
+/// A tool call's whole input, as `tool-input-available` and `tool-input-error` carry it.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Call<'a> {
+    tool_call_id: &'a str,
+    tool_name: &'a str,
+    input: &'a RawValue,
+    dynamic: bool,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    provider_executed: bool,
+}
+
+impl<'a> Call<'a> {
+    fn new(tool_call_id: &'a str, tool_name: &'a str, input: &'a RawValue, provider_executed: bool) -> Self {
+        Self {
+            tool_call_id,
+            tool_name,
+            input,
+            dynamic: true,
+            provider_executed,
+        }
+    }
+}
+
 /// The chunks the gateway writes, with their documented fields only.
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "kebab-case", rename_all_fields = "camelCase")]
@@ -84,21 +108,13 @@ enum Chunk<'a> {
         input_text_delta: &'a str,
     },
     ToolInputAvailable {
-        tool_call_id: &'a str,
-        tool_name: &'a str,
-        input: &'a RawValue,
-        dynamic: bool,
-        #[serde(skip_serializing_if = "std::ops::Not::not")]
-        provider_executed: bool,
+        #[serde(flatten)]
+        call: Call<'a>,
         provider_metadata: Meta<'a>,
     },
     ToolInputError {
-        tool_call_id: &'a str,
-        tool_name: &'a str,
-        input: &'a RawValue,
-        dynamic: bool,
-        #[serde(skip_serializing_if = "std::ops::Not::not")]
-        provider_executed: bool,
+        #[serde(flatten)]
+        call: Call<'a>,
         error_text: &'a str,
     },
     ToolOutputAvailable {
@@ -183,10 +199,7 @@ enum Run {
 #[derive(Debug)]
 pub struct AiSdk {
     turn: Turn,
-    blocks: Blocks,
-    /// Tool calls the message holds: the request's, and those announced here.
-    announced: Seen,
-    reading: Reading,
+    kept: Kept,
     started: bool,
     run: Run,
     done: bool,
@@ -212,9 +225,9 @@ impl Writer for AiSdk {
         if self.run != Run::Going {
             return;
         }
-        let root = self.reading.root(&self.turn, &env);
+        let root = self.kept.reading.root(&self.turn, &env);
         let is_root = env.agent == root;
-        match self.reading.settle(&env, &root) {
+        match self.kept.reading.settle(&env, &root) {
             Settled::Terminal(held) => return self.terminal(&held, out),
             Settled::Recoverable(held) => write_event(out, &Chunk::DataError { data: &held.value() }),
             Settled::Nothing => {}
@@ -240,9 +253,9 @@ impl Writer for AiSdk {
             }
             EnvelopeKind::Citation => self.citation(&env, out),
             EnvelopeKind::Error => {
-                let (held, evicted) = error_piece(&mut self.blocks, &env);
+                let (held, evicted) = error_piece(&mut self.kept.blocks, &env);
                 self.close_evicted(evicted, out);
-                self.reading.held = held;
+                self.kept.reading.held = held;
             }
             EnvelopeKind::MetaInit
             | EnvelopeKind::MetaFinal
@@ -260,11 +273,11 @@ impl Writer for AiSdk {
         if self.done {
             return;
         }
-        if let Some(held) = self.reading.held.take() {
+        if let Some(held) = self.kept.reading.held.take() {
             self.terminal(&held, out);
         } else if self.run == Run::Going {
             if !self.started {
-                let root = self.reading.root.clone().unwrap_or_default();
+                let root = self.kept.reading.root.clone().unwrap_or_default();
                 self.start(&root, None, out);
             }
             self.terminal_text("the stream ended before the run finished", out);
@@ -276,17 +289,15 @@ impl Writer for AiSdk {
         self.done
     }
 
-    fn kept(&self) -> (&Blocks, &Reading) {
-        (&self.blocks, &self.reading)
+    fn kept(&self) -> &Kept {
+        &self.kept
     }
 }
 
 impl AiSdk {
     pub fn new(turn: Turn) -> Self {
         Self {
-            blocks: Blocks::new(&turn.prefix),
-            announced: Seen::of(&turn.known_tools),
-            reading: Reading::default(),
+            kept: Kept::new(&turn),
             started: false,
             run: Run::Going,
             done: false,
@@ -298,13 +309,13 @@ impl AiSdk {
     /// The most frequent envelope, a delta of an open text or thinking block with nothing held, written without
     /// serde: its delta literal goes on as it is. `false`: not that case, nothing done.
     fn streamed_fast(&mut self, data: &[u8], out: &mut Vec<u8>) -> bool {
-        if self.run != Run::Going || !self.started || self.reading.held.is_some() {
+        if self.run != Run::Going || !self.started || self.kept.reading.held.is_some() {
             return false;
         }
         let Some(env) = Streamed::read(data).filter(|e| !e.last) else {
             return false;
         };
-        let Some(open) = self.blocks.find_streamed(env.kind, env.agent) else {
+        let Some(open) = self.kept.blocks.find_streamed(env.kind, env.agent) else {
             return false;
         };
         if !env.is_empty() {
@@ -321,11 +332,11 @@ impl AiSdk {
 
     /// `[DONE]`: the run ended; a held error ended it.
     fn end(&mut self, out: &mut Vec<u8>) {
-        if let Some(held) = self.reading.held.take() {
+        if let Some(held) = self.kept.reading.held.take() {
             self.terminal(&held, out);
         }
         if self.run == Run::Going {
-            let root = self.reading.root.clone().unwrap_or_default();
+            let root = self.kept.reading.root.clone().unwrap_or_default();
             if !self.started {
                 self.start(&root, None, out);
             }
@@ -367,7 +378,7 @@ impl AiSdk {
     /// first, and a block that goes on opens a new part in the next step.
     fn next_step(&mut self, out: &mut Vec<u8>) {
         let streamed = |o: &Open| matches!(o.kind, EnvelopeKind::Text | EnvelopeKind::Thinking);
-        for open in self.blocks.take_where(streamed) {
+        for open in self.kept.blocks.take_where(streamed) {
             self.close(open, out);
         }
         write_event(out, &Chunk::FinishStep);
@@ -386,7 +397,7 @@ impl AiSdk {
     /// `finish-step`, `finish`: what is open closes first, and a step ending on the backend's tool results is
     /// followed by an empty one (else the page would take them for its own and post again).
     fn finish_run(&mut self, reason: &str, metadata: &Value, out: &mut Vec<u8>) {
-        for open in self.blocks.take_all(None) {
+        for open in self.kept.blocks.take_all(None) {
             self.close(open, out);
         }
         if std::mem::take(&mut self.results_in_step) {
@@ -407,24 +418,24 @@ impl AiSdk {
     fn streamed(&mut self, env: &Envelope<'_>, root: &str, out: &mut Vec<u8>) {
         let thinking = env.kind == EnvelopeKind::Thinking;
         let tag = if thinking { "r" } else { "t" };
-        let at = match self.blocks.find(env.kind, env) {
+        let at = match self.kept.blocks.find(env.kind, env) {
             Some(at) => at,
             None => {
                 self.block_starts(&env.agent, root, out);
-                let (at, evicted) = self.blocks.open(env.kind, env, tag);
+                let (at, evicted) = self.kept.blocks.open(env.kind, env, tag);
                 self.close_evicted(evicted, out);
-                let id = &self.blocks.get_mut(at).out;
+                let id = &self.kept.blocks.get_mut(at).out;
                 let provider_metadata = meta(&env.agent);
                 write_event(out, &Chunk::start(thinking, PartStart { id, provider_metadata }));
                 at
             }
         };
         if !env.delta.is_empty() {
-            let id = &self.blocks.get_mut(at).out;
+            let id = &self.kept.blocks.get_mut(at).out;
             write_event(out, &Chunk::piece(thinking, PartDelta { id, delta: &env.delta }));
         }
         if env.last {
-            let open = self.blocks.take(at);
+            let open = self.kept.blocks.take(at);
             self.close(open, out);
         }
     }
@@ -432,15 +443,15 @@ impl AiSdk {
     /// A `tool_call` or `server_tool_call` envelope: the input streams, then goes out whole.
     fn call(&mut self, env: &Envelope<'_>, root: &str, out: &mut Vec<u8>) {
         let server = env.kind == EnvelopeKind::ServerToolCall;
-        let at = match self.blocks.find(env.kind, env) {
+        let at = match self.kept.blocks.find(env.kind, env) {
             Some(at) => at,
             None => {
                 self.block_starts(&env.agent, root, out);
-                let (at, evicted) = self.blocks.open(env.kind, env, "c");
+                let (at, evicted) = self.kept.blocks.open(env.kind, env, "c");
                 self.close_evicted(evicted, out);
                 // A call the message already holds is not announced twice.
-                let quiet = self.announced.contains(&env.id);
-                self.blocks.get_mut(at).quiet = quiet;
+                let quiet = self.kept.announced.contains(&env.id);
+                self.kept.blocks.get_mut(at).quiet = quiet;
                 if !quiet {
                     write_event(
                         out,
@@ -455,7 +466,7 @@ impl AiSdk {
                 at
             }
         };
-        let open = self.blocks.get_mut(at);
+        let open = self.kept.blocks.get_mut(at);
         if !open.quiet && !env.delta.is_empty() {
             open.push(&env.delta);
             write_event(
@@ -467,7 +478,7 @@ impl AiSdk {
             );
         }
         if env.last {
-            let open = self.blocks.take(at);
+            let open = self.kept.blocks.take(at);
             if !open.quiet {
                 self.input_available(&open, server, out);
             }
@@ -476,17 +487,13 @@ impl AiSdk {
 
     /// The call's whole input (`{}` when it had none).
     fn input_available(&mut self, open: &Open, server: bool, out: &mut Vec<u8>) {
-        self.announced.insert(&open.id);
+        self.kept.announced.insert(&open.id);
         if open.cut {
             let error_text = format!("tool input over {} bytes", super::blocks::MAX_BUFFER);
             write_event(
                 out,
                 &Chunk::ToolInputError {
-                    tool_call_id: &open.id,
-                    tool_name: &open.name,
-                    input: &string(""),
-                    dynamic: true,
-                    provider_executed: server,
+                    call: Call::new(&open.id, &open.name, &string(""), server),
                     error_text: &error_text,
                 },
             );
@@ -500,11 +507,7 @@ impl AiSdk {
         write_event(
             out,
             &Chunk::ToolInputAvailable {
-                tool_call_id: &open.id,
-                tool_name: &open.name,
-                input: &input,
-                dynamic: true,
-                provider_executed: server,
+                call: Call::new(&open.id, &open.name, &input, server),
                 provider_metadata: meta(&open.agent),
             },
         );
@@ -512,10 +515,10 @@ impl AiSdk {
 
     /// Announces a call the client has not seen (a result or an awaited call for it came first).
     fn ensure_call(&mut self, id: &str, name: &str, agent: &str, input: &RawValue, server: bool, out: &mut Vec<u8>) {
-        if self.announced.contains(id) {
+        if self.kept.announced.contains(id) {
             return;
         }
-        self.announced.insert(id);
+        self.kept.announced.insert(id);
         write_event(
             out,
             &Chunk::ToolInputStart {
@@ -528,11 +531,7 @@ impl AiSdk {
         write_event(
             out,
             &Chunk::ToolInputAvailable {
-                tool_call_id: id,
-                tool_name: name,
-                input,
-                dynamic: true,
-                provider_executed: server,
+                call: Call::new(id, name, input, server),
                 provider_metadata: meta(agent),
             },
         );
@@ -541,7 +540,7 @@ impl AiSdk {
     /// A `tool_result` or `server_tool_result` envelope: kept until whole, then its output.
     fn result(&mut self, env: &Envelope<'_>, root: &str, out: &mut Vec<u8>) {
         let server = env.kind == EnvelopeKind::ServerToolResult;
-        let (whole, evicted) = self.blocks.collect(env.kind, env, "o");
+        let (whole, evicted) = self.kept.blocks.collect(env.kind, env, "o");
         self.close_evicted(evicted, out);
         let Some(open) = whole else {
             return;
@@ -585,7 +584,7 @@ impl AiSdk {
         let mut fields = env.citation_fields();
         fields.insert("agent".into(), Value::from(&*env.agent));
         fields.insert("cited_text".into(), Value::from(&*env.delta));
-        let source_id = self.blocks.make_id("s");
+        let source_id = self.kept.blocks.make_id("s");
         let url = fields.get("url").and_then(Value::as_str).unwrap_or("").to_owned();
         let title = fields.get("title").and_then(Value::as_str).map(str::to_owned);
         let document_title = fields.get("document_title").and_then(Value::as_str).map(str::to_owned);
@@ -615,7 +614,7 @@ impl AiSdk {
 
     /// An envelope of a type read whole (`meta_*`, `awaiting_frontend_tools`): its block once complete.
     fn whole(&mut self, env: &Envelope<'_>, out: &mut Vec<u8>) -> Option<Open> {
-        let (whole, evicted) = self.blocks.collect(env.kind, env, "w");
+        let (whole, evicted) = self.kept.blocks.collect(env.kind, env, "w");
         self.close_evicted(evicted, out);
         whole
     }
@@ -650,7 +649,7 @@ impl AiSdk {
                 let ids = awaited
                     .iter()
                     .filter_map(|c| c.get("tool_use_id").and_then(Value::as_str));
-                self.reading.awaited = Some(ids.map(str::to_owned).collect());
+                self.kept.reading.awaited = Some(ids.map(str::to_owned).collect());
                 for call in &awaited {
                     let id = call.get("tool_use_id").and_then(Value::as_str).unwrap_or("");
                     let name = call.get("name").and_then(Value::as_str).unwrap_or("");

@@ -205,7 +205,30 @@ pub trait Writer: std::fmt::Debug + Send {
     /// Nothing more will be written.
     fn is_done(&self) -> bool;
     /// Its open blocks and what it keeps of the run.
-    fn kept(&self) -> (&Blocks, &Reading);
+    fn kept(&self) -> &Kept;
+}
+
+/// What every writer keeps: its open blocks, the tool calls the message holds, and what it keeps of the run.
+#[derive(Debug)]
+pub struct Kept {
+    pub blocks: Blocks,
+    /// Tool calls announced (the request's, and this read's).
+    pub announced: Seen,
+    pub reading: Reading,
+}
+
+impl Kept {
+    pub fn new(turn: &Turn) -> Self {
+        Self {
+            blocks: Blocks::new(&turn.prefix),
+            announced: Seen::of(&turn.known_tools),
+            reading: Reading::default(),
+        }
+    }
+
+    pub fn buffered(&self) -> usize {
+        self.blocks.buffered() + self.reading.buffered()
+    }
 }
 
 /// What both encoders keep of the run beyond its blocks: its root agent, the `error` held, the calls it ended

@@ -66,12 +66,12 @@ impl Encoder {
 
     /// The stream's root agent, once known (the agent a next turn continues).
     pub fn root_agent(&self) -> Option<&str> {
-        self.inner.kept().1.root.as_deref()
+        self.inner.kept().reading.root.as_deref()
     }
 
     /// The calls the run ended awaiting (`awaiting_frontend_tools`), if it did.
     pub fn awaited(&self) -> Option<&[String]> {
-        self.inner.kept().1.awaited.as_deref()
+        self.inner.kept().reading.awaited.as_deref()
     }
 
     /// One held event's data: an envelope's JSON text, or `[DONE]`. Anything else is skipped.
@@ -91,7 +91,6 @@ impl Encoder {
 
     /// Bytes this encoder holds (open blocks' buffers, the held error), for memory accounting.
     pub fn buffered(&self) -> usize {
-        let (blocks, reading) = self.inner.kept();
-        self.partial.capacity() + blocks.buffered() + reading.buffered()
+        self.partial.capacity() + self.inner.kept().buffered()
     }
 }

@@ -159,46 +159,15 @@ mod tests {
 
     use super::*;
     use crate::frontend::{Protocol, Turn};
-    use crate::proxy::upstream::error::StreamError;
-
-    /// A layer that yields its frames, then ends.
-    struct Frames(Vec<&'static [u8]>);
-
-    impl Body for Frames {
-        type Data = Bytes;
-        type Error = StreamError;
-
-        fn poll_frame(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Polled {
-            if self.0.is_empty() {
-                return Poll::Ready(None);
-            }
-            let f = self.0.remove(0);
-            Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(f)))))
-        }
-    }
-
-    impl Drain for Frames {
-        fn cut_for_drain(&mut self) -> DrainCut {
-            DrainCut::Nothing
-        }
-    }
-
-    impl Layer for Frames {
-        fn ending(&mut self) -> Ending {
-            Ending::Completed
-        }
-
-        fn totals(&self) -> Totals {
-            Totals::default()
-        }
-    }
+    use crate::proxy::body::script::{data, Script, Step};
 
     #[tokio::test]
     async fn held_frames_come_out_as_the_protocol_and_the_next_turn_learns_the_agent() {
-        let frames = Frames(vec![
-            b"retry: 1000\nid: sg1-x-1\ndata: {\"type\":\"meta_init\",\"agent\":\"a1\",\"final\":true,\"delta\":\"{}\"}\n\n",
-            b"id: sg1-x-2\ndata: {\"type\":\"text\",\"agent\":\"a1\",\"final\":true,\"del",
-            b"ta\":\"hi\"}\n\nid: sg1-x-3\ndata: {\"type\":\"meta_final\",\"agent\":\"a1\",\"final\":true,\"delta\":\"{}\"}\n\ndata: [DONE]\n\n",
+        let frames = Script::new([
+            data("retry: 1000\nid: sg1-x-1\ndata: {\"type\":\"meta_init\",\"agent\":\"a1\",\"final\":true,\"delta\":\"{}\"}\n\n"),
+            data("id: sg1-x-2\ndata: {\"type\":\"text\",\"agent\":\"a1\",\"final\":true,\"del"),
+            data("ta\":\"hi\"}\n\nid: sg1-x-3\ndata: {\"type\":\"meta_final\",\"agent\":\"a1\",\"final\":true,\"delta\":\"{}\"}\n\ndata: [DONE]\n\n"),
+            Step::End,
         ]);
         let mut e = Encode::none(frames);
         let learned = std::sync::Arc::new(std::sync::Mutex::new(None));

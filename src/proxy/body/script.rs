@@ -8,7 +8,8 @@ use std::task::{Context, Poll, Wake, Waker};
 use bytes::Bytes;
 use http_body::{Body, Frame};
 
-use crate::proxy::body::layer::Gather;
+use crate::proxy::base::drain::DrainCut;
+use crate::proxy::body::layer::{Drain, Ending, Gather, Layer, Totals};
 
 use crate::proxy::upstream::error::StreamError;
 
@@ -42,6 +43,28 @@ impl Script {
 
     pub fn polls(&self) -> usize {
         self.polls
+    }
+
+    /// One more step, played after the others.
+    pub fn push(&mut self, step: Step) {
+        self.steps.push_back(step);
+    }
+}
+
+/// As the innermost layer of a stack under test: nothing to cut, a completed stream, nothing counted.
+impl Drain for Script {
+    fn cut_for_drain(&mut self) -> DrainCut {
+        DrainCut::Nothing
+    }
+}
+
+impl Layer for Script {
+    fn ending(&mut self) -> Ending {
+        Ending::Completed
+    }
+
+    fn totals(&self) -> Totals {
+        Totals::default()
     }
 }
 

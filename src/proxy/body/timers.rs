@@ -217,38 +217,6 @@ mod tests {
         assert_eq!(poll(&mut idle), Seen::Err);
     }
 
-    /// A layer that has one frame of output if told so, then never anything.
-    struct Once(bool);
-
-    impl Body for Once {
-        type Data = Bytes;
-        type Error = StreamError;
-
-        fn poll_frame(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Polled {
-            if std::mem::replace(&mut self.0, false) {
-                Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"x")))))
-            } else {
-                Poll::Pending
-            }
-        }
-    }
-
-    impl Drain for Once {
-        fn cut_for_drain(&mut self) -> DrainCut {
-            DrainCut::Nothing
-        }
-    }
-
-    impl Layer for Once {
-        fn ending(&mut self) -> Ending {
-            Ending::Completed
-        }
-
-        fn totals(&self) -> Totals {
-            Totals::default()
-        }
-    }
-
     fn metrics() -> Arc<Metrics> {
         Arc::new(Metrics::register(&prometheus::Registry::new()).expect("metrics"))
     }
@@ -256,7 +224,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_waiting_stream_gets_a_comment_per_interval() {
         let m = metrics();
-        let mut k = Keepalive::new(Once(false), Some(Duration::from_secs(15)), Arc::clone(&m));
+        let mut k = Keepalive::new(Script::new([]), Some(Duration::from_secs(15)), Arc::clone(&m));
         let start = Instant::now();
         for n in 1..=3 {
             let frame = k.frame().await.expect("a frame").expect("a comment");
@@ -268,10 +236,10 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn output_moves_the_keepalive_deadline_and_zero_disables_it() {
-        let mut k = Keepalive::new(Once(false), Some(Duration::from_secs(15)), metrics());
+        let mut k = Keepalive::new(Script::new([]), Some(Duration::from_secs(15)), metrics());
         assert_eq!(poll(&mut k), Seen::Pending);
         tokio::time::advance(Duration::from_secs(10)).await;
-        k.inner.0 = true;
+        k.inner.push(data("x"));
         assert_eq!(poll(&mut k), Seen::data("x"));
         tokio::time::advance(Duration::from_secs(10)).await;
         assert_eq!(
@@ -282,7 +250,7 @@ mod tests {
         tokio::time::advance(Duration::from_secs(5)).await;
         assert_eq!(poll(&mut k), Seen::data(": keepalive\n\n"));
 
-        let mut off = Keepalive::new(Once(false), Some(Duration::ZERO), metrics());
+        let mut off = Keepalive::new(Script::new([]), Some(Duration::ZERO), metrics());
         tokio::time::advance(Duration::from_secs(100)).await;
         assert_eq!(poll(&mut off), Seen::Pending);
     }
