@@ -447,14 +447,7 @@ fn agree(input: &Input) -> bool {
         &mut Vec::new(),
         Some(&mut naive_out),
     );
-    if let Some(dir) = std::env::var_os("BENCH_DUMP") {
-        // Debugging aid: the input and both outputs, to diff by hand.
-        let dir = std::path::Path::new(&dir);
-        let _ = std::fs::create_dir_all(dir);
-        let _ = std::fs::write(dir.join(format!("{}.sse", input.name)), &input.bytes);
-        let _ = std::fs::write(dir.join(format!("{}.ours.sse", input.name)), &ours_out);
-        let _ = std::fs::write(dir.join(format!("{}.naive.sse", input.name)), &naive_out);
-    }
+    dump(input, &[("ours", &ours_out), ("naive", &naive_out)]);
     let (a, over_a) = blocks(&ours_out, budget);
     let (b, over_b) = blocks(&naive_out, budget);
     if over_a + over_b > 0 {
@@ -561,6 +554,20 @@ fn shared_content(dialect: Dialect, out: &[u8]) -> (Vec<(String, String, String)
     (content, over)
 }
 
+/// Debugging aid, with `BENCH_DUMP=<dir>`: the input and its `outputs` (`<input>.<name>.sse` each) written to the
+/// directory, to diff by hand.
+fn dump(input: &Input, outputs: &[(&str, &[u8])]) {
+    let Some(dir) = std::env::var_os("BENCH_DUMP") else {
+        return;
+    };
+    let dir = std::path::Path::new(&dir);
+    let _ = std::fs::create_dir_all(dir);
+    let _ = std::fs::write(dir.join(format!("{}.sse", input.name)), &input.bytes);
+    for (name, out) in outputs {
+        let _ = std::fs::write(dir.join(format!("{}.{name}.sse", input.name)), out);
+    }
+}
+
 /// Whether `dialect`'s output of `input` carries the content of xml's output `reference`; prints the first
 /// difference.
 fn same_content(dialect: Dialect, input: &Input, reference: &[(String, String, String)]) -> bool {
@@ -571,12 +578,7 @@ fn same_content(dialect: Dialect, input: &Input, reference: &[(String, String, S
         &mut Vec::new(),
         Some(&mut out),
     );
-    if let Some(dir) = std::env::var_os("BENCH_DUMP") {
-        let dir = std::path::Path::new(&dir);
-        let _ = std::fs::create_dir_all(dir);
-        let _ = std::fs::write(dir.join(format!("{}.sse", input.name)), &input.bytes);
-        let _ = std::fs::write(dir.join(format!("{}.out.sse", input.name)), &out);
-    }
+    dump(input, &[("out", &out)]);
     let (content, over) = shared_content(dialect, &out);
     if over > 0 {
         println!("  {}: {over} lines over budget", input.name);

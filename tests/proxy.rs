@@ -32,6 +32,8 @@ async fn serving_streams(prefix: &'static str, streams: Vec<Vec<u8>>) -> (Emulat
 
 /// The `Accept` an SSE client sends (EventSource, httpx-sse): such requests get a dedicated upstream connection.
 const ACCEPT_SSE: (&str, &str) = ("accept", "text/event-stream");
+/// An upstream's event-stream response header.
+const EVENT_STREAM: (&str, &str) = ("Content-Type", "text/event-stream");
 
 /// Checks how many requests went upstream on each kind of connection.
 async fn assert_connections(gw: &TestGateway, pooled: usize, dedicated: usize) {
@@ -172,11 +174,7 @@ async fn http2_prior_knowledge_client_gets_a_translated_stream() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn translated_response_headers_are_streaming_safe() {
-    let head = [
-        ("Content-Type", "text/event-stream"),
-        ("Content-Length", "24"),
-        ("Cache-Control", "private"),
-    ];
+    let head = [EVENT_STREAM, ("Content-Length", "24"), ("Cache-Control", "private")];
     let (up, gw) = gateway_with(Step::answer(200, &head, b"data: [DONE]\n\ndata: x\n\n"), |_| {}).await;
     let (parts, _) = send("GET", &gw.url("/s"), &[], Bytes::new()).await;
     let h = &parts.headers;
@@ -519,14 +517,20 @@ async fn failure_upstream_closing_without_done_ends_with_an_upstream_error_envel
     gw.stop().await;
 }
 
+/// An SSE upstream that writes `first`, is silent for `silence`, then writes `rest` (if any) and ends its body.
+async fn silent_after(first: &[u8], silence: Duration, rest: &[u8]) -> Emulator {
+    let mut steps = vec![Step::write_all(first), Step::Pause(silence)];
+    if !rest.is_empty() {
+        steps.push(Step::write_all(rest));
+    }
+    steps.push(Step::EndChunks);
+    Emulator::sse(steps).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failure_upstream_silent_past_the_idle_timeout_ends_with_an_upstream_error_envelope() {
-    let up = Emulator::sse(vec![
-        Step::write_all(b"data: <content-block-text>\n\ndata: thinking about it\n\n"),
-        Step::Pause(Duration::from_secs(5)),
-        Step::EndChunks,
-    ])
-    .await;
+    let opened = b"data: <content-block-text>\n\ndata: thinking about it\n\n";
+    let up = silent_after(opened, Duration::from_secs(5), b"").await;
     let gw = TestGateway::start(&up.url(), |s| s.upstream.idle_timeout_secs = 0.5).await;
     let started = std::time::Instant::now();
     let envs = run_envelopes(&gw, &[]).await;
@@ -635,14 +639,12 @@ async fn failure_redirects_are_passed_back_not_followed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_translated_streams_get_keepalive_comments() {
-    let up = Emulator::sse(vec![
-        Step::write_all(b"data: <content-block-text>\n\n"),
-        // 2.5 × the shortest interval validation allows (1 s).
-        Step::Pause(Duration::from_millis(2500)),
-        Step::write_all(b"data: </content-block-text>\n\ndata: [DONE]\n\n"),
-        Step::EndChunks,
-    ])
-    .await;
+    // Silent for 2.5 × the shortest interval validation allows (1 s).
+    let (opened, closed) = (
+        b"data: <content-block-text>\n\n",
+        b"data: </content-block-text>\n\ndata: [DONE]\n\n",
+    );
+    let up = silent_after(opened, Duration::from_millis(2500), closed).await;
     let gw = TestGateway::start(&up.url(), |s| s.translate.keepalive_interval_secs = 1.0).await;
     let (_, body) = send("POST", &gw.url("/agent/run"), &[], "{}").await;
     let text = String::from_utf8_lossy(&body);

@@ -141,9 +141,8 @@ fn events_of(report: &Value) -> (Vec<&str>, Vec<&str>) {
 /// What is wrong with a run the page should have read whole, opening `opens` responses: its end, its text, its ids,
 /// the responses' statuses and the one upstream request.
 fn run_problems(setup: &Setup, report: &Value, opens: usize) -> Vec<String> {
-    let mut problems = Vec::new();
     let (ids, data) = events_of(report);
-    problems.extend(setup.runs_problem(1));
+    let mut problems: Vec<String> = setup.runs_problem(1).into_iter().collect();
     if report["done"] != json!(true) {
         problems.push(format!("the page did not see [DONE]: {}", report["reason"]));
     }
@@ -209,24 +208,16 @@ async fn check_page(mode: &str, what: &str, problems: impl FnOnce(&Setup, &Value
     setup.gw.stop().await;
 }
 
+const UNDISTURBED: &str = "fetch-event-source POST from origin A to the gateway on B, undisturbed";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cross_origin_page_reads_an_undisturbed_run() {
-    check_page(
-        "plain",
-        "fetch-event-source POST from origin A to the gateway on B, undisturbed",
-        |setup, report| run_problems(setup, report, 1),
-    )
-    .await;
+    check_page("plain", UNDISTURBED, |setup, report| run_problems(setup, report, 1)).await;
 }
 
+const HIDDEN_TAB: &str = "fetch-event-source POST from origin A to the gateway on B, its tab hidden and shown twice";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cross_origin_hidden_tab_resumes_the_same_run() {
-    check_page(
-        "hidden",
-        "fetch-event-source POST from origin A to the gateway on B, its tab hidden and shown twice",
-        hidden_problems,
-    )
-    .await;
+    check_page("hidden", HIDDEN_TAB, hidden_problems).await;
 }
 
 /// [`run_problems`] of a run read in three responses, and the page's tab hidden and shown twice.
@@ -240,22 +231,17 @@ fn hidden_problems(setup: &Setup, report: &Value) -> Vec<String> {
     problems
 }
 
+const CONTROL: &str = "from origin A: X-Gateway-Stream, a watcher and a DELETE on the gateway on B";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cross_origin_page_reads_the_stream_header_watches_and_cancels() {
-    check_page(
-        "control",
-        "from origin A: X-Gateway-Stream, a watcher and a DELETE on the gateway on B",
-        control_problems,
-    )
-    .await;
+    check_page("control", CONTROL, control_problems).await;
 }
 
 /// What is wrong with the control page's run: its ids and one upstream request, the stream header it read, its
 /// watcher's events and its DELETE's end of the run.
 fn control_problems(setup: &Setup, report: &Value) -> Vec<String> {
-    let mut problems = Vec::new();
     let (ids, data) = events_of(report);
-    problems.extend(setup.runs_problem(1));
+    let mut problems: Vec<String> = setup.runs_problem(1).into_iter().collect();
     problems.extend(id_problems(&ids).0);
     let token = ids.first().and_then(|id| parse_id(id)).map(|(t, _)| t);
     let control = &report["control"];

@@ -354,47 +354,35 @@ async fn a_clients_close_frame_gets_a_close_frame_back_and_an_invalid_code_gets_
 async fn protocol_errors_close_1002_and_invalid_utf8_closes_1007() {
     let (_up, gw) = setup(|_| {}).await;
     let ping = |n: usize| vec![b'p'; n];
+    let text = br#"{"type":"ping"}"#;
+    // Masked frames one after the other: (first byte, payload) each.
+    let frames = |each: &[(u8, &[u8])]| {
+        each.iter()
+            .flat_map(|&(first, p)| client_frame(first, p, true))
+            .collect()
+    };
+    let masked = |first: u8, payload: &[u8]| frames(&[(first, payload)]);
     let cases: [(&str, Vec<u8>, u16); 10] = [
-        (
-            "an unmasked frame",
-            client_frame(0x81, br#"{"type":"ping"}"#, false),
-            1002,
-        ),
-        (
-            "a reserved bit",
-            client_frame(0x81 | 0x40, br#"{"type":"ping"}"#, true),
-            1002,
-        ),
-        ("a reserved data opcode", client_frame(0x83, b"x", true), 1002),
-        ("a reserved control opcode", client_frame(0x8B, b"x", true), 1002),
-        ("a ping over 125 bytes", client_frame(0x89, &ping(126), true), 1002),
-        ("a fragmented ping", client_frame(0x09, &ping(4), true), 1002),
-        (
-            "a continuation with nothing to continue",
-            client_frame(0x80, b"x", true),
-            1002,
-        ),
+        ("an unmasked frame", client_frame(0x81, text, false), 1002),
+        ("a reserved bit", masked(0x81 | 0x40, text), 1002),
+        ("a reserved data opcode", masked(0x83, b"x"), 1002),
+        ("a reserved control opcode", masked(0x8B, b"x"), 1002),
+        ("a ping over 125 bytes", masked(0x89, &ping(126)), 1002),
+        ("a fragmented ping", masked(0x09, &ping(4)), 1002),
+        ("a continuation with nothing to continue", masked(0x80, b"x"), 1002),
         (
             "a new message inside a fragmented one",
-            {
-                let mut f = client_frame(0x01, b"{\"type\"", true);
-                f.extend(client_frame(0x81, b"x", true));
-                f
-            },
+            frames(&[(0x01, b"{\"type\""), (0x81, b"x")]),
             1002,
         ),
         (
             "invalid UTF-8 in a text frame",
-            client_frame(0x81, b"{\"type\":\"\xff\xfe\"}", true),
+            masked(0x81, b"{\"type\":\"\xff\xfe\"}"),
             1007,
         ),
         (
             "invalid UTF-8 across fragments",
-            {
-                let mut f = client_frame(0x01, b"{\"a\":\"\xe2\x82", true);
-                f.extend(client_frame(0x80, b"\x28\"}", true));
-                f
-            },
+            frames(&[(0x01, b"{\"a\":\"\xe2\x82"), (0x80, b"\x28\"}")]),
             1007,
         ),
     ];
@@ -404,18 +392,11 @@ async fn protocol_errors_close_1002_and_invalid_utf8_closes_1007() {
         assert_eq!((end.close, end.timed_out), (Some(want), false), "{what}: {end:?}");
     }
     let m = gw.metrics().await;
-    assert_eq!(
-        metric(&m, "sse_gateway_websocket_closes_total", &["code=\"1002\""]),
-        8.0
-    );
-    assert_eq!(
-        metric(&m, "sse_gateway_websocket_closes_total", &["code=\"1007\""]),
-        2.0
-    );
-    assert_eq!(
-        metric(&m, "sse_gateway_websocket_closes_total", &["code=\"1008\""]),
-        0.0
-    );
+    for (code, closes) in [(1002, 8.0), (1007, 2.0), (1008, 0.0)] {
+        let label = format!("code=\"{code}\"");
+        let got = metric(&m, "sse_gateway_websocket_closes_total", &[&label]);
+        assert_eq!(got, closes, "closes with {code}");
+    }
     gw.stop().await;
 }
 

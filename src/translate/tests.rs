@@ -244,8 +244,7 @@ fn a_failure_inside_an_open_block_closes_it_and_becomes_an_error() {
 
 #[test]
 fn an_error_item_inside_an_open_block_is_an_error_and_done_is_text() {
-    let input = "data: <content-block-text>\n\ndata: a\n\ndata: <content-block-error><![CDATA[bad\\nthing]]></content-block-error>\n\ndata: [DONE]\n\ndata: </content-block-text>\n\n";
-    let envs = run_split(input);
+    let envs = run_split("data: <content-block-text>\n\ndata: a\n\ndata: <content-block-error><![CDATA[bad\\nthing]]></content-block-error>\n\ndata: [DONE]\n\ndata: </content-block-text>\n\n");
     assert_eq!(
         envs[1],
         json!({"type":"error","agent":"fallback","final":true,"delta":"bad\nthing"})
