@@ -155,102 +155,8 @@ pub struct AgUi {
     /// Tool results the client sent.
     answered: Seen,
     started: bool,
-    /// `RUN_FINISHED` or `RUN_ERROR` went out.
-    ended: bool,
     /// Open subagents, outermost first.
     lanes: Vec<Lane>,
-}
-
-impl Writer for AgUi {
-    fn event(&mut self, data: &[u8], out: &mut Vec<u8>) {
-        if self.ended {
-            return;
-        }
-        if data == b"[DONE]" {
-            self.start(out);
-            match self.kept.reading.held.take() {
-                Some(held) => self.terminal(&held.agent, &held.text, out),
-                None => self.finish_run(None, out),
-            }
-            return;
-        }
-        if self.streamed_fast(data, out) {
-            return;
-        }
-        let Some(env) = Envelope::parse(data) else {
-            return;
-        };
-        self.start(out);
-        let root = self.kept.reading.root(&self.turn, &env);
-        match self.kept.reading.settle(&env, &root) {
-            Settled::Terminal(held) => return self.terminal(&held.agent, &held.text, out),
-            Settled::Recoverable(held) => {
-                let lane = self.lane_of(&held.agent);
-                self.custom("error", &held.value(), lane.as_deref(), out);
-            }
-            Settled::Nothing => {}
-        }
-        // A child's `meta_init` opens its lane once whole; any other envelope of an agent is in its lane.
-        let lane = if env.kind == EnvelopeKind::MetaInit && env.agent != root {
-            None
-        } else {
-            self.enter(&env.agent, &root, None, out)
-        };
-        let lane = lane.as_deref();
-        match env.kind {
-            EnvelopeKind::Text | EnvelopeKind::Thinking => self.streamed(&env, lane, out),
-            EnvelopeKind::ToolCall | EnvelopeKind::ServerToolCall => self.call(&env, lane, out),
-            EnvelopeKind::ToolResult | EnvelopeKind::ServerToolResult => self.result(&env, lane, out),
-            EnvelopeKind::ToolResultImage => {
-                if let Some(at) = self.kept.blocks.find(EnvelopeKind::ToolResult, &env) {
-                    let image = (env.src.to_string(), env.media_type.to_string());
-                    self.kept.blocks.get_mut(at).images.push(image);
-                }
-            }
-            EnvelopeKind::Citation => {
-                let mut fields = env.citation_fields();
-                fields.insert("agent".into(), Value::from(&*env.agent));
-                fields.insert("cited_text".into(), Value::from(&*env.delta));
-                self.custom("citation", &Value::Object(fields), lane, out);
-            }
-            EnvelopeKind::Error => {
-                let (held, evicted) = error_piece(&mut self.kept.blocks, &env);
-                self.close_evicted(evicted, out);
-                self.kept.reading.held = held;
-            }
-            EnvelopeKind::MetaInit
-            | EnvelopeKind::MetaFinal
-            | EnvelopeKind::MetaFiles
-            | EnvelopeKind::AwaitingFrontendTools => {
-                if let Some(open) = self.whole(&env, out) {
-                    self.whole_block(open, &root, lane, out);
-                }
-            }
-        }
-    }
-
-    /// The held stream ended: a run that did not end ends with `RUN_ERROR`.
-    fn finish(&mut self, out: &mut Vec<u8>) {
-        if self.ended {
-            return;
-        }
-        self.start(out);
-        match self.kept.reading.held.take() {
-            Some(held) => self.terminal(&held.agent, &held.text, out),
-            None => {
-                let root = self.kept.reading.root.clone().unwrap_or_default();
-                self.terminal(&root, "the stream ended before the run finished", out);
-            }
-        }
-    }
-
-    fn is_done(&self) -> bool {
-        self.ended
-    }
-
-    fn kept(&self) -> &Kept {
-        &self.kept
-    }
 }
 
 impl AgUi {
@@ -259,7 +165,6 @@ impl AgUi {
             kept: Kept::new(&turn),
             answered: Seen::of(&turn.known_results),
             started: false,
-            ended: false,
             lanes: Vec::new(),
             turn,
         }
@@ -387,7 +292,7 @@ impl AgUi {
                 },
             },
         );
-        self.ended = true;
+        self.kept.done = true;
     }
 
     /// An error that ends the run: `SUBAGENT_ERROR` for a subagent's, then `RUN_ERROR`; nothing after.
@@ -424,7 +329,7 @@ impl AgUi {
                 code: &code,
             },
         );
-        self.ended = true;
+        self.kept.done = true;
     }
 
     fn custom(&mut self, name: &str, value: &Value, lane: Option<&str>, out: &mut Vec<u8>) {
@@ -678,5 +583,93 @@ impl AgUi {
             let lane = self.lane_of(&open.agent);
             self.close(open, lane.as_deref(), out);
         }
+    }
+}
+
+impl Writer for AgUi {
+    fn event(&mut self, data: &[u8], out: &mut Vec<u8>) {
+        if self.kept.done {
+            return;
+        }
+        if data == b"[DONE]" {
+            self.start(out);
+            match self.kept.reading.held.take() {
+                Some(held) => self.terminal(&held.agent, &held.text, out),
+                None => self.finish_run(None, out),
+            }
+            return;
+        }
+        if self.streamed_fast(data, out) {
+            return;
+        }
+        let Some(env) = Envelope::parse(data) else {
+            return;
+        };
+        self.start(out);
+        let root = self.kept.reading.root(&self.turn, &env);
+        match self.kept.reading.settle(&env, &root) {
+            Settled::Terminal(held) => return self.terminal(&held.agent, &held.text, out),
+            Settled::Recoverable(held) => {
+                let lane = self.lane_of(&held.agent);
+                self.custom("error", &held.value(), lane.as_deref(), out);
+            }
+            Settled::Nothing => {}
+        }
+        // A child's `meta_init` opens its lane once whole; any other envelope of an agent is in its lane.
+        let lane = if env.kind == EnvelopeKind::MetaInit && env.agent != root {
+            None
+        } else {
+            self.enter(&env.agent, &root, None, out)
+        };
+        let lane = lane.as_deref();
+        match env.kind {
+            EnvelopeKind::Text | EnvelopeKind::Thinking => self.streamed(&env, lane, out),
+            EnvelopeKind::ToolCall | EnvelopeKind::ServerToolCall => self.call(&env, lane, out),
+            EnvelopeKind::ToolResult | EnvelopeKind::ServerToolResult => self.result(&env, lane, out),
+            EnvelopeKind::ToolResultImage => {
+                if let Some(at) = self.kept.blocks.find(EnvelopeKind::ToolResult, &env) {
+                    let image = (env.src.to_string(), env.media_type.to_string());
+                    self.kept.blocks.get_mut(at).images.push(image);
+                }
+            }
+            EnvelopeKind::Citation => {
+                let mut fields = env.citation_fields();
+                fields.insert("agent".into(), Value::from(&*env.agent));
+                fields.insert("cited_text".into(), Value::from(&*env.delta));
+                self.custom("citation", &Value::Object(fields), lane, out);
+            }
+            EnvelopeKind::Error => {
+                let (held, evicted) = error_piece(&mut self.kept.blocks, &env);
+                self.close_evicted(evicted, out);
+                self.kept.reading.held = held;
+            }
+            EnvelopeKind::MetaInit
+            | EnvelopeKind::MetaFinal
+            | EnvelopeKind::MetaFiles
+            | EnvelopeKind::AwaitingFrontendTools => {
+                if let Some(open) = self.whole(&env, out) {
+                    self.whole_block(open, &root, lane, out);
+                }
+            }
+        }
+    }
+
+    /// The held stream ended: a run that did not end ends with `RUN_ERROR`.
+    fn finish(&mut self, out: &mut Vec<u8>) {
+        if self.kept.done {
+            return;
+        }
+        self.start(out);
+        match self.kept.reading.held.take() {
+            Some(held) => self.terminal(&held.agent, &held.text, out),
+            None => {
+                let root = self.kept.reading.root.clone().unwrap_or_default();
+                self.terminal(&root, "the stream ended before the run finished", out);
+            }
+        }
+    }
+
+    fn kept(&self) -> &Kept {
+        &self.kept
     }
 }

@@ -202,96 +202,8 @@ pub struct AiSdk {
     kept: Kept,
     started: bool,
     run: Run,
-    done: bool,
     /// A root tool result went out since the step began: the root's next block is the model's next turn.
     results_in_step: bool,
-}
-
-impl Writer for AiSdk {
-    fn event(&mut self, data: &[u8], out: &mut Vec<u8>) {
-        if self.done {
-            return;
-        }
-        if data == b"[DONE]" {
-            self.end(out);
-            return;
-        }
-        if self.streamed_fast(data, out) {
-            return;
-        }
-        let Some(env) = Envelope::parse(data) else {
-            return;
-        };
-        if self.run != Run::Going {
-            return;
-        }
-        let root = self.kept.reading.root(&self.turn, &env);
-        let is_root = env.agent == root;
-        match self.kept.reading.settle(&env, &root) {
-            Settled::Terminal(held) => return self.terminal(&held, out),
-            Settled::Recoverable(held) => write_event(out, &Chunk::DataError { data: &held.value() }),
-            Settled::Nothing => {}
-        }
-        let whole_root_init = is_root && env.kind == EnvelopeKind::MetaInit;
-        if !self.started && !whole_root_init {
-            self.start(&root, None, out);
-        }
-        match env.kind {
-            EnvelopeKind::Text | EnvelopeKind::Thinking => self.streamed(&env, &root, out),
-            EnvelopeKind::ToolCall | EnvelopeKind::ServerToolCall => self.call(&env, &root, out),
-            EnvelopeKind::ToolResult | EnvelopeKind::ServerToolResult => self.result(&env, &root, out),
-            EnvelopeKind::ToolResultImage => {
-                let pm = json!({"gateway": {"agent": &*env.agent, "toolCallId": &*env.id}});
-                write_event(
-                    out,
-                    &Chunk::File {
-                        url: &env.src,
-                        media_type: &env.media_type,
-                        provider_metadata: &pm,
-                    },
-                );
-            }
-            EnvelopeKind::Citation => self.citation(&env, out),
-            EnvelopeKind::Error => {
-                let (held, evicted) = error_piece(&mut self.kept.blocks, &env);
-                self.close_evicted(evicted, out);
-                self.kept.reading.held = held;
-            }
-            EnvelopeKind::MetaInit
-            | EnvelopeKind::MetaFinal
-            | EnvelopeKind::MetaFiles
-            | EnvelopeKind::AwaitingFrontendTools => {
-                if let Some(open) = self.whole(&env, out) {
-                    self.whole_block(open, &root, out);
-                }
-            }
-        }
-    }
-
-    /// The held stream ended: a run that did not end says so, then `[DONE]`.
-    fn finish(&mut self, out: &mut Vec<u8>) {
-        if self.done {
-            return;
-        }
-        if let Some(held) = self.kept.reading.held.take() {
-            self.terminal(&held, out);
-        } else if self.run == Run::Going {
-            if !self.started {
-                let root = self.kept.reading.root.clone().unwrap_or_default();
-                self.start(&root, None, out);
-            }
-            self.terminal_text("the stream ended before the run finished", out);
-        }
-        self.write_done(out);
-    }
-
-    fn is_done(&self) -> bool {
-        self.done
-    }
-
-    fn kept(&self) -> &Kept {
-        &self.kept
-    }
 }
 
 impl AiSdk {
@@ -300,7 +212,6 @@ impl AiSdk {
             kept: Kept::new(&turn),
             started: false,
             run: Run::Going,
-            done: false,
             results_in_step: false,
             turn,
         }
@@ -348,7 +259,7 @@ impl AiSdk {
 
     fn write_done(&mut self, out: &mut Vec<u8>) {
         out.extend_from_slice(DONE);
-        self.done = true;
+        self.kept.done = true;
     }
 
     fn start(&mut self, root: &str, meta_init: Option<&RawValue>, out: &mut Vec<u8>) {
@@ -684,5 +595,88 @@ impl AiSdk {
         if let Some(open) = evicted {
             self.close(open, out);
         }
+    }
+}
+
+impl Writer for AiSdk {
+    fn event(&mut self, data: &[u8], out: &mut Vec<u8>) {
+        if self.kept.done {
+            return;
+        }
+        if data == b"[DONE]" {
+            self.end(out);
+            return;
+        }
+        if self.streamed_fast(data, out) {
+            return;
+        }
+        let Some(env) = Envelope::parse(data) else {
+            return;
+        };
+        if self.run != Run::Going {
+            return;
+        }
+        let root = self.kept.reading.root(&self.turn, &env);
+        let is_root = env.agent == root;
+        match self.kept.reading.settle(&env, &root) {
+            Settled::Terminal(held) => return self.terminal(&held, out),
+            Settled::Recoverable(held) => write_event(out, &Chunk::DataError { data: &held.value() }),
+            Settled::Nothing => {}
+        }
+        let whole_root_init = is_root && env.kind == EnvelopeKind::MetaInit;
+        if !self.started && !whole_root_init {
+            self.start(&root, None, out);
+        }
+        match env.kind {
+            EnvelopeKind::Text | EnvelopeKind::Thinking => self.streamed(&env, &root, out),
+            EnvelopeKind::ToolCall | EnvelopeKind::ServerToolCall => self.call(&env, &root, out),
+            EnvelopeKind::ToolResult | EnvelopeKind::ServerToolResult => self.result(&env, &root, out),
+            EnvelopeKind::ToolResultImage => {
+                let pm = json!({"gateway": {"agent": &*env.agent, "toolCallId": &*env.id}});
+                write_event(
+                    out,
+                    &Chunk::File {
+                        url: &env.src,
+                        media_type: &env.media_type,
+                        provider_metadata: &pm,
+                    },
+                );
+            }
+            EnvelopeKind::Citation => self.citation(&env, out),
+            EnvelopeKind::Error => {
+                let (held, evicted) = error_piece(&mut self.kept.blocks, &env);
+                self.close_evicted(evicted, out);
+                self.kept.reading.held = held;
+            }
+            EnvelopeKind::MetaInit
+            | EnvelopeKind::MetaFinal
+            | EnvelopeKind::MetaFiles
+            | EnvelopeKind::AwaitingFrontendTools => {
+                if let Some(open) = self.whole(&env, out) {
+                    self.whole_block(open, &root, out);
+                }
+            }
+        }
+    }
+
+    /// The held stream ended: a run that did not end says so, then `[DONE]`.
+    fn finish(&mut self, out: &mut Vec<u8>) {
+        if self.kept.done {
+            return;
+        }
+        if let Some(held) = self.kept.reading.held.take() {
+            self.terminal(&held, out);
+        } else if self.run == Run::Going {
+            if !self.started {
+                let root = self.kept.reading.root.clone().unwrap_or_default();
+                self.start(&root, None, out);
+            }
+            self.terminal_text("the stream ended before the run finished", out);
+        }
+        self.write_done(out);
+    }
+
+    fn kept(&self) -> &Kept {
+        &self.kept
     }
 }

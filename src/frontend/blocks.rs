@@ -202,8 +202,6 @@ pub trait Writer: std::fmt::Debug + Send {
     fn event(&mut self, data: &[u8], out: &mut Vec<u8>);
     /// The held stream ended.
     fn finish(&mut self, out: &mut Vec<u8>);
-    /// Nothing more will be written.
-    fn is_done(&self) -> bool;
     /// Its open blocks and what it keeps of the run.
     fn kept(&self) -> &Kept;
 }
@@ -215,6 +213,8 @@ pub struct Kept {
     /// Tool calls announced (the request's, and this read's).
     pub announced: Seen,
     pub reading: Reading,
+    /// The run has ended for the client: nothing more is written.
+    pub done: bool,
 }
 
 impl Kept {
@@ -223,6 +223,7 @@ impl Kept {
             blocks: Blocks::new(&turn.prefix),
             announced: Seen::of(&turn.known_tools),
             reading: Reading::default(),
+            done: false,
         }
     }
 

@@ -86,7 +86,7 @@ impl Encoder {
 
     /// The run has ended for the client: nothing more will be written.
     pub fn is_done(&self) -> bool {
-        self.inner.is_done()
+        self.inner.kept().done
     }
 
     /// Bytes this encoder holds (open blocks' buffers, the held error), for memory accounting.

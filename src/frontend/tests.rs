@@ -315,6 +315,23 @@ fn every_fixture_stream_encodes_in_the_order_each_client_enforces() {
     assert!(seen > 20, "{seen} fixtures");
 }
 
+/// A chunk's type, checked against the type a stream starts with and against the run's end.
+fn chunk_type<'c>(c: &'c Value, i: usize, first: &str, ended: bool) -> Result<&'c str, String> {
+    let t = c["type"].as_str().ok_or("no type")?;
+    if i == 0 && t != first {
+        return Err(format!("first chunk {t}"));
+    }
+    if ended {
+        return Err(format!("{t} after the run ended"));
+    }
+    Ok(t)
+}
+
+/// A string field of a chunk ("" when absent).
+fn field(c: &Value, k: &str) -> String {
+    c[k].as_str().unwrap_or("").to_owned()
+}
+
 /// The order `processUIMessageStream` enforces: a delta or end needs its start, a tool output its input, `start`
 /// first, nothing after `[DONE]`, nothing but `[DONE]` after `finish` or `error`.
 fn ai_sdk_order(chunks: &[Value]) -> Result<(), String> {
@@ -328,14 +345,8 @@ fn ai_sdk_order(chunks: &[Value]) -> Result<(), String> {
             }
             continue;
         }
-        let t = c["type"].as_str().ok_or("no type")?;
-        if i == 0 && t != "start" {
-            return Err(format!("first chunk {t}"));
-        }
-        if ended {
-            return Err(format!("{t} after the run ended"));
-        }
-        let id = |k: &str| c[k].as_str().unwrap_or("").to_owned();
+        let t = chunk_type(c, i, "start", ended)?;
+        let id = |k: &str| field(c, k);
         match t {
             "text-start" | "reasoning-start" => {
                 open.insert(id("id"));
@@ -367,14 +378,8 @@ fn ag_ui_order(chunks: &[Value]) -> Result<(), String> {
     let mut ids = std::collections::HashSet::new();
     let mut ended = false;
     for (i, c) in chunks.iter().enumerate() {
-        let t = c["type"].as_str().ok_or("no type")?;
-        if i == 0 && t != "RUN_STARTED" {
-            return Err(format!("first event {t}"));
-        }
-        if ended {
-            return Err(format!("{t} after the run ended"));
-        }
-        let id = |k: &str| c[k].as_str().unwrap_or("").to_owned();
+        let t = chunk_type(c, i, "RUN_STARTED", ended)?;
+        let id = |k: &str| field(c, k);
         match t {
             "TEXT_MESSAGE_START" | "REASONING_MESSAGE_START" => {
                 if !ids.insert(id("messageId")) {

@@ -14,7 +14,7 @@ use http_body::{Body, Frame, SizeHint};
 
 use crate::proxy::base::drain::{write_draining_envelope, DrainCut, DRAINING_MESSAGE};
 use crate::proxy::base::flushes::Flushes;
-use crate::proxy::body::layer::{Drain, Ending, Layer, Polled, Totals};
+use crate::proxy::body::layer::{Drain, Ending, Layer, Polled};
 use crate::resume::hub::{gateway_error, Cursor, Read, Stream, BEHIND};
 use crate::resume::metrics::{End, Limit, ResumeMetrics};
 use crate::resume::redis::{ReadError, RemoteReader};
@@ -205,10 +205,6 @@ impl Layer for Follow {
     fn ending(&mut self) -> Ending {
         Ending::Completed
     }
-
-    fn totals(&self) -> Totals {
-        Totals::default()
-    }
 }
 
 impl Drop for Follow {
@@ -313,10 +309,6 @@ impl Drain for RemoteFollow {
 impl Layer for RemoteFollow {
     fn ending(&mut self) -> Ending {
         Ending::Completed
-    }
-
-    fn totals(&self) -> Totals {
-        Totals::default()
     }
 }
 

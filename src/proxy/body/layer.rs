@@ -77,8 +77,10 @@ impl Totals {
 pub trait Layer: Body<Data = Bytes, Error = StreamError> + Drain + Unpin {
     /// How the stream ended; asked once, when the body has ended.
     fn ending(&mut self) -> Ending;
-    /// What the stream counted so far.
-    fn totals(&self) -> Totals;
+    /// What the stream counted so far (a layer that reads no upstream counts nothing).
+    fn totals(&self) -> Totals {
+        Totals::default()
+    }
     /// The stream's own agent once the upstream named it (the translator's root agent), for what `Hold` writes.
     fn agent(&self) -> Option<&str> {
         None

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame};
 
 use crate::proxy::base::drain::DrainCut;
-use crate::proxy::body::layer::{Drain, Ending, Gather, Layer, Totals};
+use crate::proxy::body::layer::{Drain, Ending, Gather, Layer};
 
 use crate::proxy::upstream::error::StreamError;
 
@@ -61,10 +61,6 @@ impl Drain for Script {
 impl Layer for Script {
     fn ending(&mut self) -> Ending {
         Ending::Completed
-    }
-
-    fn totals(&self) -> Totals {
-        Totals::default()
     }
 }
 
