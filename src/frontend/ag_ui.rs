@@ -258,16 +258,28 @@ impl AgUi {
     /// Finishes the lanes from `from` inward, innermost first, each after its open blocks.
     fn finish_lanes(&mut self, from: usize, out: &mut Vec<u8>) {
         while self.lanes.len() > from {
-            let Some(lane) = self.lanes.pop() else { break };
-            for open in self.kept.blocks.take_all(Some(&lane.agent)) {
-                self.close(open, Some(&lane.run_id), out);
-            }
-            write_event(
+            self.end_lane(None, out);
+        }
+    }
+
+    /// Ends the innermost lane after its open blocks: `SUBAGENT_FINISHED`, or `SUBAGENT_ERROR` with `error`.
+    fn end_lane(&mut self, error: Option<&str>, out: &mut Vec<u8>) {
+        let Some(lane) = self.lanes.pop() else {
+            return;
+        };
+        for open in self.kept.blocks.take_all(Some(&lane.agent)) {
+            self.close(open, Some(&lane.run_id), out);
+        }
+        let subagent_run_id = &lane.run_id;
+        match error {
+            None => write_event(out, &Event::SubagentFinished { subagent_run_id }),
+            Some(message) => write_event(
                 out,
-                &Event::SubagentFinished {
-                    subagent_run_id: &lane.run_id,
+                &Event::SubagentError {
+                    subagent_run_id,
+                    message,
                 },
-            );
+            ),
         }
     }
 
@@ -308,18 +320,7 @@ impl AgUi {
             .unwrap_or_else(|| "error".to_owned());
         if let Some(at) = self.lanes.iter().position(|l| l.agent == agent) {
             self.finish_lanes(at + 1, out);
-            if let Some(lane) = self.lanes.pop() {
-                for open in self.kept.blocks.take_all(Some(&lane.agent)) {
-                    self.close(open, Some(&lane.run_id), out);
-                }
-                write_event(
-                    out,
-                    &Event::SubagentError {
-                        subagent_run_id: &lane.run_id,
-                        message: text,
-                    },
-                );
-            }
+            self.end_lane(Some(text), out);
         }
         self.close_all(out);
         write_event(
