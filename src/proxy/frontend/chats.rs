@@ -19,16 +19,16 @@ pub const MAX_CHATS: usize = 100_000;
 /// How long a chat is remembered after its last turn.
 pub const CHAT_TTL: Duration = Duration::from_secs(24 * 3600);
 
-/// One chat's record.
+/// One chat's record; only this room reads or writes it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Chat {
     /// The backend agent its runs continue.
-    pub agent: Option<String>,
+    pub(super) agent: Option<String>,
     /// The calls its last run ended awaiting.
-    pub awaited: Vec<String>,
+    pub(super) awaited: Vec<String>,
     /// Its last run's held stream (its URL path), and the encoder's turn for reading it again.
-    pub stream: Option<String>,
-    pub turn: Option<Turn>,
+    pub(super) stream: Option<String>,
+    pub(super) turn: Option<Turn>,
 }
 
 /// The records, by key; mirrored in Redis with the `redis` store.
