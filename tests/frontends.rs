@@ -628,11 +628,11 @@ async fn a_second_turn_continues_the_first_turns_agent_with_thinking_and_text_in
     .posting(2)
     .check(|client, ran, _, served| {
         want(served.len() == 2 && served.iter().all(|s| s.path == RUN), || {
-            format!("the backend should see two runs: {:#?}", served_lines(&served))
+            format!("the backend should see two runs: {:#?}", served_lines(served))
         })?;
         want(
             served[0].body["user_prompt"] == "first question" && served[1].body["user_prompt"] == "second question",
-            || format!("user_prompt is each turn's text: {:#?}", served_lines(&served)),
+            || format!("user_prompt is each turn's text: {:#?}", served_lines(served)),
         )?;
         want(served[0].body.get("agent_uuid").is_none_or(Value::is_null), || {
             format!("the first turn names no agent: {}", served[0].body)
@@ -665,7 +665,7 @@ async fn a_frontend_tool_answered_by_the_client_reaches_the_backend_once_with_on
         .check(|client, ran, _, served| {
             want(
                 served.len() == 2 && served[0].path == RUN && served[1].path == TOOL_RESULTS,
-                || format!("one run, then one tool_results: {:#?}", served_lines(&served)),
+                || format!("one run, then one tool_results: {:#?}", served_lines(served)),
             )?;
             let body = &served[1].body;
             want(body["agent_uuid"] == json!(served[0].agent), || {
@@ -845,7 +845,7 @@ async fn an_ai_sdk_client_cut_mid_run_resumes_the_whole_message_from_the_chat_st
         want(served.len() == 1, || {
             format!(
                 "the backend runs the agent once (the resume reads the held stream): {:#?}",
-                served_lines(&served)
+                served_lines(served)
             )
         })?;
         let requests = ran.out["requests"].as_array().cloned().unwrap_or_default();
@@ -1268,7 +1268,7 @@ async fn a_message_with_a_file_reaches_the_backend_as_content_blocks() {
     Case::of(&AI_SDK, || vec![thinking_and_text("describe this file")], &[])
         .script(whole)
         .check(|_, _, _, served| {
-            want(served.len() == 1, || format!("one run: {:#?}", served_lines(&served)))?;
+            want(served.len() == 1, || format!("one run: {:#?}", served_lines(served)))?;
             let prompt = &served[0].body["user_prompt"];
             let blocks = prompt.as_array().cloned().unwrap_or_default();
             want(
@@ -1329,7 +1329,7 @@ async fn a_turn_after_a_frontend_tool_continues_the_same_agent_with_a_new_run() 
     .check(|_, _, _, served| {
         let paths: Vec<&str> = served.iter().map(|s| s.path.as_str()).collect();
         want(paths == [RUN, TOOL_RESULTS, RUN], || {
-            format!("run, tool_results, run: {:#?}", served_lines(&served))
+            format!("run, tool_results, run: {:#?}", served_lines(served))
         })?;
         want(served[2].body["agent_uuid"] == json!(served[0].agent), || {
             format!(
@@ -1352,7 +1352,7 @@ async fn a_frontend_tool_that_fails_in_the_client_reaches_the_backend_as_an_erro
         .answered_otherwise()
         .check(|_, _, _, served| {
             want(served.len() == 2 && served[1].path == TOOL_RESULTS, || {
-                format!("one run, then one tool_results: {:#?}", served_lines(&served))
+                format!("one run, then one tool_results: {:#?}", served_lines(served))
             })?;
             let r = &served[1].body["tool_results"];
             want(
