@@ -6,7 +6,8 @@
 //! (`message + newline + "\n"`, where `newline` is `"\n\n"` unless the test
 //! passes `newline=none`), or the body `resources/last-event-id.py` writes.
 
-use sse_gateway::sse::{Decoder, DecoderOptions, Framing, LineEnds, SseEvent};
+use sse_gateway::sse::decoder::collect;
+use sse_gateway::sse::{DecoderOptions, Framing, LineEnds};
 
 const STRICT: DecoderOptions = DecoderOptions {
     line_ends: LineEnds::Strict,
@@ -31,41 +32,28 @@ struct Decoded {
     retry: Option<u64>,
 }
 
-/// Decodes `chunks` (one `feed` each) then `finish`es, joining the data lines
-/// of an event with LF as the WHATWG algorithm does.
+/// Decodes `chunks` (one `feed` each) then `finish`es, joining the data lines of an event with LF as the WHATWG
+/// algorithm does; an event without a type is a `message`.
 fn decode_with(opts: DecoderOptions, chunks: &[&[u8]]) -> Decoded {
-    let mut d = Decoder::new(opts);
-    let mut out = Decoded::default();
-    let mut data: Vec<u8> = Vec::new();
-    let mut sink = |ev: SseEvent<'_>| match ev {
-        SseEvent::Data(b) => data.extend_from_slice(b),
-        SseEvent::DataLine => data.push(b'\n'),
-        SseEvent::Dispatch {
-            event_type,
-            last_event_id,
-        } => {
-            let event_type = if event_type.is_empty() {
+    let c = collect(opts, chunks);
+    let msgs = c
+        .events
+        .into_iter()
+        .map(|(event_type, data, last_event_id)| Msg {
+            event_type: if event_type.is_empty() {
                 "message".to_owned()
             } else {
-                String::from_utf8_lossy(event_type).into_owned()
-            };
-            out.msgs.push(Msg {
-                event_type,
-                data: String::from_utf8_lossy(&std::mem::take(&mut data)).into_owned(),
-                last_event_id: String::from_utf8_lossy(last_event_id).into_owned(),
-            });
-        }
-        SseEvent::Discard => {
-            data.clear();
-            out.discards += 1;
-        }
-    };
-    for c in chunks {
-        d.feed(c, &mut sink);
+                event_type
+            },
+            data,
+            last_event_id,
+        })
+        .collect();
+    Decoded {
+        msgs,
+        discards: c.discards,
+        retry: c.retry,
     }
-    d.finish(&mut sink);
-    out.retry = d.retry();
-    out
 }
 
 fn decode(chunks: &[&[u8]]) -> Decoded {

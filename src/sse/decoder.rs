@@ -530,33 +530,52 @@ impl Decoder {
     }
 }
 
+/// A whole body decoded WHATWG-style (data lines joined with LF), for tools and tests that want events rather than
+/// pieces: each dispatched event's `(type, data, last event id)`, lossily UTF-8; how many events were discarded
+/// (the body ended inside one); the last `retry`. The streaming path never collects like this.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Collected {
+    pub events: Vec<(String, String, String)>,
+    pub discards: usize,
+    pub retry: Option<u64>,
+}
+
+/// Decodes `chunks` (one `feed` each), then `finish`es.
+pub fn collect(opts: DecoderOptions, chunks: &[&[u8]]) -> Collected {
+    let mut d = Decoder::new(opts);
+    let mut out = Collected::default();
+    let mut data = Vec::new();
+    let mut sink = |ev: SseEvent<'_>| match ev {
+        SseEvent::Data(b) => data.extend_from_slice(b),
+        SseEvent::DataLine => data.push(b'\n'),
+        SseEvent::Dispatch {
+            event_type,
+            last_event_id,
+        } => out.events.push((
+            String::from_utf8_lossy(event_type).into_owned(),
+            String::from_utf8_lossy(&std::mem::take(&mut data)).into_owned(),
+            String::from_utf8_lossy(last_event_id).into_owned(),
+        )),
+        SseEvent::Discard => {
+            data.clear();
+            out.discards += 1;
+        }
+    };
+    for c in chunks {
+        d.feed(c, &mut sink);
+    }
+    d.finish(&mut sink);
+    out.retry = d.retry();
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     /// Collects events WHATWG-style: data lines joined with LF.
     pub(crate) fn decode(opts: DecoderOptions, chunks: &[&[u8]]) -> Vec<(String, String, String)> {
-        let mut d = Decoder::new(opts);
-        let mut out = Vec::new();
-        let mut data = Vec::new();
-        let mut sink = |ev: SseEvent<'_>| match ev {
-            SseEvent::Data(b) => data.extend_from_slice(b),
-            SseEvent::DataLine => data.push(b'\n'),
-            SseEvent::Dispatch {
-                event_type,
-                last_event_id,
-            } => out.push((
-                String::from_utf8_lossy(event_type).into_owned(),
-                String::from_utf8_lossy(&std::mem::take(&mut data)).into_owned(),
-                String::from_utf8_lossy(last_event_id).into_owned(),
-            )),
-            SseEvent::Discard => data.clear(),
-        };
-        for c in chunks {
-            d.feed(c, &mut sink);
-        }
-        d.finish(&mut sink);
-        out
+        collect(opts, chunks).events
     }
 
     fn datas(opts: DecoderOptions, input: &[u8]) -> Vec<String> {
