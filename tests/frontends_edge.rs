@@ -154,3 +154,74 @@ async fn a_body_over_the_bound_or_not_mappable_is_400_counted_and_never_forwarde
     );
     let _ = std::fs::remove_file(&config);
 }
+
+/// What drain gives the envelope stream it gives the frontends' streams: a stream open at the drain deadline ends
+/// with the gateway's `gateway_draining` error as the protocol ends a failed run (AI SDK: `error`, then `[DONE]`;
+/// AG-UI: `RUN_ERROR`), and a complete body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frontend_stream_open_at_the_drain_deadline_ends_as_the_protocol_ends_a_failed_run() {
+    use http_body_util::BodyExt;
+    for format in ["ai-sdk", "ag-ui"] {
+        let up = Emulator::sse(vec![
+            Step::write_all(b"data: <content-block-text>still going</content-block-text>\n\n"),
+            Step::Hang,
+        ])
+        .await;
+        let mut gw = Process::start(
+            &["--upstream", &up.url()],
+            &[("SSE_GATEWAY__SERVER__DRAIN_TIMEOUT_SECS", "1")],
+        );
+        let req = http::Request::post(format!("http://{}/agent/run", gw.addr))
+            .header("x-stream-format", format)
+            .body(http_body_util::Full::new(bytes::Bytes::from_static(b"{}")))
+            .expect("request");
+        let resp = tokio::time::timeout(PATIENCE, client().request(req))
+            .await
+            .expect("in time")
+            .expect("a response");
+        assert_eq!(resp.status(), 200);
+        let mut body = resp.into_body();
+        let mut got = Vec::new();
+        // The first chunks come before the drain starts.
+        let first = tokio::time::timeout(PATIENCE, body.frame())
+            .await
+            .expect("a first frame");
+        got.extend_from_slice(&first.expect("a frame").expect("data").into_data().unwrap_or_default());
+        gw.signal("TERM");
+        let mut clean = true;
+        while let Some(frame) = tokio::time::timeout(PATIENCE, body.frame())
+            .await
+            .expect("ends within the deadline")
+        {
+            match frame {
+                Ok(f) => got.extend_from_slice(&f.into_data().unwrap_or_default()),
+                Err(_) => {
+                    clean = false;
+                    break;
+                }
+            }
+        }
+        let text = String::from_utf8_lossy(&got).into_owned();
+        assert!(clean, "{format}: cut, not ended: {text}");
+        let cs = chunks(&got);
+        let last = cs.last().expect("chunks");
+        match format {
+            "ai-sdk" => {
+                assert_eq!(last["type"], "error", "{text}");
+                assert!(
+                    last["errorText"]
+                        .as_str()
+                        .is_some_and(|t| t.contains("gateway_draining")),
+                    "{text}"
+                );
+                assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+            }
+            _ => {
+                assert_eq!(last["type"], "RUN_ERROR", "{text}");
+                assert_eq!(last["code"], "gateway_draining", "{text}");
+            }
+        }
+        let status = tokio::task::spawn_blocking(move || gw.wait()).await.expect("join");
+        assert_eq!(status.and_then(|s| s.code()), Some(0), "exit status");
+    }
+}
