@@ -1,8 +1,8 @@
 //! What the gateway remembers of a frontend's chat or thread between its turns: the backend agent it continues,
 //! the calls its last run awaited (AG-UI keeps neither in-band), and its running stream (the AI SDK's resume
 //! route). Keyed by a hash of the client's bound headers, the route and the conversation id, so one client cannot
-//! read or continue another's. Bounded (`MAX_CHATS`, the oldest forgotten) and with a lifetime (`CHAT_TTL`, from the
-//! last turn). One instance's memory; with `resume.store = "redis"` the record is also kept in Redis
+//! read or continue another's. Bounded (`MAX_CHATS` and `MAX_CHAT_BYTES`, the oldest forgotten; a record's lists
+//! at most `MAX_KNOWN` ids) and with a lifetime (`CHAT_TTL`, from the last turn). One instance's memory; with `resume.store = "redis"` the record is also kept in Redis
 //! (`resume::Resumer::chat_*`) so the next turn may reach any instance.
 
 use std::collections::{HashMap, VecDeque};
@@ -16,6 +16,10 @@ use crate::resume::redis::RedisStore;
 
 /// Chats remembered at once.
 pub const MAX_CHATS: usize = 100_000;
+/// Bytes of records remembered at once (each record's ids and strings counted).
+pub const MAX_CHAT_BYTES: usize = 64 << 20;
+/// Ids a record keeps of each list (the newest): the calls awaited, and a turn's known calls and results.
+pub const MAX_KNOWN: usize = 256;
 /// How long a chat is remembered after its last turn.
 pub const CHAT_TTL: Duration = Duration::from_secs(24 * 3600);
 
@@ -31,6 +35,37 @@ pub struct Chat {
     pub(super) turn: Option<Turn>,
 }
 
+impl Chat {
+    /// Keeps at most `MAX_KNOWN` of each list, the newest: a client's history cannot grow a record without bound.
+    fn bound(&mut self) {
+        let keep = |v: &mut Vec<String>| {
+            let extra = v.len().saturating_sub(MAX_KNOWN);
+            v.drain(..extra);
+        };
+        keep(&mut self.awaited);
+        if let Some(t) = self.turn.as_mut() {
+            keep(&mut t.known_tools);
+            keep(&mut t.known_results);
+        }
+    }
+
+    /// Bytes it holds, about (its strings and ids).
+    fn size(&self) -> usize {
+        let ids = |v: &[String]| v.iter().map(|i| i.len() + 24).sum::<usize>();
+        let opt = |o: &Option<String>| o.as_ref().map_or(0, String::len);
+        let turn = self.turn.as_ref().map_or(0, |t| {
+            t.message_id.len()
+                + t.thread_id.len()
+                + t.run_id.len()
+                + t.prefix.len()
+                + ids(&t.known_tools)
+                + ids(&t.known_results)
+                + opt(&t.agent)
+        });
+        128 + opt(&self.agent) + ids(&self.awaited) + opt(&self.stream) + turn
+    }
+}
+
 /// The records, by key; mirrored in Redis with the `redis` store.
 #[derive(Debug, Default)]
 pub struct Chats {
@@ -41,6 +76,8 @@ pub struct Chats {
 #[derive(Debug, Default)]
 struct Inner {
     map: HashMap<[u8; 32], (Chat, Instant)>,
+    /// Bytes of the records in `map` (`Chat::size`).
+    bytes: usize,
     /// Keys in the order they were last written (stale entries skipped when popped).
     order: VecDeque<([u8; 32], Instant)>,
 }
@@ -102,14 +139,22 @@ impl Chats {
     pub fn update(&self, key: [u8; 32], change: impl FnOnce(&mut Chat)) -> Chat {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();
-        let entry = inner.map.entry(key).or_insert_with(|| (Chat::default(), now));
+        let (counted, entry) = match inner.map.entry(key) {
+            std::collections::hash_map::Entry::Occupied(e) => {
+                let e = e.into_mut();
+                (e.0.size(), e)
+            }
+            std::collections::hash_map::Entry::Vacant(e) => (0, e.insert((Chat::default(), now))),
+        };
         if entry.1.elapsed() >= CHAT_TTL {
             entry.0 = Chat::default();
         }
         let before = entry.0.clone();
         change(&mut entry.0);
+        entry.0.bound();
         entry.1 = now;
         let chat = entry.0.clone();
+        inner.bytes = inner.bytes.saturating_sub(counted) + chat.size();
         inner.order.push_back((key, now));
         inner.evict(now);
         drop(inner);
@@ -148,14 +193,16 @@ impl Inner {
     fn evict(&mut self, now: Instant) {
         while let Some(&(key, at)) = self.order.front() {
             let current = self.map.get(&key).is_some_and(|(_, last)| *last == at);
-            let over = self.map.len() > MAX_CHATS;
+            let over = self.map.len() > MAX_CHATS || self.bytes > MAX_CHAT_BYTES;
             let expired = now.duration_since(at) >= CHAT_TTL;
             if current && !over && !expired {
                 break;
             }
             self.order.pop_front();
             if current {
-                self.map.remove(&key);
+                if let Some((chat, _)) = self.map.remove(&key) {
+                    self.bytes = self.bytes.saturating_sub(chat.size());
+                }
             }
         }
         // Writes of one chat repeat its key: keep the queue within a few times the map.
@@ -185,6 +232,30 @@ mod tests {
             "another client's headers"
         );
         assert!(chats.get(&key(&[1; 32], "/agui", "c1")).is_none(), "another route");
+    }
+
+    #[test]
+    fn a_records_lists_and_the_records_bytes_are_bounded() {
+        let chats = Chats::default();
+        let id = "x".repeat(200);
+        for n in 0..700u32 {
+            let k = key(&[0; 32], "/r", &n.to_string());
+            chats.update(k, |c| {
+                c.awaited = vec![id.clone(); 2 * MAX_KNOWN];
+                c.turn = Some(Turn {
+                    known_tools: vec![id.clone(); 4 * MAX_KNOWN],
+                    ..Turn::default()
+                });
+            });
+            let got = chats.get(&k).expect("the newest record stays");
+            assert_eq!(got.awaited.len(), MAX_KNOWN);
+            assert_eq!(got.turn.map(|t| t.known_tools.len()), Some(MAX_KNOWN));
+        }
+        let inner = chats.inner.lock().unwrap();
+        assert!(inner.bytes <= MAX_CHAT_BYTES, "{} bytes", inner.bytes);
+        let counted: usize = inner.map.values().map(|(c, _)| c.size()).sum();
+        assert_eq!(inner.bytes, counted, "the count follows the records");
+        assert!(inner.map.len() < 700, "the oldest were forgotten: {}", inner.map.len());
     }
 
     #[test]
