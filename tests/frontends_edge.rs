@@ -138,9 +138,18 @@ async fn a_body_over_the_bound_or_not_mappable_is_400_counted_and_never_forwarde
     );
     let url = format!("http://{}/api/chat", gw.addr);
     let json = [("content-type", "application/json")];
-    let huge = format!("{{\"id\": \"c\", \"pad\": \"{}\"}}", "x".repeat(5 << 20));
-    let (parts, _) = send("POST", &url, &json, huge).await;
+    // A turn the adapter would map, but over the bound: refused for its size alone (no field named).
+    let text = "x".repeat(5 << 20);
+    let huge = format!(
+        "{{\"id\": \"c\", \"messages\": [{{\"id\": \"u\", \"role\": \"user\", \"parts\": [{{\"type\": \"text\", \"text\": \"{text}\"}}]}}]}}"
+    );
+    let (parts, body) = send("POST", &url, &json, huge).await;
     assert_eq!(parts.status, 400, "a body over 4 MiB");
+    let answer: Value = serde_json::from_slice(&body).expect("a JSON answer");
+    assert!(
+        answer.get("field").is_none(),
+        "refused for its size, not mapped: {answer}"
+    );
     let (parts, body) = send("POST", &url, &json, "{\"id\": \"c\", \"messages\": 3}").await;
     assert_eq!(parts.status, 400);
     let answer: Value = serde_json::from_slice(&body).expect("a JSON answer");
@@ -160,47 +169,12 @@ async fn a_body_over_the_bound_or_not_mappable_is_400_counted_and_never_forwarde
 /// AG-UI: `RUN_ERROR`), and a complete body.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frontend_stream_open_at_the_drain_deadline_ends_as_the_protocol_ends_a_failed_run() {
-    use http_body_util::BodyExt;
     for format in ["ai-sdk", "ag-ui"] {
-        let up = Emulator::sse(vec![
-            Step::write_all(b"data: <content-block-text>still going</content-block-text>\n\n"),
-            Step::Hang,
-        ])
-        .await;
-        let mut gw = Process::start(
-            &["--upstream", &up.url()],
-            &[("SSE_GATEWAY__SERVER__DRAIN_TIMEOUT_SECS", "1")],
-        );
-        let req = http::Request::post(format!("http://{}/agent/run", gw.addr))
-            .header("x-stream-format", format)
-            .body(http_body_util::Full::new(bytes::Bytes::from_static(b"{}")))
-            .expect("request");
-        let resp = tokio::time::timeout(PATIENCE, client().request(req))
-            .await
-            .expect("in time")
-            .expect("a response");
-        assert_eq!(resp.status(), 200);
-        let mut body = resp.into_body();
-        let mut got = Vec::new();
+        let (_up, mut gw) = stuck_run_with_a_short_drain().await;
         // The first chunks come before the drain starts.
-        let first = tokio::time::timeout(PATIENCE, body.frame())
-            .await
-            .expect("a first frame");
-        got.extend_from_slice(&first.expect("a frame").expect("data").into_data().unwrap_or_default());
+        let (mut body, mut got) = open_run(gw.addr, &[("x-stream-format", format)]).await;
         gw.signal("TERM");
-        let mut clean = true;
-        while let Some(frame) = tokio::time::timeout(PATIENCE, body.frame())
-            .await
-            .expect("ends within the deadline")
-        {
-            match frame {
-                Ok(f) => got.extend_from_slice(&f.into_data().unwrap_or_default()),
-                Err(_) => {
-                    clean = false;
-                    break;
-                }
-            }
-        }
+        let clean = read_rest(&mut body, &mut got).await;
         let text = String::from_utf8_lossy(&got).into_owned();
         assert!(clean, "{format}: cut, not ended: {text}");
         let cs = chunks(&got);

@@ -422,60 +422,17 @@ async fn readyz_turns_503_while_accept_runs_out_of_file_descriptors_and_200_afte
     assert_eq!(metric(&metrics, "sse_gateway_ready", &[]), 1.0);
 }
 
-/// Posts a run to the gateway at `addr` with `headers` (HTTP/1.1); the answer must be a 200. Returns its body and the
-/// bytes of its first frame.
-async fn open_run(addr: std::net::SocketAddr, headers: &[(&str, &str)]) -> (hyper::body::Incoming, Vec<u8>) {
-    let mut req = http::Request::post(format!("http://{addr}/agent/run"));
-    for &(k, v) in headers {
-        req = req.header(k, v);
-    }
-    let req = req.body(http_body_util::Full::new(Bytes::from_static(b"{}"))).unwrap();
-    let resp = tokio::time::timeout(PATIENCE, client().request(req))
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    let mut body = resp.into_body();
-    let first = tokio::time::timeout(PATIENCE, body.frame())
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    (body, first.into_data().unwrap().to_vec())
-}
-
 /// Issue 13: a translated stream still open at the drain deadline ends with an `error` envelope
 /// (`gateway_draining`, so the client knows to reconnect) and a complete chunked body, not a cut connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_translated_stream_cut_at_the_drain_deadline_ends_with_a_gateway_draining_envelope() {
-    let up = Emulator::sse(vec![
-        Step::write_all(b"data: <content-block-text>still going</content-block-text>\n\n"),
-        // Never ends: only the drain deadline stops it.
-        Step::Hang,
-    ])
-    .await;
-    let mut gw = Process::start(
-        &["--upstream", &up.url()],
-        &[("SSE_GATEWAY__SERVER__DRAIN_TIMEOUT_SECS", "1")],
-    );
+    let (_up, mut gw) = stuck_run_with_a_short_drain().await;
     let agent = ("x-agent-id", "cut-agent");
     let (mut translated, mut got) = open_run(gw.addr, &[agent, ("x-stream-format", "json")]).await;
     let (mut legacy, _) = open_run(gw.addr, &[agent, ("x-stream-format", "legacy")]).await;
 
     gw.signal("TERM");
-    let mut clean_end = true;
-    while let Some(frame) = tokio::time::timeout(PATIENCE, translated.frame())
-        .await
-        .expect("the translated stream ends within the drain timeout")
-    {
-        match frame {
-            Ok(f) => got.extend_from_slice(&f.into_data().unwrap_or_default()),
-            Err(_) => {
-                clean_end = false;
-                break;
-            }
-        }
-    }
+    let clean_end = read_rest(&mut translated, &mut got).await;
     let text = String::from_utf8_lossy(&got).into_owned();
     assert!(clean_end, "the translated response was cut, not ended: {text}");
     let last = sse_data(&got).pop().unwrap_or_default();

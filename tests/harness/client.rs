@@ -42,6 +42,41 @@ pub async fn send(
     tokio::time::timeout(PATIENCE, fut).await.expect("response in time")
 }
 
+/// Opens a run on `POST /agent/run` (body `{}`) with `headers`: the streaming body, and the bytes of its first frame.
+pub async fn open_run(addr: SocketAddr, headers: &[(&str, &str)]) -> (hyper::body::Incoming, Vec<u8>) {
+    let mut req = http::Request::post(format!("http://{addr}/agent/run"));
+    for &(k, v) in headers {
+        req = req.header(k, v);
+    }
+    let req = req.body(Full::new(Bytes::from_static(b"{}"))).expect("request");
+    let resp = tokio::time::timeout(PATIENCE, client().request(req))
+        .await
+        .expect("a response in time")
+        .expect("a response");
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    let first = tokio::time::timeout(PATIENCE, body.frame())
+        .await
+        .expect("a first frame in time")
+        .expect("a first frame")
+        .expect("data");
+    (body, first.into_data().unwrap_or_default().to_vec())
+}
+
+/// Reads a streaming body to its end into `got`: `true` when it ended cleanly, `false` when it was cut.
+pub async fn read_rest(body: &mut hyper::body::Incoming, got: &mut Vec<u8>) -> bool {
+    while let Some(frame) = tokio::time::timeout(PATIENCE, body.frame())
+        .await
+        .expect("the body ends in time")
+    {
+        match frame {
+            Ok(f) => got.extend_from_slice(&f.into_data().unwrap_or_default()),
+            Err(_) => return false,
+        }
+    }
+    true
+}
+
 pub async fn get(url: &str) -> (http::response::Parts, Vec<u8>) {
     send("GET", url, &[], Bytes::new()).await
 }

@@ -50,12 +50,12 @@ pub const PATIENCE: Duration = Duration::from_secs(30);
 #[allow(unused_imports)]
 pub mod prelude {
     pub use super::client::{
-        assert_leaving_closes_upstream, client, get, header_value, http_get, raw, read_to_eof, request, send, Client,
-        HttpClient,
+        assert_leaving_closes_upstream, client, get, header_value, http_get, open_run, raw, read_rest, read_to_eof,
+        request, send, Client, HttpClient,
     };
     pub use super::faults::*;
     pub use super::metrics::{assert_upstream_connections, metric, resume_ended, resume_requests, resume_streams};
-    pub use super::process::{rss_kib, Process, RssSampler};
+    pub use super::process::{rss_kib, stuck_run_with_a_short_drain, Process, RssSampler};
     pub use super::server::{gateway_with, TestGateway};
     pub use super::sse::{
         blocks, delta, envelope_values, envelopes, error_type, is_final, kind, parse_stream, sse_data, without_ids, Out,

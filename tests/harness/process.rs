@@ -264,3 +264,20 @@ impl RssSampler {
         self.peak_kib()
     }
 }
+
+/// An upstream whose run sends one text item and then never ends, and a gateway before it whose drain deadline is
+/// one second: a stream open on it is ended only by the drain.
+pub async fn stuck_run_with_a_short_drain() -> (super::upstream::Emulator, Process) {
+    use super::upstream::{Emulator, Step};
+    let up = Emulator::sse(vec![
+        Step::write_all(b"data: <content-block-text>still going</content-block-text>\n\n"),
+        // Never ends: only the drain deadline stops it.
+        Step::Hang,
+    ])
+    .await;
+    let gw = Process::start(
+        &["--upstream", &up.url()],
+        &[("SSE_GATEWAY__SERVER__DRAIN_TIMEOUT_SECS", "1")],
+    );
+    (up, gw)
+}

@@ -3,7 +3,6 @@
 //! Pure: the body and what the chat store remembers in, the backend's path and body and the encoder's `Turn` out;
 //! anything it cannot map is a `BadBody` naming the field.
 
-use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use crate::config::Frontend;
@@ -45,21 +44,41 @@ pub struct Remembered {
     pub awaited: Vec<String>,
 }
 
+/// A request body as the adapter reads it: one JSON object.
+pub type Body = Map<String, Value>;
+
+/// Reads a request body, once: the chat store is looked up by its conversation id before it is adapted.
+pub fn parse(body: &[u8]) -> Result<Body, BadBody> {
+    match serde_json::from_slice(body) {
+        Ok(Value::Object(obj)) => Ok(obj),
+        Ok(_) => Err(bad("body", "not a JSON object")),
+        Err(e) => Err(bad("body", format!("not JSON: {e}"))),
+    }
+}
+
+/// The conversation a body names (AI SDK `id`, AG-UI `threadId`), if it names one validly.
+pub fn conversation(obj: &Body, protocol: Protocol) -> Option<String> {
+    conversation_id(obj, id_key(protocol)).ok()
+}
+
+fn id_key(protocol: Protocol) -> &'static str {
+    match protocol {
+        Protocol::AiSdk => "id",
+        Protocol::AgUi => "threadId",
+    }
+}
+
 /// Maps one request body. `fresh` makes ids (a new message id, a response prefix).
 pub fn adapt(
     route: &Frontend,
     protocol: Protocol,
-    body: &[u8],
+    obj: &Body,
     remembered: Option<&Remembered>,
     fresh: &mut dyn FnMut() -> String,
 ) -> Result<Adapted, BadBody> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| bad("body", format!("not JSON: {e}")))?;
-    let Value::Object(obj) = value else {
-        return Err(bad("body", "not a JSON object"));
-    };
     match protocol {
-        Protocol::AiSdk => ai_sdk(route, &obj, fresh),
-        Protocol::AgUi => ag_ui(route, &obj, remembered, fresh),
+        Protocol::AiSdk => ai_sdk(route, obj, fresh),
+        Protocol::AgUi => ag_ui(route, obj, remembered, fresh),
     }
 }
 
@@ -139,7 +158,7 @@ fn prompt(text: Vec<&str>, files: Vec<Value>) -> Option<Value> {
 
 /// The AI SDK's request (`DefaultChatTransport`): the last message says what the turn is.
 fn ai_sdk(route: &Frontend, obj: &Map<String, Value>, fresh: &mut dyn FnMut() -> String) -> Result<Adapted, BadBody> {
-    let chat = conversation_id(obj, "id")?;
+    let chat = conversation_id(obj, id_key(Protocol::AiSdk))?;
     let messages = messages(obj)?;
     let at = messages.len() - 1;
     let last = &messages[at];
@@ -277,17 +296,8 @@ fn ag_ui(
     remembered: Option<&Remembered>,
     fresh: &mut dyn FnMut() -> String,
 ) -> Result<Adapted, BadBody> {
-    #[derive(Deserialize)]
-    struct Ids {
-        #[serde(rename = "runId")]
-        run_id: String,
-    }
-    let thread = conversation_id(obj, "threadId")?;
-    let run: Ids =
-        serde_json::from_value(Value::Object(obj.clone())).map_err(|_| bad("runId", "missing, or not a string"))?;
-    if !ids::is_valid(&run.run_id) || run.run_id.is_empty() {
-        return Err(bad("runId", "must be 1 to 256 bytes without control characters"));
-    }
+    let thread = conversation_id(obj, id_key(Protocol::AgUi))?;
+    let run_id = conversation_id(obj, "runId")?;
     let messages = messages(obj)?;
     let kind = agent_type(
         obj.get("forwardedProps").and_then(|p| p.get("agent_type")),
@@ -307,10 +317,10 @@ fn ag_ui(
         .filter_map(|m| m.get("toolCallId").and_then(Value::as_str).map(str::to_owned))
         .collect();
     // Ids unique across the thread: the run's own id starts them (a short fresh suffix keeps two reads apart).
-    let prefix = format!("{}-{}", run.run_id, fresh());
+    let prefix = format!("{}-{}", run_id, fresh());
     let turn = Turn {
         thread_id: thread.clone(),
-        run_id: run.run_id.clone(),
+        run_id: run_id.clone(),
         prefix,
         known_tools,
         known_results,
@@ -422,8 +432,8 @@ mod tests {
         }
     }
 
-    fn body(v: Value) -> Vec<u8> {
-        v.to_string().into_bytes()
+    fn body(v: Value) -> Body {
+        parse(v.to_string().as_bytes()).expect("an object")
     }
 
     #[test]
@@ -469,7 +479,6 @@ mod tests {
     #[test]
     fn ai_sdk_what_cannot_be_mapped_names_its_field() {
         let cases = [
-            (json!([1]), "body"),
             (json!({"messages": []}), "id"),
             (json!({"id": "c", "messages": []}), "messages"),
             (
@@ -493,8 +502,9 @@ mod tests {
             let e = adapt(&route(), Protocol::AiSdk, &body(req.clone()), None, &mut ids()).unwrap_err();
             assert_eq!(e.field, field, "{req}");
         }
-        let e = adapt(&route(), Protocol::AiSdk, b"{nope", None, &mut ids()).unwrap_err();
-        assert_eq!(e.field, "body");
+        for not_an_object in [&b"{nope"[..], b"[1]"] {
+            assert_eq!(parse(not_an_object).unwrap_err().field, "body");
+        }
     }
 
     #[test]

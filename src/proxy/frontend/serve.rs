@@ -194,9 +194,15 @@ impl Frontends {
             Ok(Err(e)) => return Step::BodyFailed(e.downcast_ref::<http_body_util::LengthLimitError>().is_some()),
             Err(_) => return Step::BodyFailed(false),
         };
-        // The chat's id is in the body: peek at it for what the store remembers (AG-UI's agent and awaited calls).
-        let chat_id = peek_chat(&bytes, protocol);
-        let key = chat_id.as_deref().map(|id| chats::key(&binding, &route.path, id));
+        let body = match adapter::parse(&bytes) {
+            Ok(body) => body,
+            Err(bad) => {
+                self.count(protocol, Outcome::BadBody);
+                return Step::Bad(bad);
+            }
+        };
+        // What the store remembers of the chat the body names (AG-UI's agent and awaited calls).
+        let key = adapter::conversation(&body, protocol).map(|id| chats::key(&binding, &route.path, &id));
         let remembered = match key {
             Some(k) => self.chats.find(&k).await,
             None => None,
@@ -206,7 +212,7 @@ impl Frontends {
             awaited: c.awaited,
         });
         let mut fresh = || uuid::Uuid::new_v4().simple().to_string()[..12].to_owned();
-        let adapted = match adapter::adapt(route, protocol, &bytes, remembered.as_ref(), &mut fresh) {
+        let adapted = match adapter::adapt(route, protocol, &body, remembered.as_ref(), &mut fresh) {
             Ok(a) => a,
             Err(bad) => {
                 self.count(protocol, Outcome::BadBody);
@@ -251,19 +257,4 @@ pub fn unbound(headers: &HeaderMap) -> [u8; 32] {
         }
     }
     *h.finalize().as_bytes()
-}
-
-/// The conversation id of a body, if it names one.
-fn peek_chat(body: &[u8], protocol: Protocol) -> Option<String> {
-    #[derive(serde::Deserialize)]
-    struct Ids {
-        id: Option<String>,
-        #[serde(rename = "threadId")]
-        thread_id: Option<String>,
-    }
-    let ids: Ids = serde_json::from_slice(body).ok()?;
-    match protocol {
-        Protocol::AiSdk => ids.id,
-        Protocol::AgUi => ids.thread_id,
-    }
 }
