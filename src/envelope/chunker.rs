@@ -32,8 +32,10 @@ impl<'a, O: Observer> Sink<'a, O> {
 
     /// Writes one envelope, counting it (and counting it oversize if it is).
     pub fn envelope(&mut self, header: &BlockHeader, is_final: bool, delta: &str) {
+        let start = self.out.len();
         let n = header.write_event(self.out, is_final, delta);
         self.obs.envelope(header.kind, n);
+        self.obs.written(header.kind, &self.out[start..]);
         if n > self.budget {
             self.obs.oversize(header.kind);
         }
@@ -43,6 +45,7 @@ impl<'a, O: Observer> Sink<'a, O> {
     /// (at least one character: DESIGN 4's oversize exception); returns the
     /// bytes taken. `guess`: the likely cut, e.g. the previous chunk's length.
     fn envelope_fitting(&mut self, header: &BlockHeader, text: &str, room: usize, guess: usize) -> usize {
+        let start = self.out.len();
         let (n, taken) = header.write_event_fitting(self.out, text, room, guess);
         if taken == 0 {
             let one = at_least_one_char(text, 0);
@@ -50,6 +53,7 @@ impl<'a, O: Observer> Sink<'a, O> {
             return one;
         }
         self.obs.envelope(header.kind, n);
+        self.obs.written(header.kind, &self.out[start..]);
         taken
     }
 

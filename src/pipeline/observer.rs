@@ -3,6 +3,7 @@
 
 use super::options::Dialect;
 use crate::protocol::EnvelopeKind;
+use crate::sse::SseEvent;
 
 /// Why an input was rejected. Each is answered by one `error` envelope.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -75,6 +76,10 @@ pub trait Observer {
     /// The stream's dialect, once its first event settled it (`auto` never: it is told as what it found; a
     /// legacy stream is `xml` unless the options fixed `raw`).
     fn dialect(&mut self, _dialect: Dialect) {}
+    /// Each report of the SSE decoder, before the parser reads it: what a trace times and an inspector records.
+    fn sse(&mut self, _ev: &SseEvent<'_>) {}
+    /// One envelope's SSE event as it was written (`data: {…}\n\n`), right after `envelope` counted it.
+    fn written(&mut self, _kind: EnvelopeKind, _event: &[u8]) {}
 }
 
 /// Counters for one stream (or summed over many).
@@ -173,5 +178,11 @@ impl<O: Observer + ?Sized> Observer for &mut O {
     }
     fn dialect(&mut self, dialect: Dialect) {
         (**self).dialect(dialect)
+    }
+    fn sse(&mut self, ev: &SseEvent<'_>) {
+        (**self).sse(ev)
+    }
+    fn written(&mut self, kind: EnvelopeKind, event: &[u8]) {
+        (**self).written(kind, event)
     }
 }

@@ -77,7 +77,10 @@ impl<O: Observer> Translator<O> {
             return;
         }
         self.stages(out, |decoder, parser, sink| {
-            decoder.feed(input, &mut |ev| parser.on_sse(ev, sink))
+            decoder.feed(input, &mut |ev| {
+                sink.obs.sse(&ev);
+                parser.on_sse(ev, sink)
+            })
         });
     }
 
@@ -88,7 +91,10 @@ impl<O: Observer> Translator<O> {
             return self.parser.end();
         }
         self.stages(out, |decoder, parser, sink| {
-            decoder.finish(&mut |ev| parser.on_sse(ev, sink));
+            decoder.finish(&mut |ev| {
+                sink.obs.sse(&ev);
+                parser.on_sse(ev, sink)
+            });
             parser.finish(sink)
         })
     }

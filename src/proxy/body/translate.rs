@@ -15,9 +15,10 @@ use crate::envelope::EnvelopeKind;
 use crate::proxy::base::drain::{write_draining_envelope, DrainCut, DRAINING_MESSAGE};
 use crate::proxy::body::layer::Gather;
 use crate::proxy::metrics::edge::Metrics;
+use crate::proxy::metrics::tap::RunEnd;
 use crate::proxy::metrics::translator::StreamObserver;
 use crate::proxy::request::negotiate::Mode;
-use crate::translate::{Observer, Translator};
+use crate::translate::{Observer, StreamEnd, Translator};
 
 /// Output of one translated client frame, past which the rest of the input waits for the next poll. With
 /// identifiers bounded (`envelope::ids`), one `translate::FEED_STEP` of input adds at most ~70× its size, so a
@@ -148,15 +149,23 @@ impl<B: Gather> Body for Translate<B> {
                     // The client gets a well-formed end: error envelope, then a clean end of body.
                     let mut out = Vec::new();
                     this.translator.abort(&e.message(), &mut out);
+                    let kind = e.kind().as_str();
+                    this.translator.observer_mut().ended(RunEnd::UpstreamFailed { kind });
                     return this.last(Ending::Failed(e), out);
                 }
                 None => {
                     let mut out = Vec::new();
                     let started = Instant::now();
                     let end = this.translator.finish(&mut out);
+                    let obs = this.translator.observer_mut();
                     if !out.is_empty() {
-                        this.translator.observer_mut().frame_done(started);
+                        obs.frame_done(started);
                     }
+                    obs.ended(match end {
+                        StreamEnd::Done => RunEnd::Done,
+                        StreamEnd::Failed => RunEnd::BackendError,
+                        StreamEnd::Cut => RunEnd::Cut,
+                    });
                     return this.last(Ending::finished(end), out);
                 }
             }
@@ -180,7 +189,9 @@ impl<B: Gather> Drain for Translate<B> {
         let n = write_draining_envelope(&mut out, t.agent(), DRAINING_MESSAGE);
         let obs = t.observer_mut();
         obs.envelope(EnvelopeKind::Error, n);
+        obs.written(EnvelopeKind::Error, &out);
         obs.block_closed(EnvelopeKind::Error, 1);
+        obs.ended(RunEnd::Drained);
         self.end(Ending::Drained);
         DrainCut::Final(Bytes::from(out))
     }

@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 use prometheus::local::LocalHistogram;
 use prometheus::{exponential_buckets, Histogram, IntCounter, Registry};
 
+use super::tap::{RunEnd, Tap, Taps};
 use crate::envelope::EnvelopeKind;
+use crate::sse::SseEvent;
 use crate::telemetry::{counter, counters, histogram, histograms, latency_buckets};
 use crate::translate::{Dialect, Observer, ParseErrorKind};
 
@@ -123,6 +125,8 @@ pub struct StreamObserver {
     pub envelopes: u64,
     pub parse_errors: u64,
     pub unknown_tags: u64,
+    /// The stream's other watchers (none unless traces or the inspector are on).
+    taps: Taps,
 }
 
 impl StreamObserver {
@@ -139,7 +143,18 @@ impl StreamObserver {
             envelopes: 0,
             parse_errors: 0,
             unknown_tags: 0,
+            taps: Taps::default(),
         }
+    }
+
+    /// Attaches a watcher to this stream.
+    pub fn tap(&mut self, tap: Box<dyn Tap>) {
+        self.taps.push(tap);
+    }
+
+    /// Tells the taps how the run ended (once; a stream dropped untold is `Cancelled`).
+    pub fn ended(&mut self, end: RunEnd) {
+        self.taps.ended(end);
     }
 
     /// A frame whose input arrived at `arrived` is translated: its time is counted, and what was counted goes to
@@ -207,6 +222,9 @@ impl Observer for StreamObserver {
     fn parse_error(&mut self, kind: ParseErrorKind) {
         self.parse_errors += 1;
         self.metrics.parse_errors[kind as usize].inc();
+        if !self.taps.is_empty() {
+            self.taps.each(|t| t.parse_error(kind));
+        }
     }
 
     fn unknown_tag(&mut self) {
@@ -225,6 +243,21 @@ impl Observer for StreamObserver {
     fn dialect(&mut self, dialect: Dialect) {
         if let Some(at) = DIALECTS.iter().position(|d| *d == dialect) {
             self.metrics.dialects[at].inc();
+        }
+        if !self.taps.is_empty() {
+            self.taps.each(|t| t.dialect(dialect));
+        }
+    }
+
+    fn sse(&mut self, ev: &SseEvent<'_>) {
+        if !self.taps.is_empty() {
+            self.taps.each(|t| t.sse(ev));
+        }
+    }
+
+    fn written(&mut self, kind: EnvelopeKind, event: &[u8]) {
+        if !self.taps.is_empty() {
+            self.taps.each(|t| t.written(kind, event));
         }
     }
 }
