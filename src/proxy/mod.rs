@@ -13,6 +13,8 @@
 //!     │
 //!  body/      the response body stack: the layers over the upstream body (translate, hold, follow, timers, …)
 //!     │
+//!  trace/     OpenTelemetry: a request's SERVER span, a run's `invoke_agent` spans (a tap), the OTLP exporter
+//!     │
 //!  metrics/   the edge's metric families and the translator's observer
 //!  upstream/  the upstream reached: the pooled client, the dedicated event-stream connection, its failures
 //!  request/   what a request says: headers, the wire format asked for, the agent id, the body sent upstream
@@ -23,6 +25,7 @@ pub mod base;
 pub mod request;
 pub mod upstream;
 pub mod metrics;
+pub mod trace;
 pub mod body;
 pub mod frontend;
 pub mod socket;

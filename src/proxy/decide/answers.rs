@@ -1,6 +1,7 @@
 //! The answers the edge writes itself when a request is not forwarded or its forwarding failed (a JSON error with
 //! its code, counted), and what every request handler shares.
 
+use crate::proxy::trace::Traces;
 use crate::config::{duration, Settings, StreamFormat};
 use crate::cors::{Cors, OwnAnswer};
 use crate::proxy::body::stack::ResponseBody;
@@ -46,6 +47,8 @@ pub struct Shared {
     pub sockets: Option<Sockets>,
     /// The `[[frontend]]` routes and the frontends' encodings (`X-Stream-Format: ai-sdk | ag-ui`).
     pub frontends: Arc<Frontends>,
+    /// OpenTelemetry traces, when an endpoint is configured (`proxy::trace`).
+    pub traces: Option<Arc<Traces>>,
 }
 
 /// What the WebSocket handshakes share.
@@ -117,6 +120,7 @@ impl Shared {
             cors: Cors::new(&settings.cors),
             sockets,
             frontends: Arc::new(Frontends::new(&settings.frontends, mirror, registry).map_err(|e| e.to_string())?),
+            traces: Traces::start(&settings.telemetry, registry, &tokio::runtime::Handle::current())?,
         })
     }
 }
