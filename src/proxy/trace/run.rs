@@ -27,15 +27,15 @@ const MAX_GATHERED: usize = 64;
 /// The run's span, before its response is known.
 pub struct RunSpan {
     cx: Context,
+    /// The stream's agent until a root `meta_init` names it (`gen_ai.agent.id` is set once, at the end: the SDK
+    /// appends a set attribute rather than replacing it).
+    agent: String,
 }
 
 impl Traces {
     /// Starts the `invoke_agent` span of a run for `agent`, under the request's span.
     pub fn run_span(&self, parent: &Context, agent: &str) -> RunSpan {
-        let mut attrs = vec![
-            KeyValue::new("gen_ai.operation.name", "invoke_agent"),
-            KeyValue::new("gen_ai.agent.id", agent.to_owned()),
-        ];
+        let mut attrs = vec![KeyValue::new("gen_ai.operation.name", "invoke_agent")];
         if let Some(p) = &self.settings.provider_name {
             attrs.push(KeyValue::new("gen_ai.provider.name", p.clone()));
         }
@@ -47,6 +47,7 @@ impl Traces {
             .start_with_context(&self.tracer, parent);
         RunSpan {
             cx: parent.with_span(span),
+            agent: agent.to_owned(),
         }
     }
 }
@@ -59,6 +60,7 @@ impl RunSpan {
     /// The run failed before a stream (no answer, or an error status): ended with `error.type`.
     pub fn failed(self, error_type: &'static str) {
         let span = self.cx.span();
+        span.set_attribute(KeyValue::new("gen_ai.agent.id", self.agent));
         span.set_attribute(KeyValue::new("error.type", error_type));
         span.set_status(Status::error(""));
         span.end();
@@ -75,6 +77,7 @@ impl RunSpan {
             seen_event: false,
             seen_envelope: false,
             root: None,
+            agent: self.agent,
             children: Vec::new(),
             counts: [0; EnvelopeKind::ALL.len()],
             parse_errors: 0,
@@ -95,6 +98,8 @@ pub struct RunTrace {
     seen_envelope: bool,
     /// The root agent, once a root `meta_init` named it.
     root: Option<String>,
+    /// The stream's agent before that.
+    agent: String,
     children: Vec<Child>,
     counts: [u32; EnvelopeKind::ALL.len()],
     parse_errors: u32,
@@ -126,8 +131,10 @@ impl RunTrace {
         let model = meta.get("model").and_then(Value::as_str).filter(|m| !m.is_empty());
         let is_child = parent.is_some() || self.root.as_deref().is_some_and(|r| r != env.agent);
         if !is_child {
+            if self.root.is_some() {
+                return;
+            }
             let span = self.cx.span();
-            span.set_attribute(KeyValue::new("gen_ai.agent.id", env.agent.to_string()));
             if let Some(m) = model {
                 span.set_attribute(KeyValue::new("gen_ai.request.model", bounded(m)));
             }
@@ -214,7 +221,9 @@ impl RunTrace {
 
 impl Tap for RunTrace {
     fn sse(&mut self, ev: &SseEvent<'_>) {
-        if !self.seen_event && matches!(ev, SseEvent::Dispatch { .. }) {
+        // The first report of the first event (its first data, or its dispatch): a streamed item's envelopes
+        // start before its event is complete.
+        if !self.seen_event && !matches!(ev, SseEvent::Discard) {
             self.seen_event = true;
             let secs = self.sent.elapsed().as_secs_f64();
             self.cx
@@ -278,6 +287,8 @@ impl Tap for RunTrace {
 
     fn ended(&mut self, end: RunEnd) {
         let span = self.cx.span();
+        let agent = self.root.take().unwrap_or_else(|| std::mem::take(&mut self.agent));
+        span.set_attribute(KeyValue::new("gen_ai.agent.id", agent));
         for (kind, n) in EnvelopeKind::ALL.iter().zip(self.counts) {
             if n > 0 {
                 span.set_attribute(KeyValue::new(format!("sse_gateway.envelopes.{}", kind.as_str()), i64::from(n)));
