@@ -42,7 +42,10 @@ async fn run(gw: &Process, prompt: &str, headers: &[(&str, &str)]) -> (http::res
 }
 
 fn named<'a>(spans: &'a [Got], name: &str, kind: i32) -> Vec<&'a Got> {
-    spans.iter().filter(|g| g.span.name == name && g.span.kind == kind).collect()
+    spans
+        .iter()
+        .filter(|g| g.span.name == name && g.span.kind == kind)
+        .collect()
 }
 
 fn events(g: &Got, name: &str) -> Vec<(String, String)> {
@@ -72,7 +75,11 @@ async fn a_run_with_a_subagent_and_tools_is_one_trace_under_the_client_s_tracepa
     let (parts, body) = run(
         &gw,
         "research",
-        &[("traceparent", &traceparent), ("authorization", "Bearer sekrit-token"), ("last-event-id", "sg1-x-1")],
+        &[
+            ("traceparent", &traceparent),
+            ("authorization", "Bearer sekrit-token"),
+            ("last-event-id", "sg1-x-1"),
+        ],
     )
     .await;
     assert_eq!(parts.status, 200);
@@ -81,9 +88,13 @@ async fn a_run_with_a_subagent_and_tools_is_one_trace_under_the_client_s_tracepa
     let (root, child) = (served[0].agent.clone(), served[0].child.clone());
 
     collector
-        .wait_for("invoke_agent (client)", |g| g.span.name == "invoke_agent" && g.span.kind == CLIENT)
+        .wait_for("invoke_agent (client)", |g| {
+            g.span.name == "invoke_agent" && g.span.kind == CLIENT
+        })
         .await;
-    let spans = collector.wait_for("POST /* (server)", |g| g.span.name == "POST /*").await;
+    let spans = collector
+        .wait_for("POST /* (server)", |g| g.span.name == "POST /*")
+        .await;
     let server = named(&spans, "POST /*", SERVER);
     assert_eq!(server.len(), 1, "{spans:#?}");
     let server = &server[0].span;
@@ -105,8 +116,14 @@ async fn a_run_with_a_subagent_and_tools_is_one_trace_under_the_client_s_tracepa
     assert_eq!(runs.len(), 1, "{spans:#?}");
     let run = &runs[0];
     assert_eq!(run.span.trace_id, server.trace_id);
-    assert_eq!(run.span.parent_span_id, server.span_id, "the run is under the request's span");
-    assert_eq!(attr(&run.span, "gen_ai.operation.name").as_deref(), Some("invoke_agent"));
+    assert_eq!(
+        run.span.parent_span_id, server.span_id,
+        "the run is under the request's span"
+    );
+    assert_eq!(
+        attr(&run.span, "gen_ai.operation.name").as_deref(),
+        Some("invoke_agent")
+    );
     assert_eq!(attr(&run.span, "gen_ai.agent.id").as_deref(), Some(root.as_str()));
     assert_eq!(attr(&run.span, "gen_ai.provider.name").as_deref(), Some("anthropic"));
     let ttfc: f64 = attr(&run.span, "gen_ai.response.time_to_first_chunk")
@@ -120,8 +137,14 @@ async fn a_run_with_a_subagent_and_tools_is_one_trace_under_the_client_s_tracepa
     assert!(ttfc > 0.0 && ttfc <= ttfe, "{ttfc} {ttfe}");
     assert!(attr(&run.span, "sse_gateway.envelopes.text").is_some_and(|n| n != "0"));
     assert_eq!(attr(&run.span, "error.type"), None);
-    assert_eq!(events(run, "gen_ai.tool.call"), [("toolu_spawn".to_owned(), "spawn_subagent".to_owned())]);
-    assert_eq!(events(run, "gen_ai.tool.result"), [("toolu_spawn".to_owned(), "spawn_subagent".to_owned())]);
+    assert_eq!(
+        events(run, "gen_ai.tool.call"),
+        [("toolu_spawn".to_owned(), "spawn_subagent".to_owned())]
+    );
+    assert_eq!(
+        events(run, "gen_ai.tool.result"),
+        [("toolu_spawn".to_owned(), "spawn_subagent".to_owned())]
+    );
 
     // One INTERNAL span for the subagent's scope, under the run, with its own tool.
     let subs = named(&spans, "invoke_agent", INTERNAL);
@@ -129,8 +152,14 @@ async fn a_run_with_a_subagent_and_tools_is_one_trace_under_the_client_s_tracepa
     let sub = subs[0];
     assert_eq!(sub.span.parent_span_id, run.span.span_id);
     assert_eq!(attr(&sub.span, "gen_ai.agent.id").as_deref(), Some(child.as_str()));
-    assert_eq!(events(sub, "gen_ai.tool.call"), [("toolu_lookup".to_owned(), "lookup".to_owned())]);
-    assert_eq!(events(sub, "gen_ai.tool.result"), [("toolu_lookup".to_owned(), "lookup".to_owned())]);
+    assert_eq!(
+        events(sub, "gen_ai.tool.call"),
+        [("toolu_lookup".to_owned(), "lookup".to_owned())]
+    );
+    assert_eq!(
+        events(sub, "gen_ai.tool.result"),
+        [("toolu_lookup".to_owned(), "lookup".to_owned())]
+    );
 
     // The upstream got the gateway's own context (the run span), not the client's header.
     let recorded = backend.recorded();
@@ -172,7 +201,9 @@ async fn a_backend_error_and_an_upstream_cut_end_the_run_span_with_error_type() 
     let (_, body) = run(&gw, "fail", &[]).await;
     assert!(body.contains("RateLimitError"), "{body}");
     let spans = collector
-        .wait_for("the failed run", |g| g.span.name == "invoke_agent" && attr(&g.span, "error.type").is_some())
+        .wait_for("the failed run", |g| {
+            g.span.name == "invoke_agent" && attr(&g.span, "error.type").is_some()
+        })
         .await;
     let run_span = &named(&spans, "invoke_agent", CLIENT)[0].span;
     assert_eq!(attr(run_span, "error.type").as_deref(), Some("RateLimitError"));
@@ -194,7 +225,9 @@ async fn a_backend_error_and_an_upstream_cut_end_the_run_span_with_error_type() 
     let gw = start(&cut.url(), &traced(&collector.endpoint()));
     let _ = run(&gw, "cut", &[]).await;
     let spans = collector
-        .wait_for("the cut run", |g| g.span.name == "invoke_agent" && attr(&g.span, "error.type").is_some())
+        .wait_for("the cut run", |g| {
+            g.span.name == "invoke_agent" && attr(&g.span, "error.type").is_some()
+        })
         .await;
     let run_span = &named(&spans, "invoke_agent", CLIENT)[0].span;
     assert_eq!(attr(run_span, "error.type").as_deref(), Some("upstream_error"));
@@ -220,13 +253,27 @@ async fn a_reconnect_s_span_links_to_the_run_it_reads() {
     let gw = start(&backend.url(), &traced(&collector.endpoint()));
     let (parts, body) = run(&gw, "slow", &[]).await;
     assert!(body.contains("[DONE]"));
-    let url = parts.headers.get("x-gateway-stream").expect("a held stream").to_str().expect("ascii").to_owned();
+    let url = parts
+        .headers
+        .get("x-gateway-stream")
+        .expect("a held stream")
+        .to_str()
+        .expect("ascii")
+        .to_owned();
     let token = url.rsplit('/').next().expect("token").to_owned();
-    let (again, replay) = send("GET", &format!("http://{}{url}", gw.addr), &[("accept", "text/event-stream")], "").await;
+    let (again, replay) = send(
+        "GET",
+        &format!("http://{}{url}", gw.addr),
+        &[("accept", "text/event-stream")],
+        "",
+    )
+    .await;
     assert_eq!(again.status, 200);
     assert!(String::from_utf8_lossy(&replay).contains("piece19"));
     let spans = collector
-        .wait_for("the reconnect", |g| g.span.kind == SERVER && g.span.name.starts_with("GET "))
+        .wait_for("the reconnect", |g| {
+            g.span.kind == SERVER && g.span.name.starts_with("GET ")
+        })
         .await;
     let spans = collector
         .wait_for("the run", |g| g.span.name == "invoke_agent")
@@ -235,9 +282,15 @@ async fn a_reconnect_s_span_links_to_the_run_it_reads() {
         .chain(spans)
         .collect::<Vec<_>>();
     let run_span = &named(&spans, "invoke_agent", CLIENT)[0].span;
-    let reconnect = spans.iter().find(|g| g.span.kind == SERVER && g.span.name.starts_with("GET ")).expect("GET");
+    let reconnect = spans
+        .iter()
+        .find(|g| g.span.kind == SERVER && g.span.name.starts_with("GET "))
+        .expect("GET");
     assert!(reconnect.span.name.ends_with("/{token}"), "{}", reconnect.span.name);
-    assert_ne!(reconnect.span.trace_id, run_span.trace_id, "a new request, its own trace");
+    assert_ne!(
+        reconnect.span.trace_id, run_span.trace_id,
+        "a new request, its own trace"
+    );
     assert!(
         reconnect
             .span
@@ -248,16 +301,15 @@ async fn a_reconnect_s_span_links_to_the_run_it_reads() {
         reconnect.span.links
     );
     let path = attr(&reconnect.span, "url.path").expect("url.path");
-    assert!(path.ends_with("/<redacted>") && !every_value(&spans).contains(&token), "{path}");
+    assert!(
+        path.ends_with("/<redacted>") && !every_value(&spans).contains(&token),
+        "{path}"
+    );
 }
 
 #[tokio::test]
 async fn a_collector_down_hanging_or_answering_garbage_changes_nothing_for_clients() {
-    let backend = AgentBackend::start(
-        vec![subagent("a"), subagent("b"), subagent("c"), subagent("d")],
-        None,
-    )
-    .await;
+    let backend = AgentBackend::start(vec![subagent("a"), subagent("b"), subagent("c"), subagent("d")], None).await;
     let reference = start(&backend.url(), &[]);
     let (_, want) = run(&reference, "a", &[]).await;
     let count = |s: &str| s.matches("\n\n").count();
@@ -275,7 +327,11 @@ async fn a_collector_down_hanging_or_answering_garbage_changes_nothing_for_clien
             let (parts, got) = run(&gw, prompt, &[]).await;
             assert_eq!(parts.status, 200, "{endpoint}");
             assert!(got.contains("data: [DONE]\n"), "{endpoint}: {got}");
-            assert_eq!(count(&got), count(&want), "{endpoint}: the same stream as without traces");
+            assert_eq!(
+                count(&got),
+                count(&want),
+                "{endpoint}: the same stream as without traces"
+            );
         }
         assert_eq!(gw.metric("sse_gateway_active_streams", &[]).await, 0.0);
         if let Some(c) = collector {
@@ -301,9 +357,15 @@ async fn a_503_with_retry_after_is_retried_and_the_spans_arrive() {
     collector.wait_for("the run", |g| g.span.name == "invoke_agent").await;
     let requests = collector.requests();
     assert!(requests.len() >= 2, "{requests:?}");
-    assert!(requests.iter().all(|(_, decoded)| *decoded), "every export is OTLP protobuf");
+    assert!(
+        requests.iter().all(|(_, decoded)| *decoded),
+        "every export is OTLP protobuf"
+    );
     let waited = requests[1].0 - requests[0].0;
-    assert!(waited >= Duration::from_millis(950), "Retry-After: 1 honoured ({waited:?})");
+    assert!(
+        waited >= Duration::from_millis(950),
+        "Retry-After: 1 honoured ({waited:?})"
+    );
     assert_eq!(gw.metric("sse_gateway_otel_spans_dropped_total", &[]).await, 0.0);
 }
 
@@ -330,7 +392,9 @@ async fn a_full_queue_drops_spans_and_counts_them_and_gzip_is_sent_when_asked() 
     env.push(("OTEL_EXPORTER_OTLP_HEADERS", "x-api-key=abc%20def".into()));
     let gw = start(&backend.url(), &env);
     let _ = run(&gw, "zip", &[]).await;
-    collector.wait_for("a gzipped export", |g| g.span.name == "invoke_agent").await;
+    collector
+        .wait_for("a gzipped export", |g| g.span.name == "invoke_agent")
+        .await;
 }
 
 #[tokio::test]
@@ -346,7 +410,10 @@ async fn an_incoming_traceparent_is_only_linked_when_the_gateway_faces_the_publi
     let server = &named(&spans, "POST /*", SERVER)[0].span;
     assert_ne!(hex(&server.trace_id), TRACE_ID, "a new root");
     assert!(server.parent_span_id.is_empty());
-    assert!(server.links.iter().any(|l| hex(&l.trace_id) == TRACE_ID && hex(&l.span_id) == CLIENT_SPAN));
+    assert!(server
+        .links
+        .iter()
+        .any(|l| hex(&l.trace_id) == TRACE_ID && hex(&l.span_id) == CLIENT_SPAN));
 }
 
 #[tokio::test]
@@ -364,9 +431,15 @@ async fn without_an_endpoint_or_when_disabled_nothing_is_sent() {
     let _ = run(&plain, "y", &[("traceparent", &traceparent)]).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(collector.requests().is_empty());
-    assert!(!plain.metrics().await.contains("otel_spans_dropped"), "no exporter registered");
+    assert!(
+        !plain.metrics().await.contains("otel_spans_dropped"),
+        "no exporter registered"
+    );
     let recorded = backend.recorded();
-    assert_eq!(recorded.last().and_then(|r| r.header("traceparent")), Some(traceparent.as_str()));
+    assert_eq!(
+        recorded.last().and_then(|r| r.header("traceparent")),
+        Some(traceparent.as_str())
+    );
 }
 
 #[test]

@@ -102,7 +102,11 @@ impl Collector {
             if spans.iter().any(&want) {
                 return spans;
             }
-            assert!(Instant::now() < deadline, "no span {what} in {} received: {spans:#?}", spans.len());
+            assert!(
+                Instant::now() < deadline,
+                "no span {what} in {} received: {spans:#?}",
+                spans.len()
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
@@ -118,18 +122,32 @@ async fn receive(st: &Arc<Mutex<State>>, req: hyper::Request<hyper::body::Incomi
         .get("content-type")
         .is_some_and(|v| v.as_bytes() == b"application/x-protobuf");
     let path_ok = req.uri().path() == "/v1/traces";
-    let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+    let body = req
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
     let raw = if gzip {
         let mut out = Vec::new();
-        flate2::read::GzDecoder::new(&body[..]).read_to_end(&mut out).map(|_| out).unwrap_or_default()
+        flate2::read::GzDecoder::new(&body[..])
+            .read_to_end(&mut out)
+            .map(|_| out)
+            .unwrap_or_default()
     } else {
         body.to_vec()
     };
-    let decoded = ExportTraceServiceRequest::decode(&raw[..]).ok().filter(|_| typed && path_ok);
+    let decoded = ExportTraceServiceRequest::decode(&raw[..])
+        .ok()
+        .filter(|_| typed && path_ok);
     let answer = {
         let mut s = st.lock().expect("lock");
         s.requests.push((Instant::now(), decoded.is_some()));
-        let answer = s.script.pop_front().or_else(|| s.then.clone()).unwrap_or(Answer::Status(200, None));
+        let answer = s
+            .script
+            .pop_front()
+            .or_else(|| s.then.clone())
+            .unwrap_or(Answer::Status(200, None));
         if let (Some(req), Answer::Status(200, _)) = (&decoded, &answer) {
             for rs in &req.resource_spans {
                 let resource = rs.resource.as_ref().map(|r| r.attributes.clone()).unwrap_or_default();

@@ -26,8 +26,8 @@ use crate::proxy::request::body::UpstreamBody;
 use crate::proxy::request::body::{ClientBody, ClientErrorKind};
 use crate::proxy::request::headers::{X_ACCEL_BUFFERING, X_REQUEST_ID, X_STREAM_DIALECT, X_STREAM_FORMAT};
 use crate::proxy::request::negotiate::Mode;
-use crate::proxy::upstream::kind::UpstreamErrorKind;
 use crate::proxy::trace::request::{Seen, ServerSpan};
+use crate::proxy::upstream::kind::UpstreamErrorKind;
 use crate::proxy::upstream::pool::ForwardError;
 use crate::resume::{self, Resumer};
 use crate::translate::{self, Translator};
@@ -69,18 +69,14 @@ pub async fn handle(req: Request<UpstreamBody>, peer: SocketAddr, shared: Arc<Sh
         };
         t.server_span(&seen, req.headers())
     });
-    let mut resp = proxy(
-        req,
-        peer,
-        &shared,
+    let about = About {
         request_start,
-        span.clone(),
-        &request_id,
-        preflight.as_ref(),
-        server_span.as_ref(),
-    )
-    .instrument(span)
-    .await;
+        span: span.clone(),
+        request_id: &request_id,
+        preflight: preflight.as_ref(),
+        server_span: server_span.as_ref(),
+    };
+    let mut resp = proxy(req, peer, &shared, about).instrument(span).await;
     if let Some(s) = server_span {
         s.respond(resp.status());
         resp = resp.map(|b| b.traced(s));
@@ -124,16 +120,28 @@ fn logged_path<'a>(path: &'a str, resumer: Option<&Resumer>) -> std::borrow::Cow
     }
 }
 
+/// What the handler knows of a request besides the request itself.
+struct About<'a> {
+    request_start: Instant,
+    span: tracing::Span,
+    request_id: &'a str,
+    preflight: Option<&'a Preflight>,
+    server_span: Option<&'a ServerSpan>,
+}
+
 async fn proxy(
     mut req: Request<UpstreamBody>,
     peer: SocketAddr,
     shared: &Shared,
-    request_start: Instant,
-    span: tracing::Span,
-    request_id: &str,
-    preflight: Option<&Preflight>,
-    server_span: Option<&ServerSpan>,
+    about: About<'_>,
 ) -> Response<ResponseBody> {
+    let About {
+        request_start,
+        span,
+        request_id,
+        preflight,
+        server_span,
+    } = about;
     let metrics = &shared.metrics;
     if req.method() == Method::CONNECT {
         // Not an open proxy: no tunnels.

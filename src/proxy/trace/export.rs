@@ -93,12 +93,7 @@ impl SpanProcessor for Queue {
 }
 
 /// Starts the export task on `rt`; returns the processor that feeds it.
-pub fn start(
-    settings: &TraceSettings,
-    resource: &Resource,
-    drops: DropCounters,
-    rt: &tokio::runtime::Handle,
-) -> Queue {
+pub fn start(settings: &TraceSettings, resource: &Resource, drops: DropCounters, rt: &tokio::runtime::Handle) -> Queue {
     let (tx, rx) = mpsc::channel(settings.max_queue);
     let client = Client::builder(TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(30))
@@ -218,9 +213,14 @@ impl Sender {
         let answer = tokio::time::timeout(s.request_timeout, async {
             let resp = self.client.request(req).await?;
             let status = resp.status();
-            let after = resp.headers().get(header::RETRY_AFTER).and_then(|v| retry_after(v.to_str().ok()?));
+            let after = resp
+                .headers()
+                .get(header::RETRY_AFTER)
+                .and_then(|v| retry_after(v.to_str().ok()?));
             // Read (bounded) and dropped, so the connection can be reused.
-            let _ = http_body_util::Limited::new(resp.into_body(), MAX_ANSWER_BYTES).collect().await;
+            let _ = http_body_util::Limited::new(resp.into_body(), MAX_ANSWER_BYTES)
+                .collect()
+                .await;
             Ok::<_, hyper_util::client::legacy::Error>((status, after))
         });
         match answer.await {

@@ -127,7 +127,10 @@ impl RunTrace {
 
     fn meta_init(&mut self, env: &Envelope<'_>) {
         let meta: Value = serde_json::from_str(&env.delta).unwrap_or(Value::Null);
-        let parent = meta.get("parent_agent_uuid").and_then(Value::as_str).filter(|p| !p.is_empty());
+        let parent = meta
+            .get("parent_agent_uuid")
+            .and_then(Value::as_str)
+            .filter(|p| !p.is_empty());
         let model = meta.get("model").and_then(Value::as_str).filter(|m| !m.is_empty());
         let is_child = parent.is_some() || self.root.as_deref().is_some_and(|r| r != env.agent);
         if !is_child {
@@ -194,7 +197,9 @@ impl RunTrace {
     }
 
     fn error(&mut self, env: &Envelope<'_>) {
-        let Ok(v) = serde_json::from_str::<Value>(&env.delta) else { return };
+        let Ok(v) = serde_json::from_str::<Value>(&env.delta) else {
+            return;
+        };
         let kind = v.get("type").and_then(Value::as_str).unwrap_or("");
         // The gateway's own error envelopes (bad input, its end of a failed or cut stream) are not the backend's.
         if matches!(kind, "parse_error" | "upstream_error" | "gateway_draining") {
@@ -291,7 +296,10 @@ impl Tap for RunTrace {
         span.set_attribute(KeyValue::new("gen_ai.agent.id", agent));
         for (kind, n) in EnvelopeKind::ALL.iter().zip(self.counts) {
             if n > 0 {
-                span.set_attribute(KeyValue::new(format!("sse_gateway.envelopes.{}", kind.as_str()), i64::from(n)));
+                span.set_attribute(KeyValue::new(
+                    format!("sse_gateway.envelopes.{}", kind.as_str()),
+                    i64::from(n),
+                ));
             }
         }
         if self.parse_errors > 0 {
@@ -346,7 +354,10 @@ fn agent_of(json: &[u8], kind: EnvelopeKind) -> Option<&str> {
 }
 
 fn is_label(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 64 && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 fn bounded(s: &str) -> String {

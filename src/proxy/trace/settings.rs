@@ -74,7 +74,10 @@ pub fn read(env: &HashMap<String, String>, cfg: &Telemetry) -> Result<Asked, Bad
     let (variable, endpoint) = if let Some(v) = get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
         ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", v.to_owned())
     } else if let Some(v) = get("OTEL_EXPORTER_OTLP_ENDPOINT") {
-        ("OTEL_EXPORTER_OTLP_ENDPOINT", format!("{}/v1/traces", v.trim_end_matches('/')))
+        (
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("{}/v1/traces", v.trim_end_matches('/')),
+        )
     } else if !cfg.otlp_endpoint.trim().is_empty() {
         ("telemetry.otlp_endpoint", cfg.otlp_endpoint.trim().to_owned())
     } else {
@@ -93,7 +96,10 @@ pub fn read(env: &HashMap<String, String>, cfg: &Telemetry) -> Result<Asked, Bad
         Some((name, v)) => parse_headers(v).map_err(|p| bad(name, p))?,
         None => Vec::new(),
     };
-    let gzip = match either("OTEL_EXPORTER_OTLP_TRACES_COMPRESSION", "OTEL_EXPORTER_OTLP_COMPRESSION") {
+    let gzip = match either(
+        "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION",
+        "OTEL_EXPORTER_OTLP_COMPRESSION",
+    ) {
         None => false,
         Some((_, v)) if v.eq_ignore_ascii_case("none") => false,
         Some((_, v)) if v.eq_ignore_ascii_case("gzip") => true,
@@ -133,7 +139,10 @@ pub fn read(env: &HashMap<String, String>, cfg: &Telemetry) -> Result<Asked, Bad
             "parentbased_traceidratio",
         ];
         if !KNOWN.contains(&v) {
-            return Err(bad("OTEL_TRACES_SAMPLER", format!("must be one of {}", KNOWN.join(", "))));
+            return Err(bad(
+                "OTEL_TRACES_SAMPLER",
+                format!("must be one of {}", KNOWN.join(", ")),
+            ));
         }
         if v.ends_with("traceidratio") {
             let arg = get("OTEL_TRACES_SAMPLER_ARG").and_then(|a| a.parse::<f64>().ok());
@@ -174,7 +183,9 @@ fn parse_endpoint(url: &str) -> Result<Uri, String> {
     }
     match uri.authority() {
         Some(a) if !a.host().is_empty() && !a.as_str().contains('@') => Ok(uri),
-        Some(a) if a.as_str().contains('@') => Err("must not carry credentials (use OTEL_EXPORTER_OTLP_HEADERS)".into()),
+        Some(a) if a.as_str().contains('@') => {
+            Err("must not carry credentials (use OTEL_EXPORTER_OTLP_HEADERS)".into())
+        }
         _ => Err("needs a host".into()),
     }
 }
@@ -226,7 +237,10 @@ mod tests {
 
     #[test]
     fn without_an_endpoint_nothing_is_exported() {
-        assert_eq!(read(&env(&[("OTEL_SERVICE_NAME", "x")]), &Telemetry::default()), Ok(Asked::Off));
+        assert_eq!(
+            read(&env(&[("OTEL_SERVICE_NAME", "x")]), &Telemetry::default()),
+            Ok(Asked::Off)
+        );
     }
 
     #[test]
@@ -246,7 +260,9 @@ mod tests {
             otlp_endpoint: "http://cfg:4318/v1/traces".into(),
             ..Telemetry::default()
         };
-        let Ok(Asked::Export(s)) = read(&env(&[]), &cfg) else { panic!("config endpoint ignored") };
+        let Ok(Asked::Export(s)) = read(&env(&[]), &cfg) else {
+            panic!("config endpoint ignored")
+        };
         assert_eq!(s.endpoint, "http://cfg:4318/v1/traces");
         let Ok(Asked::Export(s)) = read(&env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://env:1")]), &cfg) else {
             panic!("env endpoint ignored")
