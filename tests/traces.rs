@@ -461,3 +461,42 @@ fn grpc_and_bad_otel_values_are_refused_at_start_naming_the_variable() {
         assert!(err.contains(var), "{var}: {err}");
     }
 }
+
+#[tokio::test]
+async fn a_frontend_s_thread_is_the_run_s_conversation_and_its_path_the_route() {
+    let backend = AgentBackend::start(vec![subagent("hello thread")], None).await;
+    let collector = Collector::start().await;
+    let config = std::env::temp_dir().join(format!("sse-gw-traces-{}.toml", std::process::id()));
+    std::fs::write(
+        &config,
+        "[[frontend]]\npath = \"/agui\"\nprotocol = \"ag-ui\"\nrun = \"/agent/run\"\ntool_results = \"/agent/tool_results\"\n",
+    )
+    .expect("config");
+    let env = traced(&collector.endpoint());
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let gw = Process::start(
+        &["--upstream", &backend.url(), "--config", config.to_str().expect("path")],
+        &env,
+    );
+    let input = serde_json::json!({
+        "threadId": "thread-42", "runId": "run-1", "state": {}, "tools": [], "context": [], "forwardedProps": {},
+        "messages": [{"id": "m1", "role": "user", "content": "hello thread"}],
+    });
+    let (parts, body) = send(
+        "POST",
+        &format!("http://{}/agui", gw.addr),
+        &[("content-type", "application/json"), ("accept", "text/event-stream")],
+        input.to_string(),
+    )
+    .await;
+    let _ = std::fs::remove_file(&config);
+    assert_eq!(parts.status, 200);
+    assert!(String::from_utf8_lossy(&body).contains("RUN_FINISHED"));
+    let spans = collector.wait_for("the run", |g| g.span.kind == CLIENT).await;
+    let run_span = &named(&spans, "invoke_agent", CLIENT)[0].span;
+    assert_eq!(attr(run_span, "gen_ai.conversation.id").as_deref(), Some("thread-42"));
+    let spans = collector.wait_for("the request", |g| g.span.kind == SERVER).await;
+    let server = &named(&spans, "POST /agui", SERVER)[0].span;
+    assert_eq!(attr(server, "http.route").as_deref(), Some("/agui"));
+    assert_eq!(run_span.parent_span_id, server.span_id);
+}

@@ -285,7 +285,8 @@ async fn proxy(
     // the request's.
     let run_span = match (&shared.traces, server_span) {
         (Some(t), Some(s)) => {
-            let run = may_translate.then(|| t.run_span(s.context(), &agent));
+            let conversation = read.as_ref().and_then(|r| r.conversation.as_deref());
+            let run = may_translate.then(|| t.run_span(s.context(), &agent, conversation));
             t.inject(run.as_ref().map_or(s.context(), |r| r.context()), &mut parts.headers);
             run
         }

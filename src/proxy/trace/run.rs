@@ -33,9 +33,13 @@ pub struct RunSpan {
 }
 
 impl Traces {
-    /// Starts the `invoke_agent` span of a run for `agent`, under the request's span.
-    pub fn run_span(&self, parent: &Context, agent: &str) -> RunSpan {
+    /// Starts the `invoke_agent` span of a run for `agent`, under the request's span; `conversation`: the chat
+    /// or thread a frontend's turn named.
+    pub fn run_span(&self, parent: &Context, agent: &str, conversation: Option<&str>) -> RunSpan {
         let mut attrs = vec![KeyValue::new("gen_ai.operation.name", "invoke_agent")];
+        if let Some(c) = conversation {
+            attrs.push(KeyValue::new("gen_ai.conversation.id", c.to_owned()));
+        }
         if let Some(p) = &self.settings.provider_name {
             attrs.push(KeyValue::new("gen_ai.provider.name", p.clone()));
         }
