@@ -62,6 +62,13 @@ fn events(g: &Got, name: &str) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The span's only tool call and result events are `id`'s, named `name`.
+fn assert_one_tool(g: &Got, id: &str, name: &str) {
+    for event in ["gen_ai.tool.call", "gen_ai.tool.result"] {
+        assert_eq!(events(g, event), [(id.to_owned(), name.to_owned())], "{event}");
+    }
+}
+
 fn every_value(spans: &[Got]) -> String {
     format!("{spans:?}")
 }
@@ -137,14 +144,7 @@ async fn a_run_with_a_subagent_and_tools_is_one_trace_under_the_client_s_tracepa
     assert!(ttfc > 0.0 && ttfc <= ttfe, "{ttfc} {ttfe}");
     assert!(attr(&run.span, "sse_gateway.envelopes.text").is_some_and(|n| n != "0"));
     assert_eq!(attr(&run.span, "error.type"), None);
-    assert_eq!(
-        events(run, "gen_ai.tool.call"),
-        [("toolu_spawn".to_owned(), "spawn_subagent".to_owned())]
-    );
-    assert_eq!(
-        events(run, "gen_ai.tool.result"),
-        [("toolu_spawn".to_owned(), "spawn_subagent".to_owned())]
-    );
+    assert_one_tool(run, "toolu_spawn", "spawn_subagent");
 
     // One INTERNAL span for the subagent's scope, under the run, with its own tool.
     let subs = named(&spans, "invoke_agent", INTERNAL);
@@ -152,14 +152,7 @@ async fn a_run_with_a_subagent_and_tools_is_one_trace_under_the_client_s_tracepa
     let sub = subs[0];
     assert_eq!(sub.span.parent_span_id, run.span.span_id);
     assert_eq!(attr(&sub.span, "gen_ai.agent.id").as_deref(), Some(child.as_str()));
-    assert_eq!(
-        events(sub, "gen_ai.tool.call"),
-        [("toolu_lookup".to_owned(), "lookup".to_owned())]
-    );
-    assert_eq!(
-        events(sub, "gen_ai.tool.result"),
-        [("toolu_lookup".to_owned(), "lookup".to_owned())]
-    );
+    assert_one_tool(sub, "toolu_lookup", "lookup");
 
     // The upstream got the gateway's own context (the run span), not the client's header.
     let recorded = backend.recorded();
