@@ -28,8 +28,15 @@
 //! pipeline whose round trip failed is sent again as it was (a repeated `XADD` of an id already there is a
 //! no-op), so retrying keeps that order.
 //!
-//! Bounds: the owner knows each stored event's seq and size; it trims a stream with `XTRIM MINID` to
-//! `buffer_bytes` (plus the newest frame), and everything this instance has in Redis (live streams, and
+//! Expiry: a stream's keys expire `ttl` after the owner last refreshed them. The heartbeat refreshes a live
+//! stream's (one round a heartbeat, whatever it writes meanwhile); its create, its end and its loss set them
+//! from then; a new events key gets its expiry in the round of its first `XADD`. A stream nobody refreshes (its
+//! owner gone) is gone `ttl` later.
+//!
+//! Bounds: the owner knows each stored event's seq and size; once a stream holds more than `buffer_bytes` plus
+//! [`RedisOptions::trim_slack`] (a sixteenth of it), it trims it with `XTRIM MINID` back to `buffer_bytes`
+//! (plus the newest frame): a stream holds at most `buffer_bytes` + `buffer_bytes / 16` and its newest frame,
+//! trimmed once per that slack rather than every round. Everything this instance has in Redis (live streams, and
 //! finished ones until their keys expire) to `max_total_bytes`: the oldest finished streams' events go first,
 //! then live streams are trimmed down to [`LIVE_FLOOR_BYTES`].
 //!
@@ -67,7 +74,7 @@ pub use super::metrics::{Bound, StoreOp};
 pub use error::{OpenError, ReadError, StoreError};
 pub use keys::BINDING_INDEX_MAX;
 pub(crate) use keys::{start_channel, unix_us};
-pub use options::{RedisOptions, FOLLOW_BLOCK, LIVENESS_HEARTBEATS};
+pub use options::{RedisOptions, FOLLOW_BLOCK, LIVENESS_HEARTBEATS, TRIM_SLACK_FRACTION};
 pub use reader::{RemoteReader, READ_COUNT};
 pub use store::{Indexed, RedisStore, RemoteState};
 pub(crate) use trip::round_trip;

@@ -10,6 +10,9 @@ pub const FOLLOW_BLOCK: Duration = Duration::from_millis(250);
 /// Liveness keys (owner, primary cursor) expire after this many heartbeats without a refresh.
 pub const LIVENESS_HEARTBEATS: u32 = 3;
 
+/// A stream's events in Redis may exceed `buffer_bytes` by this fraction of it (`1/16`) before they are trimmed.
+pub const TRIM_SLACK_FRACTION: usize = 16;
+
 /// Settings of the Redis store.
 #[derive(Clone, Debug)]
 pub struct RedisOptions {
@@ -22,7 +25,7 @@ pub struct RedisOptions {
     /// Event bytes this instance keeps in Redis over all its streams, finished ones included until their keys
     /// expire: `resume.max_total_bytes`; default 256 MiB.
     pub max_total_bytes: usize,
-    /// Expiry of a stream's keys, refreshed on every write and heartbeat: grace + retention; default 330 s.
+    /// Expiry of a stream's keys, refreshed every heartbeat and set again at its end: grace + retention; default 330 s.
     pub ttl: Duration,
     /// How often the owner refreshes its liveness keys; they expire after 3 of these; default 1 s.
     pub heartbeat: Duration,
@@ -92,6 +95,12 @@ impl RedisOptions {
             return Ok(());
         };
         Err(StoreError::Options(problem))
+    }
+
+    /// How far past `buffer_bytes` a stream's events may grow before the writer trims them back to it (one
+    /// `XTRIM` for this many bytes of events, not one per write round): a sixteenth of the bound.
+    pub fn trim_slack(&self) -> usize {
+        self.buffer_bytes / TRIM_SLACK_FRACTION
     }
 
     /// How long a liveness key (owner, primary cursor) lives without a refresh.

@@ -46,6 +46,9 @@ pub(super) struct Stored {
     pub(super) bytes: usize,
     /// The first seq of its newest frame, which the per-stream bound never trims.
     pub(super) newest_frame: u64,
+    /// Its events key has its expiry (a `PEXPIRE` of it answered 1): from then on the heartbeat refreshes it, and
+    /// appends set none.
+    pub(super) events_expire: bool,
     /// When it finished or was given up: its keys expire `ttl` after, and then it no longer counts.
     pub(super) ended: Option<Instant>,
 }

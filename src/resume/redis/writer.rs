@@ -32,6 +32,8 @@ pub(super) enum Tag {
     Create(Arc<Slot>),
     /// The `XADD` of event `seq`.
     Add(Arc<Slot>, u64),
+    /// A `PEXPIRE` of the events key: 1 means the key has its expiry, which the heartbeat refreshes from then on.
+    EventsExpire(Arc<Slot>),
     /// Another command whose refusal gives the stream up (its finish, its agent).
     Must(Arc<Slot>),
 }
@@ -178,7 +180,10 @@ impl Writer {
             r.add(redis::Cmd::pexpire(&k.owner, liveness as i64), Tag::Ignore);
             // A live stream may stay silent for longer than its keys' expiry: the heartbeat keeps them.
             r.add(redis::Cmd::pexpire(&k.meta, ttl as i64), Tag::MetaAlive(slot.clone()));
-            r.add(redis::Cmd::pexpire(&k.events, ttl as i64), Tag::Ignore);
+            r.add(
+                redis::Cmd::pexpire(&k.events, ttl as i64),
+                Tag::EventsExpire(slot.clone()),
+            );
         }
         let lost: Vec<Op> = self
             .lost
@@ -186,7 +191,11 @@ impl Writer {
             .map(|(slot, drop_events)| Op::Lost { slot, drop_events })
             .collect();
         ops.splice(0..0, lost);
+        // Streams whose meta hash a command of this round wrote (their create, agent, end): their keys' expiry
+        // is set after it. An append alone sets none: the heartbeat refreshes a live stream's keys, and a new
+        // events key gets its expiry once, in the round of its first `XADD` (`unexpiring`).
         let mut touched: Vec<Arc<Slot>> = Vec::new();
+        let mut unexpiring: Vec<Arc<Slot>> = Vec::new();
         let touch = |touched: &mut Vec<Arc<Slot>>, slot: &Arc<Slot>| {
             if !touched.iter().any(|t| Arc::ptr_eq(t, slot)) {
                 touched.push(slot.clone());
@@ -262,8 +271,10 @@ impl Writer {
                             self.total += len;
                         }
                     }
+                    if !st.events_expire {
+                        touch(&mut unexpiring, slot);
+                    }
                     drop(st);
-                    touch(&mut touched, slot);
                     touch(&mut added, slot);
                 }
                 Op::Agent { slot, agent } => {
@@ -310,6 +321,11 @@ impl Writer {
         }
         for slot in &added {
             let mut st = slot.stored();
+            // Trimmed once it holds `trim_slack` more than its bound, back down to the bound: one `XTRIM` for
+            // that many bytes of events, not one a round.
+            if st.bytes <= self.opts.buffer_bytes.saturating_add(self.opts.trim_slack()) {
+                continue;
+            }
             let mut freed = 0;
             let mut keep_from = None;
             while st.bytes > self.opts.buffer_bytes {
@@ -331,8 +347,19 @@ impl Writer {
             }
         }
         self.keep_total(&mut r, now);
+        for slot in &unexpiring {
+            if !touched.iter().any(|t| Arc::ptr_eq(t, slot)) {
+                r.add(
+                    redis::Cmd::pexpire(&slot.keys.events, ttl as i64),
+                    Tag::EventsExpire(slot.clone()),
+                );
+            }
+        }
         for slot in &touched {
-            r.add(redis::Cmd::pexpire(&slot.keys.events, ttl as i64), Tag::Ignore);
+            r.add(
+                redis::Cmd::pexpire(&slot.keys.events, ttl as i64),
+                Tag::EventsExpire(slot.clone()),
+            );
             r.add(redis::Cmd::pexpire(&slot.keys.meta, ttl as i64), Tag::Ignore);
         }
         r.ops = ops;
@@ -512,6 +539,11 @@ impl Writer {
                         self.observer.store_lost();
                         self.forget(slot);
                         self.give_up(slot, true);
+                    }
+                }
+                Tag::EventsExpire(slot) => {
+                    if reply == Value::Int(1) {
+                        slot.stored().events_expire = true;
                     }
                 }
                 Tag::Create(slot) => match error {
