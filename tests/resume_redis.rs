@@ -936,7 +936,8 @@ async fn commands_per_event(streams: usize, rate: u64, secs: u64) -> Option<(f64
         buffer_bytes: 16 << 10,
         ..RedisOptions::default()
     };
-    let store = RedisStore::connect(&server.url(), o, Arc::new(Counts::default()))
+    let counts = Arc::new(Counts::default());
+    let store = RedisStore::connect(&server.url(), o, counts.clone())
         .await
         .expect("connect");
     let mut conn = redis_conn(&server).await;
@@ -995,6 +996,10 @@ async fn commands_per_event(streams: usize, rate: u64, secs: u64) -> Option<(f64
         .collect();
     by.sort_by(|a, b| b.1.total_cmp(&a.1));
     let per_event = (after_total - before_total - probe) as f64 / events;
+    eprintln!(
+        "{:.1} events per write round",
+        events / counts.ok("write").max(1) as f64
+    );
     Some((per_event, by))
 }
 

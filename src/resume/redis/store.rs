@@ -113,6 +113,7 @@ impl RedisStore {
             total: 0,
             stalled_since: None,
             refused_since: None,
+            next_sweep: None,
         };
         tokio::spawn(writer.run(rx));
         let followers = (0..opts.follow_connections)

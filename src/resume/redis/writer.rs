@@ -104,6 +104,9 @@ pub(super) struct Writer {
     pub(super) stalled_since: Option<Instant>,
     /// Since when Redis refuses commands for want of memory.
     pub(super) refused_since: Option<Instant>,
+    /// When `held` is next swept of the streams whose keys expired: once a heartbeat (a sweep looks at every
+    /// stream of the last `ttl`, too many for every round), and before anything is evicted.
+    pub(super) next_sweep: Option<Instant>,
 }
 
 impl Writer {
@@ -399,10 +402,15 @@ impl Writer {
     }
 
     /// Keeps what this instance has in Redis within `max_total_bytes`: streams whose keys expired stop
-    /// counting; then the events of the streams that ended first are deleted; then live streams are trimmed
+    /// counting (looked at once a heartbeat, and in any round over the bound); then the events of the streams that ended first are deleted; then live streams are trimmed
     /// to [`LIVE_FLOOR_BYTES`], the largest first.
     pub(super) fn keep_total(&mut self, r: &mut Round, now: Instant) {
         let ttl = self.opts.ttl;
+        let due = self.next_sweep.is_none_or(|t| now >= t);
+        if !due && self.total <= self.opts.max_total_bytes {
+            return;
+        }
+        self.next_sweep = Some(now + self.opts.heartbeat);
         let mut expired = 0;
         self.held.retain(|s| {
             let st = s.stored();
