@@ -268,3 +268,69 @@ pub async fn frontend(opts: &Opts, up: &[u16], rep: &mut Report, ok: &mut bool) 
     rep.line("");
     Ok(())
 }
+
+/// `otel`'s deterministic half: instructions per event under callgrind of the gateway with traces off and with
+/// traces exported to `sink` (issue 36: at most 5 % more).
+pub async fn otel(opts: &Opts, up: &[u16], sink: &str, rep: &mut Report, ok: &mut bool) -> Result<(), String> {
+    let installed = Command::new("valgrind")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !installed {
+        rep.line("(instructions per event skipped: no valgrind; apt-get install -y valgrind)\n");
+        return Ok(());
+    }
+    let window = Duration::from_secs_f64(if opts.quick { 2.0 } else { 4.0 });
+    let traced = vec![
+        ("OTEL_EXPORTER_OTLP_ENDPOINT".to_owned(), sink.to_owned()),
+        ("OTEL_SERVICE_NAME".to_owned(), "sse-gateway-load".to_owned()),
+    ];
+    rep.line(format!(
+        "Instructions per event under callgrind (the gateway's user space only, its defaults, resumption on): \
+         {STREAMS} streams over HTTP/1.1, {RATE:.0} events/s in all, through one gateway process under callgrind \
+         per case, in two phases of {:.0} s and {:.0} s, counters zeroed before and dumped after each; per event = \
+         (instructions₂ − instructions₁) / (events₂ − events₁): the per-stream cost (spans made, exported) is in \
+         both phases and cancels, what is left is the per-event cost of the run's tap.\n",
+        window.as_secs_f64(),
+        2.0 * window.as_secs_f64(),
+    ));
+    rep.line("| traces | instructions per event | / off | events in the two phases | instructions in the two phases |");
+    rep.line("|---|---|---|---|---|");
+    let mut per_event: Vec<f64> = Vec::new();
+    for (name, env) in [("off", Vec::new()), ("exported", traced)] {
+        let dir = procs::scratch(&format!("callgrind-otel-{name}"));
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let wrapper = callgrind(&dir);
+        let place = procs::Place {
+            wrapper: &wrapper,
+            dir: &dir.join("gateway"),
+            upstream: up[crate::upstream::LISTENERS - 1],
+            cpus: None,
+            env: &env,
+        };
+        let (gateway, port, _) = procs::spawn_gateway(&opts.gateway, &place)?;
+        let t = Target {
+            name,
+            addr: procs::addr(port),
+            h2_addr: procs::addr(port),
+            format: None,
+            translated: true,
+        };
+        let (v, phases) = instructions_per_event(&gateway, &dir, &t, window, rep, ok).await?;
+        per_event.push(v);
+        let to_off = if per_event.len() == 1 {
+            "1.00".to_owned()
+        } else {
+            format!("**{:.3}×**", v / per_event[0])
+        };
+        rep.line(format!("| {name} | **{}** | {to_off} | {phases} |", n(v)));
+    }
+    let r = per_event[1] / per_event[0];
+    rep.line(format!(
+        "\n- exported / off, instructions per event: {r:.3}× ({:+.0} per event; target ≤ 1.05×: {})\n",
+        per_event[1] - per_event[0],
+        verdict(r <= 1.05)
+    ));
+    Ok(())
+}

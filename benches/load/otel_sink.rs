@@ -21,7 +21,9 @@ pub struct Sink {
 
 impl Sink {
     pub async fn start() -> Result<Sink, String> {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| e.to_string())?;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(|e| e.to_string())?;
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         let (exports, spans) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
         let (e, s) = (Arc::clone(&exports), Arc::clone(&spans));
@@ -32,7 +34,12 @@ impl Sink {
                     let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                         let (e, s) = (Arc::clone(&e), Arc::clone(&s));
                         async move {
-                            let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+                            let body = req
+                                .into_body()
+                                .collect()
+                                .await
+                                .map(|b| b.to_bytes())
+                                .unwrap_or_default();
                             if let Ok(r) = ExportTraceServiceRequest::decode(&body[..]) {
                                 let n: usize = r
                                     .resource_spans
