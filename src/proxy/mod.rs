@@ -13,6 +13,8 @@
 //!     │
 //!  body/      the response body stack: the layers over the upstream body (translate, hold, follow, timers, …)
 //!     │
+//!  inspect/   the stream inspector's tap: a translated stream's events and envelopes kept for `/debug/`
+//!     │
 //!  metrics/   the edge's metric families and the translator's observer
 //!  upstream/  the upstream reached: the pooled client, the dedicated event-stream connection, its failures
 //!  request/   what a request says: headers, the wire format asked for, the agent id, the body sent upstream
@@ -23,6 +25,7 @@ pub mod base;
 pub mod request;
 pub mod upstream;
 pub mod metrics;
+pub mod inspect;
 pub mod body;
 pub mod frontend;
 pub mod socket;

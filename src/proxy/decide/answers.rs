@@ -3,6 +3,7 @@
 
 use crate::config::{duration, Settings, StreamFormat};
 use crate::cors::{Cors, OwnAnswer};
+use crate::inspect::Inspector;
 use crate::proxy::body::stack::ResponseBody;
 use crate::proxy::frontend::adapter::BadBody;
 use crate::proxy::frontend::serve::Frontends;
@@ -46,6 +47,8 @@ pub struct Shared {
     pub sockets: Option<Sockets>,
     /// The `[[frontend]]` routes and the frontends' encodings (`X-Stream-Format: ai-sdk | ag-ui`).
     pub frontends: Arc<Frontends>,
+    /// The stream inspector (`[debug] streams`); `None`: no stream is tapped for it.
+    pub inspector: Option<Arc<Inspector>>,
 }
 
 /// What the WebSocket handshakes share.
@@ -117,6 +120,12 @@ impl Shared {
             cors: Cors::new(&settings.cors),
             sockets,
             frontends: Arc::new(Frontends::new(&settings.frontends, mirror, registry).map_err(|e| e.to_string())?),
+            inspector: match settings.debug.streams {
+                true => Some(Arc::new(
+                    Inspector::register(&settings.debug, registry).map_err(|e| e.to_string())?,
+                )),
+                false => None,
+            },
         })
     }
 }
