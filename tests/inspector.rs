@@ -283,9 +283,20 @@ async fn the_token_is_required_as_bearer_or_cookie_and_every_answer_has_the_insp
         assert_inspector_headers(&parts, asset);
     }
 
-    // The browser's way: the list gives the form; the form's token comes back as a cookie for /debug/ only.
-    let (parts, body) = admin(&gw, "/debug/streams", &[]).await;
-    assert_eq!(parts.status, 401);
+    // The browser's way: a page sends it to the form; the form's token comes back as a cookie for /debug/ only.
+    let html = ("accept", "text/html,application/xhtml+xml");
+    for path in [&paths[0], &paths[2]] {
+        let (parts, _) = admin(&gw, path, &[html]).await;
+        assert_eq!(parts.status, 303, "{path}");
+        assert_eq!(
+            parts.headers.get("location").map(|v| v.as_bytes()),
+            Some(b"/debug/login".as_ref())
+        );
+        assert_inspector_headers(&parts, path);
+    }
+    let (parts, body) = admin(&gw, "/debug/login", &[html]).await;
+    assert_eq!(parts.status, 200);
+    assert_inspector_headers(&parts, "the token form");
     assert_page_csp(&parts, "the token form");
     let form = String::from_utf8_lossy(&body);
     assert!(
@@ -681,5 +692,86 @@ async fn an_inspector_does_not_keep_an_upstream_in_grace() {
         String::from_utf8_lossy(&got).contains("event: end"),
         "the feed was not told the end: {}",
         String::from_utf8_lossy(&got)
+    );
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// The page in a real browser.
+// ------------------------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_in_chromium_lists_the_run_and_shows_both_columns_growing_live_with_no_error_and_no_other_origin() {
+    let Some(chromium) = harness::browser::chromium_or_skip() else {
+        return;
+    };
+    if !harness::node::node_with_or_skip("node with ws", &["ws"]) {
+        return;
+    }
+    // A run of about 8 s: the page opens while it streams.
+    let events = legacy_events(160);
+    let up = Emulator::start(move |_| paced(events.clone(), Duration::from_millis(50))).await;
+    let gw = inspected(&up.url(), &[]);
+    let (mut body, mut got) = open_run(gw.addr, &SSE).await;
+    let client = tokio::spawn(async move {
+        let whole = read_rest(&mut body, &mut got).await;
+        (whole, got)
+    });
+    let origin = format!("http://{}", gw.admin);
+    let mut cmd = std::process::Command::new("node");
+    cmd.arg("tests/external/node/inspector-page.mjs")
+        .arg(&chromium)
+        .arg(&origin)
+        .arg(TOKEN);
+    let ran = tokio::task::spawn_blocking(move || harness::node::run(cmd, Duration::from_secs(90)))
+        .await
+        .expect("node ran");
+    assert!(
+        ran.status.is_some_and(|s| s.success()),
+        "the page driver failed: {}",
+        ran.stderr
+    );
+    let page: Value = serde_json::from_str(ran.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}", ran.stdout));
+    assert!(page.get("failure").is_none(), "{page:#}");
+    assert_eq!(page["form"], "/debug/login", "{page:#}");
+    assert_eq!(page["cookieVisibleToScript"], "", "the cookie is HttpOnly");
+    let (first, second, last) = (&page["first"], &page["second"], &page["last"]);
+    assert_eq!(
+        first["ended"], false,
+        "the page opened once the run had ended: {page:#}"
+    );
+    for col in ["raw", "envelopes"] {
+        assert!(first[col].as_u64() > Some(0), "{col} empty: {page:#}");
+        assert!(
+            second[col].as_u64() > first[col].as_u64(),
+            "{col} did not grow live: {page:#}"
+        );
+    }
+    assert!(
+        last["links"].as_u64() > Some(0),
+        "no envelope links its event: {page:#}"
+    );
+    assert_eq!(last["raw"], 160 + 3, "every legacy event shown: {page:#}");
+    let errors = page["errors"].as_array().expect("errors");
+    assert!(errors.is_empty(), "console errors: {errors:#?}");
+    let requests = page["requests"].as_array().expect("requests");
+    assert!(requests.len() > 3, "{requests:?}");
+    for r in requests {
+        let url = r.as_str().expect("a URL");
+        assert!(
+            url.starts_with(&format!("{origin}/")),
+            "a request to another origin: {url}"
+        );
+    }
+    let (whole, got) = client.await.expect("client");
+    assert!(whole, "the client's stream was cut");
+    let envs = envelopes(&got).into_iter().filter(|e| e != "[DONE]").count() as u64;
+    assert_eq!(
+        last["envelopes"].as_u64(),
+        Some(envs),
+        "the page shows every envelope the client got: {page:#}"
+    );
+    assert_eq!(
+        gw.metric("sse_gateway_debug_attach_total", &["kind=\"events\""]).await,
+        1.0
     );
 }

@@ -131,7 +131,7 @@ impl Routes {
             return answer(StatusCode::OK, ct, Kind::Other, whole(body));
         }
         if !self.auth.allows(req.headers()) {
-            return self.refused(&r);
+            return self.refused(&r, req.headers());
         }
         match r {
             Route::List => html(StatusCode::OK, page::list()),
@@ -160,12 +160,20 @@ impl Routes {
         self.inspector.get(id.parse().ok()?)
     }
 
-    /// 401: a page route gets the token form, others a plain answer.
-    fn refused(&self, r: &Route<'_>) -> Response<AdminBody> {
-        let mut resp = match r {
-            Route::List | Route::Stream(_) => html(StatusCode::UNAUTHORIZED, page::login(false)),
-            _ => text(StatusCode::UNAUTHORIZED, "debug.token required\n"),
-        };
+    /// Refused for want of the token: a browser opening a page is sent to the token form (a `401` page would be a
+    /// console error), anything else gets `401`.
+    fn refused(&self, r: &Route<'_>, headers: &http::HeaderMap) -> Response<AdminBody> {
+        let browser = headers
+            .get_all(header::ACCEPT)
+            .iter()
+            .any(|v| v.as_bytes().windows(9).any(|w| w == b"text/html"));
+        if browser && matches!(r, Route::List | Route::Stream(_)) {
+            let mut resp = text(StatusCode::SEE_OTHER, "see /debug/login\n");
+            resp.headers_mut()
+                .insert(header::LOCATION, HeaderValue::from_static("/debug/login"));
+            return resp;
+        }
+        let mut resp = text(StatusCode::UNAUTHORIZED, "debug.token required\n");
         resp.headers_mut().insert(
             header::WWW_AUTHENTICATE,
             HeaderValue::from_static("Bearer realm=\"sse-gateway debug\""),
