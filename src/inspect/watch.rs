@@ -124,7 +124,7 @@ fn ms(d: Duration) -> u64 {
 
 impl Watched {
     pub fn new(id: u64, path: &str, encoder: &'static str, capture: bool, ring_bytes: usize) -> Self {
-        let started_unix_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| ms(d));
+        let started_unix_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, ms);
         Self {
             id,
             path: path.to_owned(),
