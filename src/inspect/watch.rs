@@ -60,7 +60,7 @@ struct Summary {
 struct Inner {
     summary: Summary,
     ring: Ring,
-    held: Option<Box<dyn Held>>,
+    held: Option<Arc<dyn Held>>,
     /// The first characters of the stream's token, when held for resumption.
     token_prefix: Option<String>,
     feeds: Vec<Arc<Feed>>,
@@ -172,7 +172,7 @@ impl Watched {
     }
 
     /// Held for resumption: `token` (only its first 8 characters are kept) and what tells its readers and grace.
-    pub fn hold(&self, token: &str, held: Box<dyn Held>) {
+    pub fn hold(&self, token: &str, held: Arc<dyn Held>) {
         let mut g = self.lock();
         g.token_prefix = Some(token.chars().take(8).collect());
         g.held = Some(held);
@@ -322,10 +322,7 @@ impl Watched {
             .filter(|(_, n)| *n > 0)
             .map(|(k, n)| (k.as_str().to_owned(), n.into()))
             .collect();
-        let (readers, grace) = match &g.held {
-            Some(h) => (Some(h.readers()), h.grace_left().map(|d| d.as_secs_f64())),
-            None => (None, None),
-        };
+        let held = g.held.clone();
         let mut v = serde_json::json!({
             "id": self.id.to_string(),
             "path": self.path,
@@ -333,14 +330,22 @@ impl Watched {
             "encoder": self.encoder,
             "stream": g.token_prefix,
             "envelopes": envelopes,
-            "readers": readers,
-            "grace_secs_left": grace,
             "inspectors": g.feeds.len(),
             "records": g.ring.end(),
             "records_kept_from": g.ring.first(),
         });
         if let (Some(obj), Ok(serde_json::Value::Object(sum))) = (v.as_object_mut(), serde_json::to_value(s)) {
             obj.extend(sum);
+        }
+        drop(g);
+        // Asked without this stream's lock: the hub takes its own, and may end this stream's run while holding it.
+        let (readers, grace) = match &held {
+            Some(h) => (Some(h.readers()), h.grace_left().map(|d| d.as_secs_f64())),
+            None => (None, None),
+        };
+        if let Some(obj) = v.as_object_mut() {
+            obj.insert("readers".into(), readers.into());
+            obj.insert("grace_secs_left".into(), grace.into());
         }
         v
     }

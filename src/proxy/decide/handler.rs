@@ -320,7 +320,7 @@ async fn proxy(
         }
         .inspect(|s| {
             if let Some((_, w)) = &watched {
-                w.hold(&s.hex, Box::new(HeldRun(Arc::downgrade(s))));
+                w.hold(&s.hex, Arc::new(HeldRun(Arc::downgrade(s))));
             }
             let url = r.url(&s.token);
             if let Some(read) = &read {
