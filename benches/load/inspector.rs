@@ -17,11 +17,20 @@ use crate::Opts;
 /// Streams and events per second each, as `cost` and `frontend`.
 const PACED: (usize, f64) = (50, 400.0);
 
-/// The rows: name, whether the gateway has the inspector on, whether one feed watches.
-const ROWS: [(&str, bool, bool); 3] = [
-    ("gateway-inspector-off", false, false),
-    ("gateway-inspector-on", true, false),
-    ("gateway-inspector-watched", true, true),
+/// The gateways: `[debug]` off (the default), on without content, on with content.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Setting {
+    Off,
+    On,
+    Content,
+}
+
+/// The rows: name, its gateway, whether one feed watches.
+const ROWS: [(&str, Setting, bool); 4] = [
+    ("gateway-inspector-off", Setting::Off, false),
+    ("gateway-inspector-on", Setting::On, false),
+    ("gateway-inspector-content", Setting::Content, false),
+    ("gateway-inspector-content-watched", Setting::Content, true),
 ];
 
 /// Watches one live stream of the gateway on `admin` (its first listed) through `/debug/streams/{id}/events`,
@@ -74,7 +83,8 @@ pub async fn inspector(opts: &Opts, up: &[u16], rep: &mut Report, ok: &mut bool)
     let (paced, per_stream_rate) = PACED;
     let plan = rated_plan(paced, paced as f64 * per_stream_rate, window, Proto::H1);
     let tck = procs::clk_tck();
-    let on_env: Vec<(String, String)> = vec![
+    let on_env: Vec<(String, String)> = vec![("SSE_GATEWAY__DEBUG__STREAMS".into(), "true".into())];
+    let content_env: Vec<(String, String)> = vec![
         ("SSE_GATEWAY__DEBUG__STREAMS".into(), "true".into()),
         ("SSE_GATEWAY__DEBUG__CAPTURE_CONTENT".into(), "true".into()),
     ];
@@ -92,13 +102,19 @@ pub async fn inspector(opts: &Opts, up: &[u16], rep: &mut Report, ok: &mut bool)
         )
     };
     let mut off = start("gateway-inspector-off", up[2], &[])?;
-    let mut on = start("gateway-inspector-on", up[crate::upstream::LISTENERS - 1], &on_env)?;
+    let mut on = start("gateway-inspector-on", up[3], &on_env)?;
+    let mut content = start(
+        "gateway-inspector-content",
+        up[crate::upstream::LISTENERS - 1],
+        &content_env,
+    )?;
     rep.line("## inspector: CPU per event with the stream inspector off, on, and watched (issue 37)\n");
     rep.line(format!(
         "{paced} streams over HTTP/1.1, each paced at {per_stream_rate:.0} events/s ({} events/s in all) by the legacy \
-         upstream, through two fresh gateways of the same release binary: `[debug] streams = false` (the default) \
-         and `[debug] streams = true, capture_content = true` (every event and envelope kept as a record in its \
-         stream's ring, content included); on the second, once with nobody watching and once with one live feed \
+         upstream, through three fresh gateways of the same release binary: `[debug] streams = false` (the default), \
+         `streams = true` (every event and envelope kept as a record in its stream's ring, counts and timings) \
+         and `streams = true, capture_content = true` (content included); on the last, once with nobody watching \
+         and once with one live feed \
          (`/debug/streams/{{id}}/events` of the first live stream, read as fast as it comes by a thread of the \
          driver). Per event = the gateway's user + system CPU over the whole phase (ramp, {:.1} s warm-up, {:.1} s \
          window) / stamped text deltas delivered; /proc ticks of 10 ms. {rounds} interleaved round(s) (A B C, C B \
@@ -108,13 +124,21 @@ pub async fn inspector(opts: &Opts, up: &[u16], rep: &mut Report, ok: &mut bool)
         window.as_secs_f64(),
     ));
     let k = ROWS.len();
-    let (mut cpu, mut user, mut rate, mut fed) =
-        (vec![Vec::new(); k], vec![Vec::new(); k], vec![Vec::new(); k], vec![Vec::new(); k]);
+    let (mut cpu, mut user, mut rate, mut fed) = (
+        vec![Vec::new(); k],
+        vec![Vec::new(); k],
+        vec![Vec::new(); k],
+        vec![Vec::new(); k],
+    );
     let mut failed = vec![0usize; k];
     for round in 0..rounds {
         for i in order(round, k) {
-            let (name, enabled, watched) = ROWS[i];
-            let gw = if enabled { &on } else { &off };
+            let (name, setting, watched) = ROWS[i];
+            let gw = match setting {
+                Setting::Off => &off,
+                Setting::On => &on,
+                Setting::Content => &content,
+            };
             let t = Target {
                 name,
                 addr: procs::addr(gw.1),
@@ -142,7 +166,7 @@ pub async fn inspector(opts: &Opts, up: &[u16], rep: &mut Report, ok: &mut bool)
                 rep.line(format!("**round {round}: the watcher read nothing from the feed**"));
             }
         }
-        if !off.0.alive() || !on.0.alive() {
+        if !off.0.alive() || !on.0.alive() || !content.0.alive() {
             return Err("a gateway exited during the inspector scenario (see /tmp/sse-gateway-load-*)".into());
         }
     }
@@ -163,7 +187,11 @@ pub async fn inspector(opts: &Opts, up: &[u16], rep: &mut Report, ok: &mut bool)
     rep.line("");
     let spread = |v: &[f64]| {
         let (lo, hi) = v.iter().fold((f64::MAX, f64::MIN), |(l, h), x| (l.min(*x), h.max(*x)));
-        if v.is_empty() { 0.0 } else { hi - lo }
+        if v.is_empty() {
+            0.0
+        } else {
+            hi - lo
+        }
     };
     for i in 1..k {
         let diff = median(cpu[i].iter().zip(&cpu[0]).map(|(a, b)| a - b).collect());

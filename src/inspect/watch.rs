@@ -178,21 +178,21 @@ impl Watched {
         g.held = Some(held);
     }
 
-    /// The first bytes of the upstream's body were decoded.
-    pub fn upstream_bytes(&self, n: usize) {
+    /// The first bytes of the upstream's body were decoded (its first event is on its way).
+    pub fn upstream_started(&self) {
         let t = self.t_ms();
-        let mut g = self.lock();
-        g.summary.bytes_in += n as u64;
-        g.summary.first_upstream_ms.get_or_insert(t);
+        self.lock().summary.first_upstream_ms.get_or_insert(t);
     }
 
-    /// An upstream event was dispatched (`data` only when captured); returns its `seq`.
+    /// An upstream event of `bytes` bytes of data was dispatched (`data` only when captured); returns its `seq`.
     pub fn raw(&self, event: &[u8], bytes: usize, data: Option<&[u8]>, truncated: bool) -> u64 {
         let t_ms = self.t_ms();
         let mut g = self.lock();
         let seq = g.raw_seq;
         g.raw_seq += 1;
         g.summary.raw_events += 1;
+        g.summary.bytes_in += bytes as u64;
+        g.summary.first_upstream_ms.get_or_insert(t_ms);
         let line = Raw {
             seq,
             t_ms,

@@ -54,7 +54,7 @@ impl InspectTap {
         }
         if !self.seen_input {
             self.seen_input = true;
-            self.watched.upstream_bytes(0);
+            self.watched.upstream_started();
         }
         self.len = self.len.saturating_add(p.len());
         if self.watched.capture() {
@@ -79,7 +79,6 @@ impl Tap for InspectTap {
             SseEvent::Dispatch { event_type, .. } => {
                 let data = self.watched.capture().then_some(self.data.as_slice());
                 let truncated = self.len > self.data.len();
-                self.watched.upstream_bytes(self.len);
                 let seq = self
                     .watched
                     .raw(event_type, self.len, data, truncated && data.is_some());
