@@ -417,7 +417,10 @@ pub async fn run(opts: &Opts, nofile: u64) -> Result<bool, String> {
     // `instructions` is not part of `all`: it needs valgrind, and its phases run the proxies 50× slower; nor is
     // `redis`: it needs redis-server, and `resume` already runs the Redis store in `all`.
     let one = opts.scenario.as_str();
-    if !(one == "all" || ["instructions", "redis", "websocket", "frontend", "inspector"].contains(&one) || IN_ALL.contains(&one)) {
+    if !(one == "all"
+        || ["instructions", "redis", "websocket", "frontend", "inspector"].contains(&one)
+        || IN_ALL.contains(&one))
+    {
         return Err(format!("unknown scenario {one:?}"));
     }
     let names = if one == "all" { IN_ALL.to_vec() } else { vec![one] };
