@@ -136,3 +136,80 @@ impl Held for HeldRun {
         Some(deadline.saturating_duration_since(Instant::now()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Debug;
+    use crate::proxy::metrics::translator::{StreamObserver, TranslatorMetrics};
+    use crate::translate::{Options, Translator};
+    use prometheus::Registry;
+    use serde_json::Value;
+
+    /// A translated run tapped for an inspector capturing content: its records once it ended.
+    fn records(legacy: &[u8], require_done: bool) -> Vec<Value> {
+        let debug = Debug {
+            streams: true,
+            capture_content: true,
+            ..Debug::default()
+        };
+        let inspector = Arc::new(Inspector::register(&debug, &Registry::new()).unwrap());
+        let watched = inspector.open("/run", "json");
+        let metrics = Arc::new(TranslatorMetrics::register(&Registry::new()).unwrap());
+        let mut observer = StreamObserver::new(metrics);
+        observer.tap(Box::new(InspectTap::new(Arc::clone(&inspector), Arc::clone(&watched))));
+        let opts = Options {
+            require_done,
+            ..Options::default()
+        };
+        let mut t = Translator::with_observer(opts, "agent-1", observer);
+        let mut out = Vec::new();
+        // Split mid-event: an event's data arrives in pieces.
+        for piece in legacy.chunks(7) {
+            t.feed(piece, &mut out);
+        }
+        t.observer_mut().input_ended();
+        t.finish(&mut out);
+        t.observer_mut().ended(RunEnd::Cut);
+        assert_eq!(watched.state(), State::Failed);
+        watched
+            .read(0, usize::MAX)
+            .records
+            .iter()
+            .map(|r| serde_json::from_slice(r).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn each_envelope_links_the_event_it_came_from_and_the_gateways_own_link_none() {
+        let legacy = b"data: <content-block-text>\n\ndata: hello\n\ndata: </content-block-text>\n\n";
+        let recs = records(legacy, true);
+        let raws: Vec<&Value> = recs.iter().filter(|r| r["side"] == "raw").collect();
+        let data: Vec<&str> = raws.iter().map(|r| r["data"].as_str().unwrap()).collect();
+        assert_eq!(data, ["<content-block-text>", "hello", "</content-block-text>"]);
+        let envs: Vec<&Value> = recs.iter().filter(|r| r["side"] == "envelope").collect();
+        let delta = envs.iter().find(|e| e["data"]["delta"] == "hello").expect("the delta");
+        assert_eq!(delta["raw_seq"], 1, "the delta links the event that carried it");
+        let close = envs
+            .iter()
+            .find(|e| e["data"]["type"] == "text" && e["data"]["final"] == true)
+            .expect("the block's close");
+        assert_eq!(close["raw_seq"], 2, "the close links the closing tag's event");
+        // No [DONE]: the gateway ends the run with its own error envelope, written after the input ended.
+        let last = envs.last().expect("envelopes");
+        assert_eq!(last["data"]["type"], "error");
+        assert_eq!(last["raw_seq"], Value::Null, "{last}");
+    }
+
+    #[test]
+    fn an_events_lines_are_joined_with_lf_and_its_data_kept_only_up_to_the_bound() {
+        let big = "x".repeat(MAX_RAW_DATA + 10);
+        let legacy = format!("data: a\ndata: b\n\ndata: {big}\n\ndata: [DONE]\n\n");
+        let recs = records(legacy.as_bytes(), false);
+        let raws: Vec<&Value> = recs.iter().filter(|r| r["side"] == "raw").collect();
+        assert_eq!(raws[0]["data"], "a\nb");
+        assert_eq!(raws[1]["bytes"], MAX_RAW_DATA + 10);
+        assert_eq!(raws[1]["data"].as_str().map(str::len), Some(MAX_RAW_DATA));
+        assert_eq!(raws[1]["truncated"], true);
+    }
+}
