@@ -1,6 +1,6 @@
 //! Load harness (issue 5): the gateway side by side with the upstream direct and nginx, on 127.0.0.1 only.
 //!
-//! `cargo bench --bench load -- <latency|throughput|idle|large|scaling|resume|cost|all|instructions|redis|websocket|frontend|inspector> [--quick] [options]`; see `usage()`.
+//! `cargo bench --bench load -- <latency|throughput|idle|large|scaling|resume|cost|all|instructions|redis|websocket|frontend|otel|inspector> [--quick] [options]`; see `usage()`.
 //! Processes: this driver (the load client, one current-thread tokio runtime), the synthetic upstream (this
 //! binary re-run as `__upstream`, its own current-thread runtime), nginx (one worker) and the gateway's release
 //! binary (its default multi-thread runtime: 2 workers here). All share the machine's cores. Every phase is
@@ -16,6 +16,8 @@ mod inspector;
 mod instructions;
 #[path = "../tests/harness/metrics.rs"]
 mod metrics;
+#[path = "load/otel_sink.rs"]
+mod otel_sink;
 #[path = "load/procs.rs"]
 mod procs;
 #[path = "load/redis_scale.rs"]
@@ -83,7 +85,7 @@ fn pin_split() -> Result<(String, String), String> {
 }
 
 fn usage() -> &'static str {
-    "usage: cargo bench --bench load -- <latency|throughput|idle|large|scaling|resume|cost|all|instructions|redis|websocket|frontend|inspector> [options]
+    "usage: cargo bench --bench load -- <latency|throughput|idle|large|scaling|resume|cost|all|instructions|redis|websocket|frontend|otel|inspector> [options]
   --quick            short phases and small counts (CI smoke, < 3 minutes for `all`)
   --rounds N         interleaved rounds per target (A B A B ...)
   --secs S           measured window per phase, seconds

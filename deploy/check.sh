@@ -10,7 +10,8 @@
 #      selectors, the resume store's Service/Secret/NetworkPolicy), the compose example
 #      (dclint, haproxy -c, consistency), systemd-analyze, nginx -t, haproxy -c, promtool
 #      (config, rules, rule unit tests), the Grafana dashboard against Grafana's schema
-#      types, resume metric names/labels/keys against docs/RESUME.md;
+#      types, resume metric names/labels/keys against docs/RESUME.md, the OpenTelemetry
+#      Collector config by structure (lib/otelcol.py, with a self-test on broken copies);
 #   3. with the release binary: the daemon's own --check-config accepts every setting shipped
 #      here (ConfigMaps, Dockerfile ENV, systemd unit); a fresh gateway's /metrics has every
 #      series the dashboard and the rules query (also with SSE_DEPLOY_SKIP_E2E=1 when
@@ -171,6 +172,15 @@ run "resume contract (docs/RESUME.md)" "$PY" "$DEPLOY/lib/consistency.py" resume
 run "promtool check config" promtool check config "$DEPLOY/prometheus/prometheus.yml"
 run "promtool check rules" promtool check rules "$DEPLOY/prometheus/rules/sse-gateway.rules.yml"
 run "promtool test rules" bash -c "cd '$DEPLOY/prometheus' && promtool test rules tests/sse-gateway.test.yml"
+
+# ------------------------------------------------------------------------------ opentelemetry
+# No collector binary here (a Go release binary or an image; no registry reachable here ships
+# it or its config schema): lib/otelcol.py checks the config's structure and wiring, and the
+# compose example's collector service and gateway endpoints; its self-test proves it refuses
+# deliberately broken configs.
+run "otel collector config self-test" "$PY" "$DEPLOY/lib/otelcol.py" --self-test
+run "otel collector config" "$PY" "$DEPLOY/lib/otelcol.py" \
+  --compose "$DEPLOY/compose/compose.yaml" "$DEPLOY/otel/otel-collector.yaml"
 
 # ------------------------------------------------------------------------------ grafana
 run "dashboard.json up to date" "$PY" "$DEPLOY/grafana/build_dashboard.py" --check

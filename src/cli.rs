@@ -139,6 +139,12 @@ fn run_serve(args: &ServeArgs) -> ExitCode {
         Ok(s) => s,
         Err(e) => return config_error(&e),
     };
+    // The standard OTEL_* variables are configuration too: a bad one refuses the start, naming it.
+    let env: std::collections::HashMap<String, String> = std::env::vars().collect();
+    if let Err(e) = crate::proxy::trace::settings::read(&env, &settings.telemetry) {
+        eprintln!("sse-gateway: invalid configuration: {e}");
+        return ExitCode::from(EXIT_CONFIG);
+    }
     if args.check_config {
         print!("{}", settings.to_toml());
         return ExitCode::SUCCESS;

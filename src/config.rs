@@ -60,6 +60,8 @@ pub struct Settings {
     pub log: Log,
     /// `[debug]`: the stream inspector on the admin listener (DESIGN 6.2, docs/OPERATIONS.md).
     pub debug: Debug,
+    /// `[telemetry]`: OpenTelemetry traces (docs/OBSERVABILITY.md); the standard `OTEL_*` variables win.
+    pub telemetry: Telemetry,
     /// `[[frontend]]`: public paths that speak a frontend's protocol to the backend's run (docs/FRONTENDS.md).
     #[serde(rename = "frontend")]
     pub frontends: Vec<Frontend>,
@@ -904,6 +906,28 @@ impl Debug {
     }
 }
 
+/// OpenTelemetry traces. Off unless an endpoint is given here or by `OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Telemetry {
+    /// The OTLP/HTTP traces URL, used as is (`http://127.0.0.1:4318/v1/traces`); default none (no traces).
+    pub otlp_endpoint: String,
+    /// What an incoming W3C `traceparent` does: `continue` (default: the request's span is its child) or `link`
+    /// (a new root that links to it: a gateway facing the public does not let clients pick its trace ids).
+    pub incoming_trace: IncomingTrace,
+    /// `gen_ai.provider.name` of every run; default: told by the dialect (docs/OBSERVABILITY.md).
+    pub provider_name: Option<String>,
+}
+
+/// See [`Telemetry::incoming_trace`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IncomingTrace {
+    #[default]
+    Continue,
+    Link,
+}
+
 /// Log output.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -1217,6 +1241,15 @@ impl Settings {
         self.websocket.validate()?;
         self.debug.validate(admin)?;
         validate_frontends(&self.frontends, &self.resume.path_prefix)?;
+        if let Some(p) = &self.telemetry.provider_name {
+            let ok = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-');
+            if p.is_empty() || p.len() > 64 || !p.bytes().all(ok) {
+                return Err(invalid(
+                    "telemetry.provider_name",
+                    "must be 1 to 64 letters, digits, '.', '_' or '-' (e.g. \"anthropic\")",
+                ));
+            }
+        }
         if tracing_subscriber::EnvFilter::try_new(&self.log.level).is_err() {
             return Err(invalid(
                 "log.level",

@@ -28,6 +28,8 @@ struct Env {
     gateway_off: (Proc, u16, u16),
     /// `--baseline`: the other binary, with its defaults.
     baseline: Option<(Proc, u16, u16)>,
+    /// The `otel` scenario's gateway: its defaults, traces exported to a sink.
+    traced: Option<(Proc, u16, u16)>,
     tck: f64,
 }
 
@@ -45,13 +47,14 @@ fn place<'a>(opts: &'a Opts, dir: &'a Path, upstream: u16, env: &'a [(String, St
 /// The target of the gateway translating with resumption off.
 pub const RESUME_OFF: &str = "gateway-resume-off";
 /// Targets by index: `gateway` is the gateway translating with its defaults (resumption on).
-const NAMES: [&str; 6] = [
+const NAMES: [&str; 7] = [
     "direct",
     "nginx",
     "gateway",
     "gateway-pass",
     RESUME_OFF,
     "gateway-baseline",
+    "gateway-traced",
 ];
 /// Index of `gateway` (translating, resumption on), `gateway-pass` and `gateway-resume-off` in `Env::targets`.
 const GW: usize = 2;
@@ -59,6 +62,8 @@ const GW_PASS: usize = 3;
 const GW_OFF: usize = 4;
 /// Index of `gateway-baseline` (present with `--baseline`).
 const BASELINE: usize = 5;
+/// Index of `gateway-traced` (the `otel` scenario's gateway: its defaults, traces exported).
+const TRACED: usize = 6;
 
 /// The gateway's settings for `gateway-resume-off`.
 pub fn resume_off_env() -> Vec<(String, String)> {
@@ -88,6 +93,7 @@ impl Env {
             gateway,
             gateway_off,
             baseline,
+            traced: None,
             tck: procs::clk_tck(),
         })
     }
@@ -109,6 +115,7 @@ impl Env {
     fn gateway_of(&self, ti: usize) -> &(Proc, u16, u16) {
         match (ti, &self.baseline) {
             (GW_OFF, _) => &self.gateway_off,
+            (TRACED, _) if self.traced.is_some() => self.traced.as_ref().unwrap_or(&self.gateway),
             (BASELINE, Some(b)) => b,
             _ => &self.gateway,
         }
@@ -418,7 +425,7 @@ pub async fn run(opts: &Opts, nofile: u64) -> Result<bool, String> {
     // `redis`: it needs redis-server, and `resume` already runs the Redis store in `all`.
     let one = opts.scenario.as_str();
     if !(one == "all"
-        || ["instructions", "redis", "websocket", "frontend", "inspector"].contains(&one)
+        || ["instructions", "redis", "websocket", "frontend", "otel", "inspector"].contains(&one)
         || IN_ALL.contains(&one))
     {
         return Err(format!("unknown scenario {one:?}"));
@@ -438,6 +445,7 @@ pub async fn run(opts: &Opts, nofile: u64) -> Result<bool, String> {
             "websocket" => crate::websocket::websocket(opts, &env.up, &mut rep, &mut ok).await?,
             "frontend" => frontend(opts, &mut env, &mut rep, &mut ok).await?,
             "inspector" => crate::inspector::inspector(opts, &env.up, &mut rep, &mut ok).await?,
+            "otel" => otel(opts, &mut env, &mut rep, &mut ok).await?,
             _ => crate::instructions::instructions(opts, &env.up, &mut rep, &mut ok).await?,
         }
     }
@@ -1238,6 +1246,92 @@ async fn frontend(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -
     }
     rep.line(format!("- none dropped: {}\n", verdict(failed.iter().all(|f| *f == 0))));
     crate::instructions::frontend(opts, &env.up, rep, ok).await
+}
+
+/// `otel`: CPU per event with traces exported against the same build with traces off (issue 36's bound: at most
+/// 5 % more). The collector is a sink in this driver answering every export 200 (its CPU is the client's).
+async fn otel(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -> Result<(), String> {
+    let rounds = opts.rounds.unwrap_or(if opts.quick { 1 } else { 3 }).max(1);
+    let window = Duration::from_secs_f64(opts.secs.unwrap_or(if opts.quick { 1.5 } else { 5.0 }));
+    let (paced, per_stream_rate) = (50, 400.0);
+    let plan = rated_plan(paced, paced as f64 * per_stream_rate, window, Proto::H1);
+    let sink = crate::otel_sink::Sink::start().await?;
+    let traced_env = vec![
+        (
+            "OTEL_EXPORTER_OTLP_ENDPOINT".to_owned(),
+            format!("http://{}", sink.addr),
+        ),
+        ("OTEL_SERVICE_NAME".to_owned(), "sse-gateway-load".to_owned()),
+    ];
+    let dir = procs::scratch("gateway-traced");
+    env.traced = Some(procs::spawn_gateway(
+        &opts.gateway,
+        &place(opts, &dir, env.up[2], &traced_env),
+    )?);
+    let target = |name: &'static str, port: u16| Target {
+        name,
+        addr: procs::addr(port),
+        h2_addr: procs::addr(port),
+        format: None,
+        translated: true,
+    };
+    let traced_port = env.traced.as_ref().map_or(env.gateway.1, |t| t.1);
+    let targets = [target(NAMES[GW], env.gateway.1), target(NAMES[TRACED], traced_port)];
+    rep.line("## otel: CPU per event with OpenTelemetry traces exported (issue 36)\n");
+    rep.line(format!(
+        "{paced} streams over HTTP/1.1, each paced at {per_stream_rate:.0} events/s ({} events/s in all), each stream \
+         one run (a SERVER span and an `invoke_agent` span), through two gateways of this build with their defaults \
+         (resumption on): traces off, and traces exported (OTLP/HTTP protobuf, default batching) to a sink in this \
+         driver. Per event = the gateway's user + system CPU over the whole phase / text deltas delivered; /proc \
+         ticks of 10 ms. {rounds} interleaved round(s); the ratio is the median over rounds of (traced / off in the \
+         same round). Issue 36's bound: at most 1.05×.\n",
+        n(paced as f64 * per_stream_rate),
+    ));
+    let (mut cpu, mut failed) = (vec![Vec::new(); 2], [0usize; 2]);
+    for round in 0..rounds {
+        for i in order(round, 2) {
+            let (r, spent) = phase(env, &targets[i], &plan, rep, ok).await?;
+            cpu[i].push(spent.cpu[2] * 1e6 / r.events.max(1) as f64);
+            failed[i] += r.failed();
+        }
+    }
+    let ratio = median(
+        cpu[1]
+            .iter()
+            .zip(&cpu[0])
+            .map(|(a, b)| a / b.max(f64::MIN_POSITIVE))
+            .collect(),
+    );
+    let list = |v: &[f64]| v.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(", ");
+    rep.line("| traces | gateway CPU per event, µs (median) | / off | by round | failed streams |");
+    rep.line("|---|---|---|---|---|");
+    rep.line(format!(
+        "| off | **{:.2}** | 1.00 | {} | {} |",
+        median(cpu[0].clone()),
+        list(&cpu[0]),
+        failed[0]
+    ));
+    rep.line(format!(
+        "| exported | **{:.2}** | **{ratio:.3}×** | {} | {} |",
+        median(cpu[1].clone()),
+        list(&cpu[1]),
+        failed[1]
+    ));
+    let (exports, spans) = sink.counts();
+    rep.line(format!(
+        "\n- the sink received {exports} exports, {spans} spans; dropped by the gateway: {}",
+        env.traced
+            .as_ref()
+            .and_then(|t| procs::http_get(t.2, "/metrics").ok())
+            .and_then(|page| procs::metric(&page, "sse_gateway_otel_spans_dropped_total", ""))
+            .unwrap_or(0.0)
+    ));
+    rep.line(format!(
+        "- traced / off, gateway CPU per event: {ratio:.3}× (target ≤ 1.05×: {})\n",
+        verdict(ratio <= 1.05)
+    ));
+    env.traced = None;
+    Ok(())
 }
 
 /// The gateway's own per-frame translation time (upstream frame in → translated frame out), from its

@@ -506,8 +506,10 @@ def check_daemon_config(binary: str) -> int:
     # deploy/kubernetes/redis, secrets and required variables replaced by sample values.
     compose = yaml.safe_load((DEPLOY / "compose/compose.yaml").read_text())
     for svc_name, svc in compose["services"].items():
-        cenv = {k: v for k, v in compose_env(svc).items() if k.startswith("SSE_GATEWAY__")}
-        if cenv:
+        # The OTEL_* variables too (traces, docs/OBSERVABILITY.md): the daemon refuses a bad one
+        # at start and with --check-config; they are not part of the effective configuration.
+        cenv = {k: v for k, v in compose_env(svc).items() if k.startswith(("SSE_GATEWAY__", "OTEL_"))}
+        if any(k.startswith("SSE_GATEWAY__") for k in cenv):
             cenv = {k: re.sub(r"\$\{(\w+):\?[^}]*\}", lambda m: SAMPLE_VARS.get(m.group(1), "sample"), v) for k, v in cenv.items()}
             sets.append((f"compose {svc_name} environment", cenv, ()))
     import tempfile
@@ -534,8 +536,8 @@ def check_daemon_config(binary: str) -> int:
         # Each value must show up in the effective configuration the daemon prints.
         lost = []
         for k, v in env.items():
-            if k in SECRET_SETTINGS:
-                continue  # accepted; its value may be redacted in the effective configuration
+            if k in SECRET_SETTINGS or k.startswith("OTEL_"):
+                continue  # accepted; its value may be redacted in (or absent from) the effective configuration
             key = k.split("__")[-1].lower()
             if not re.search(rf'^{key} = "?{re.escape(v)}(\.0)?"?$', out, re.M):
                 lost.append(f"{k}={v}")

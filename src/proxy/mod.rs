@@ -15,6 +15,8 @@
 //!     │
 //!  inspect/   the stream inspector's tap: a translated stream's events and envelopes kept for `/debug/`
 //!     │
+//!  trace/     OpenTelemetry: a request's SERVER span, a run's `invoke_agent` spans (a tap), the OTLP exporter
+//!     │
 //!  metrics/   the edge's metric families and the translator's observer
 //!  upstream/  the upstream reached: the pooled client, the dedicated event-stream connection, its failures
 //!  request/   what a request says: headers, the wire format asked for, the agent id, the body sent upstream
@@ -26,6 +28,7 @@ pub mod request;
 pub mod upstream;
 pub mod metrics;
 pub mod inspect;
+pub mod trace;
 pub mod body;
 pub mod frontend;
 pub mod socket;

@@ -42,6 +42,7 @@ pub mod ws;
 pub mod blocks;
 pub mod agent_backend;
 pub mod node;
+pub mod otlp;
 
 /// Generous bound on anything a test waits for: reaching it is a failure, not a measurement.
 pub const PATIENCE: Duration = Duration::from_secs(30);

@@ -27,6 +27,7 @@ use crate::proxy::base::flushes::Flushes;
 use crate::proxy::metrics::edge::Metrics;
 use crate::proxy::metrics::translator::StreamObserver;
 use crate::proxy::request::negotiate::Mode;
+use crate::proxy::trace::request::ServerSpan;
 use crate::proxy::upstream::pool::UpstreamIncoming;
 use crate::resume::hub::Stream;
 use crate::translate::Translator;
@@ -46,8 +47,21 @@ pub type RemoteFollowed = Keepalive<Encode<RemoteFollow>>;
 /// A stream of the upstream's own bytes (pass-through and shadow modes).
 pub type Passed = Abort<Record<Original<Input>>>;
 
-/// A response body: a small body made by the gateway, or an upstream body translated or passed on.
-pub enum ResponseBody {
+/// A response body: its stack, and the request's span, ended with the body (so a stream's span lasts as long as
+/// the stream).
+pub struct ResponseBody {
+    stack: Stack,
+    trace: Option<ServerSpan>,
+}
+
+impl From<Stack> for ResponseBody {
+    fn from(stack: Stack) -> Self {
+        Self { stack, trace: None }
+    }
+}
+
+/// What a response body is made of: a small body made by the gateway, or an upstream body translated or passed on.
+pub enum Stack {
     Full(Full<Bytes>),
     Translated(Box<Translated>),
     Passed(Box<Passed>),
@@ -70,7 +84,13 @@ pub struct StreamSettings {
 
 impl ResponseBody {
     pub fn full(b: impl Into<Bytes>) -> Self {
-        ResponseBody::Full(Full::new(b.into()))
+        Stack::Full(Full::new(b.into())).into()
+    }
+
+    /// Ends `span` with this body.
+    pub fn traced(mut self, span: ServerSpan) -> Self {
+        self.trace = Some(span);
+        self
     }
 
     /// Wraps an upstream body in the stack its mode needs. `translator` must be given in translate and shadow
@@ -94,62 +114,62 @@ impl ResponseBody {
                     settings.keepalive,
                     Arc::clone(&metrics),
                 );
-                ResponseBody::Translated(Box::new(Record::new(keepalive, info, metrics)))
+                Stack::Translated(Box::new(Record::new(keepalive, info, metrics))).into()
             }
             (mode, translator) => {
                 let shadow = translator.filter(|_| mode == Mode::Shadow);
                 let original = Original::new(upstream, shadow, Arc::clone(&metrics));
                 let recorded = Record::new(original, info, metrics);
-                ResponseBody::Passed(Box::new(Abort::new(recorded, settings.flushes)))
+                Stack::Passed(Box::new(Abort::new(recorded, settings.flushes))).into()
             }
         }
     }
 
     /// A held stream's subscriber, with keepalives.
     pub fn follow(follow: Follow, keepalive: Option<Duration>, metrics: Arc<Metrics>) -> Self {
-        ResponseBody::Followed(Box::new(Keepalive::new(Encode::none(follow), keepalive, metrics)))
+        Stack::Followed(Box::new(Keepalive::new(Encode::none(follow), keepalive, metrics))).into()
     }
 
     /// A subscriber of a stream another instance holds, with keepalives.
     pub fn remote(follow: RemoteFollow, keepalive: Option<Duration>, metrics: Arc<Metrics>) -> Self {
-        ResponseBody::Remote(Box::new(Keepalive::new(Encode::none(follow), keepalive, metrics)))
+        Stack::Remote(Box::new(Keepalive::new(Encode::none(follow), keepalive, metrics))).into()
     }
 
     /// Gives a watcher's body its connection, which it asks to drop when the client reads nothing for
     /// `resume.watcher_write_timeout_secs` (see `Follow::watch_connection`).
     pub fn watch_connection(&mut self, flushes: &Arc<Flushes>) {
-        if let ResponseBody::Followed(b) = self {
+        if let Stack::Followed(b) = &mut self.stack {
             b.inner_mut().inner_mut().watch_connection(flushes);
         }
     }
 
     /// Encodes a translated or held stream for a frontend (`false`: a body with no envelope stream, left as it is).
     pub fn encode(&mut self, encoder: crate::frontend::Encoder, learn: Option<Learn>) -> bool {
-        match self {
-            ResponseBody::Translated(b) => match b.inner_mut() {
+        match &mut self.stack {
+            Stack::Translated(b) => match b.inner_mut() {
                 Some(k) => k.inner_mut().set(encoder, learn),
                 None => return false,
             },
-            ResponseBody::Followed(b) => b.inner_mut().set(encoder, learn),
-            ResponseBody::Remote(b) => b.inner_mut().set(encoder, learn),
-            ResponseBody::Full(_) | ResponseBody::Passed(_) => return false,
+            Stack::Followed(b) => b.inner_mut().set(encoder, learn),
+            Stack::Remote(b) => b.inner_mut().set(encoder, learn),
+            Stack::Full(_) | Stack::Passed(_) => return false,
         }
         true
     }
 
     /// A body read from the upstream (which the drain deadline cuts), rather than one made by the gateway.
     pub fn is_upstream(&self) -> bool {
-        !matches!(self, ResponseBody::Full(_))
+        !matches!(self.stack, Stack::Full(_))
     }
 
     /// Ends the response at the drain deadline (see `drain`); the body must still be polled for what it returns.
     pub fn cut_for_drain(&mut self) -> DrainCut {
-        match self {
-            ResponseBody::Full(_) => DrainCut::Nothing,
-            ResponseBody::Translated(b) => b.cut_for_drain(),
-            ResponseBody::Passed(b) => b.cut_for_drain(),
-            ResponseBody::Followed(b) => b.cut_for_drain(),
-            ResponseBody::Remote(b) => b.cut_for_drain(),
+        match &mut self.stack {
+            Stack::Full(_) => DrainCut::Nothing,
+            Stack::Translated(b) => b.cut_for_drain(),
+            Stack::Passed(b) => b.cut_for_drain(),
+            Stack::Followed(b) => b.cut_for_drain(),
+            Stack::Remote(b) => b.cut_for_drain(),
         }
     }
 }
@@ -158,11 +178,11 @@ impl ResponseBody {
 macro_rules! each_stack {
     ($self:expr, $b:ident => $body:expr) => {
         match $self {
-            ResponseBody::Full($b) => $body,
-            ResponseBody::Translated($b) => $body,
-            ResponseBody::Passed($b) => $body,
-            ResponseBody::Followed($b) => $body,
-            ResponseBody::Remote($b) => $body,
+            Stack::Full($b) => $body,
+            Stack::Translated($b) => $body,
+            Stack::Passed($b) => $body,
+            Stack::Followed($b) => $body,
+            Stack::Remote($b) => $body,
         }
     };
 }
@@ -182,22 +202,27 @@ impl Body for ResponseBody {
     type Error = BodyError;
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
-        match self.get_mut() {
-            ResponseBody::Full(b) => Pin::new(b)
+        let this = self.get_mut();
+        let polled = match &mut this.stack {
+            Stack::Full(b) => Pin::new(b)
                 .poll_frame(cx)
                 .map(|o| o.map(|r| r.map_err(|e: Infallible| match e {}))),
-            ResponseBody::Translated(b) => poll_stack(&mut **b, cx),
-            ResponseBody::Passed(b) => poll_stack(&mut **b, cx),
-            ResponseBody::Followed(b) => poll_stack(&mut **b, cx),
-            ResponseBody::Remote(b) => poll_stack(&mut **b, cx),
+            Stack::Translated(b) => poll_stack(&mut **b, cx),
+            Stack::Passed(b) => poll_stack(&mut **b, cx),
+            Stack::Followed(b) => poll_stack(&mut **b, cx),
+            Stack::Remote(b) => poll_stack(&mut **b, cx),
+        };
+        if matches!(polled, Poll::Ready(None | Some(Err(_)))) {
+            this.trace = None;
         }
+        polled
     }
 
     fn is_end_stream(&self) -> bool {
-        each_stack!(self, b => b.is_end_stream())
+        each_stack!(&self.stack, b => b.is_end_stream())
     }
 
     fn size_hint(&self) -> SizeHint {
-        each_stack!(self, b => b.size_hint())
+        each_stack!(&self.stack, b => b.size_hint())
     }
 }

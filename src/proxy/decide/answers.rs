@@ -12,6 +12,7 @@ use crate::proxy::request::body::ClientErrorKind;
 use crate::proxy::request::negotiate::Mode;
 use crate::proxy::socket;
 use crate::proxy::socket::metrics::SocketMetrics;
+use crate::proxy::trace::Traces;
 use crate::proxy::upstream::kind::UpstreamErrorKind;
 use crate::proxy::upstream::pool::{ForwardError, Upstream};
 use crate::resume::Resumer;
@@ -49,6 +50,8 @@ pub struct Shared {
     pub frontends: Arc<Frontends>,
     /// The stream inspector (`[debug] streams`); `None`: no stream is tapped for it.
     pub inspector: Option<Arc<Inspector>>,
+    /// OpenTelemetry traces, when an endpoint is configured (`proxy::trace`).
+    pub traces: Option<Arc<Traces>>,
 }
 
 /// What the WebSocket handshakes share.
@@ -126,6 +129,7 @@ impl Shared {
                 )),
                 false => None,
             },
+            traces: Traces::start(&settings.telemetry, registry, &tokio::runtime::Handle::current())?,
         })
     }
 }

@@ -27,6 +27,7 @@ use crate::proxy::request::body::UpstreamBody;
 use crate::proxy::request::body::{ClientBody, ClientErrorKind};
 use crate::proxy::request::headers::{X_ACCEL_BUFFERING, X_REQUEST_ID, X_STREAM_DIALECT, X_STREAM_FORMAT};
 use crate::proxy::request::negotiate::Mode;
+use crate::proxy::trace::request::{Seen, ServerSpan};
 use crate::proxy::upstream::kind::UpstreamErrorKind;
 use crate::proxy::upstream::pool::ForwardError;
 use crate::resume::{self, Resumer};
@@ -57,17 +58,30 @@ pub async fn handle(req: Request<UpstreamBody>, peer: SocketAddr, shared: Arc<Sh
     );
     let origin = cors::origin(req.headers());
     let preflight = Preflight::of(req.method(), req.headers());
-    let mut resp = proxy(
-        req,
-        peer,
-        &shared,
+    let server_span = shared.traces.as_ref().map(|t| {
+        let path = logged_path(req.uri().path(), shared.resumer.as_deref());
+        let route = route_of(&shared, req.method(), req.uri().path());
+        let seen = Seen {
+            method: req.method(),
+            scheme: "http",
+            path: &path,
+            query: req.uri().query(),
+            route: &route,
+        };
+        t.server_span(&seen, req.headers())
+    });
+    let about = About {
         request_start,
-        span.clone(),
-        &request_id,
-        preflight.as_ref(),
-    )
-    .instrument(span)
-    .await;
+        span: span.clone(),
+        request_id: &request_id,
+        preflight: preflight.as_ref(),
+        server_span: server_span.as_ref(),
+    };
+    let mut resp = proxy(req, peer, &shared, about).instrument(span).await;
+    if let Some(s) = server_span {
+        s.respond(resp.status());
+        resp = resp.map(|b| b.traced(s));
+    }
     if let Ok(v) = HeaderValue::from_str(&request_id) {
         resp.headers_mut().insert(X_REQUEST_ID, v);
     }
@@ -83,6 +97,21 @@ pub async fn handle(req: Request<UpstreamBody>, peer: SocketAddr, shared: Arc<Sh
     resp
 }
 
+/// The request's route for its span's name and `http.route`: low-cardinality, never a token or a chat id.
+fn route_of(shared: &Shared, method: &Method, path: &str) -> String {
+    if let Some(r) = &shared.resumer {
+        if r.stream_token(path).is_some() {
+            return format!("{}/{{token}}", r.prefix);
+        }
+    }
+    match shared.frontends.routes.find(method, path) {
+        Some((f, _, crate::proxy::frontend::routes::Asked::Resume(_))) => format!("{}/{{chatId}}/stream", f.path),
+        Some((f, _, _)) => f.path.clone(),
+        // Forwarded as it is: the gateway's route for it is the catch-all.
+        None => "/*".to_owned(),
+    }
+}
+
 /// The request's path as logged: a stream's URL names its token, which lets whoever holds the bound headers watch
 /// or cancel the stream, so it is never written to a log (`<prefix>/<redacted>`).
 fn logged_path<'a>(path: &'a str, resumer: Option<&Resumer>) -> std::borrow::Cow<'a, str> {
@@ -92,15 +121,28 @@ fn logged_path<'a>(path: &'a str, resumer: Option<&Resumer>) -> std::borrow::Cow
     }
 }
 
+/// What the handler knows of a request besides the request itself.
+struct About<'a> {
+    request_start: Instant,
+    span: tracing::Span,
+    request_id: &'a str,
+    preflight: Option<&'a Preflight>,
+    server_span: Option<&'a ServerSpan>,
+}
+
 async fn proxy(
     mut req: Request<UpstreamBody>,
     peer: SocketAddr,
     shared: &Shared,
-    request_start: Instant,
-    span: tracing::Span,
-    request_id: &str,
-    preflight: Option<&Preflight>,
+    about: About<'_>,
 ) -> Response<ResponseBody> {
+    let About {
+        request_start,
+        span,
+        request_id,
+        preflight,
+        server_span,
+    } = about;
     let metrics = &shared.metrics;
     if req.method() == Method::CONNECT {
         // Not an open proxy: no tunnels.
@@ -148,13 +190,17 @@ async fn proxy(
             };
             return client_failed(metrics, kind);
         }
-        Step::Resume(found) => return resume_chat(shared, found, req.headers(), request_start).await,
+        Step::Resume(found) => return resume_chat(shared, found, req.headers(), request_start, server_span).await,
     };
     if let Some(r) = &shared.resumer {
         if let (Some(p), Some(token)) = (preflight, r.stream_token(req.uri().path())) {
             return resumption::preflight(r, &token, p, shared).await;
         }
-        match r.route(req.method(), req.uri().path(), req.headers()) {
+        let route = r.route(req.method(), req.uri().path(), req.headers());
+        if let (Some(token), Some(s)) = (r.stream_token(req.uri().path()), server_span) {
+            link_to_run(shared, &token, s);
+        }
+        match route {
             resume::Route::Forward => {}
             // Never forwarded: the upstream would start the run again.
             route => return resumption::answer(r, route, req.headers(), shared, request_start).await,
@@ -238,6 +284,17 @@ async fn proxy(
         h.insert(X_REQUEST_ID, v);
     }
 
+    // The upstream request carries the gateway's own context: the run's span for a run it may translate, else
+    // the request's.
+    let run_span = match (&shared.traces, server_span) {
+        (Some(t), Some(s)) => {
+            let conversation = read.as_ref().and_then(|r| r.conversation.as_deref());
+            let run = may_translate.then(|| t.run_span(s.context(), &agent, conversation));
+            t.inject(run.as_ref().map_or(s.context(), |r| r.context()), &mut parts.headers);
+            run
+        }
+        _ => None,
+    };
     let connection = shared
         .upstream
         .connection_for(negotiate::accepts_event_stream(&parts.headers));
@@ -251,7 +308,12 @@ async fn proxy(
         Err(ForwardError::Timeout(_)) if client_fault.waiting_for_client() => {
             return client_failed(metrics, ClientErrorKind::BodyTimeout)
         }
-        Err(e) => return forward_failed(metrics, e),
+        Err(e) => {
+            if let Some(run) = run_span {
+                run.failed("upstream_error");
+            }
+            return forward_failed(metrics, e);
+        }
     };
     metrics.upstream.ttfb.observe(sent.elapsed().as_secs_f64());
     let (mut parts, body) = upstream_resp.into_parts();
@@ -286,7 +348,7 @@ async fn proxy(
         }
         _ => None,
     };
-    let translator = match mode {
+    let mut translator = match mode {
         Mode::Passthrough => None,
         Mode::Translate | Mode::Shadow => {
             let mut observer = StreamObserver::new(Arc::clone(&metrics.translator));
@@ -303,6 +365,19 @@ async fn proxy(
             ))
         }
     };
+    // The run's span follows the translated stream (and outlives the request when the stream is held).
+    let mut run_of_stream = None;
+    if let (Some(run), Some(t)) = (run_span, &shared.traces) {
+        match translator.as_mut().filter(|_| mode == Mode::Translate) {
+            Some(tr) => {
+                use opentelemetry::trace::TraceContextExt as _;
+                run_of_stream = Some(run.context().span().span_context().clone());
+                tr.observer_mut().tap(Box::new(run.follow(t, sent)));
+            }
+            None if parts.status.is_server_error() => run.failed("upstream_error"),
+            None => {}
+        }
+    }
     if mode == Mode::Translate {
         let h = &mut parts.headers;
         h.remove(header::CONTENT_LENGTH);
@@ -321,6 +396,9 @@ async fn proxy(
         .inspect(|s| {
             if let Some((_, w)) = &watched {
                 w.hold(&s.hex, Arc::new(HeldRun(Arc::downgrade(s))));
+            }
+            if let (Some(t), Some(run)) = (&shared.traces, &run_of_stream) {
+                t.remember_run(s.token, run.clone());
             }
             let url = r.url(&s.token);
             if let Some(read) = &read {
@@ -363,6 +441,7 @@ async fn resume_chat(
     found: Option<(String, Read)>,
     headers: &http::HeaderMap,
     asked: Instant,
+    server_span: Option<&ServerSpan>,
 ) -> Response<ResponseBody> {
     let no_stream = || {
         let mut resp = Response::new(ResponseBody::full(bytes::Bytes::new()));
@@ -379,12 +458,22 @@ async fn resume_chat(
     let Some(token) = r.stream_token(&url) else {
         return no_stream();
     };
+    if let Some(s) = server_span {
+        link_to_run(shared, &token, s);
+    }
     let mut resp = resumption::answer(r, resume::Route::Watch(token, 0), headers, shared, asked).await;
     if resp.status() != StatusCode::OK || !resp.body_mut().encode(read.encoder(), read.learn()) {
         return no_stream();
     }
     read.set_headers(resp.headers_mut());
     resp
+}
+
+/// Links a reconnect's or watcher's span to the run it reads, when this instance made that run.
+fn link_to_run(shared: &Shared, token: &resume::id::Token, span: &ServerSpan) {
+    if let Some(run) = shared.traces.as_ref().and_then(|t| t.run_of(token)) {
+        span.link(run);
+    }
 }
 
 /// A translated stream is never cached (DESIGN 5: `Cache-Control: no-cache`), and what the upstream said against

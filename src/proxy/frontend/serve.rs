@@ -63,6 +63,8 @@ pub enum Step {
 pub struct Read {
     pub protocol: Protocol,
     pub turn: Turn,
+    /// The chat (AI SDK `id`) or thread (AG-UI `threadId`) a turn's body named: a trace's `gen_ai.conversation.id`.
+    pub conversation: Option<String>,
     chat: Option<([u8; 32], Arc<Chats>)>,
 }
 
@@ -79,6 +81,7 @@ impl Read {
                 prefix: id,
                 ..Turn::default()
             },
+            conversation: None,
             chat: None,
         }
     }
@@ -171,6 +174,7 @@ impl Frontends {
                 let read = Read {
                     protocol,
                     turn,
+                    conversation: None,
                     chat: Some((key, Arc::clone(&self.chats))),
                 };
                 Step::Resume(Some((stream, read)))
@@ -239,6 +243,7 @@ impl Frontends {
         Step::Forward(Read {
             protocol,
             turn: adapted.turn,
+            conversation: Some(adapted.chat),
             chat: Some((key, Arc::clone(&self.chats))),
         })
     }

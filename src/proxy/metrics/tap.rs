@@ -47,31 +47,48 @@ pub trait Tap: Send {
     fn ended(&mut self, _end: RunEnd) {}
 }
 
-/// The taps of one stream; told of the end once, as `Cancelled` when dropped untold.
+/// The taps of one stream; told of the end once, as `Cancelled` when dropped untold. One pointer while empty (the
+/// usual case: every stream's observer holds one).
 #[derive(Default)]
-pub struct Taps {
+pub struct Taps(Option<Box<Attached>>);
+
+struct Attached {
     taps: Vec<Box<dyn Tap>>,
     ended: bool,
 }
 
 impl Taps {
     pub fn push(&mut self, tap: Box<dyn Tap>) {
-        self.taps.push(tap);
+        self.0
+            .get_or_insert_with(|| {
+                Box::new(Attached {
+                    taps: Vec::with_capacity(1),
+                    ended: false,
+                })
+            })
+            .taps
+            .push(tap);
     }
 
     pub fn is_empty(&self) -> bool {
-        self.taps.is_empty()
+        self.0.is_none()
     }
 
     pub fn each(&mut self, mut f: impl FnMut(&mut dyn Tap)) {
-        for t in &mut self.taps {
-            f(t.as_mut());
+        if let Some(a) = &mut self.0 {
+            for t in &mut a.taps {
+                f(t.as_mut());
+            }
         }
     }
 
     pub fn ended(&mut self, end: RunEnd) {
-        if !std::mem::replace(&mut self.ended, true) {
-            self.each(|t| t.ended(end));
+        if let Some(a) = &mut self.0 {
+            if !std::mem::replace(&mut a.ended, true) {
+                for t in &mut a.taps {
+                    t.ended(end);
+                }
+            }
         }
     }
 }
@@ -79,5 +96,35 @@ impl Taps {
 impl Drop for Taps {
     fn drop(&mut self) {
         self.ended(RunEnd::Cancelled);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    struct Told(Arc<Mutex<Vec<RunEnd>>>);
+
+    impl Tap for Told {
+        fn ended(&mut self, end: RunEnd) {
+            self.0.lock().expect("lock").push(end);
+        }
+    }
+
+    #[test]
+    fn a_tap_is_told_the_end_once_and_cancelled_when_dropped_untold() {
+        let told = Arc::new(Mutex::new(Vec::new()));
+        let mut taps = Taps::default();
+        taps.push(Box::new(Told(Arc::clone(&told))));
+        taps.ended(RunEnd::Done);
+        taps.ended(RunEnd::Cut);
+        drop(taps);
+        assert_eq!(*told.lock().expect("lock"), [RunEnd::Done]);
+        let mut taps = Taps::default();
+        taps.push(Box::new(Told(Arc::clone(&told))));
+        drop(taps);
+        assert_eq!(told.lock().expect("lock").last(), Some(&RunEnd::Cancelled));
+        assert_eq!(std::mem::size_of::<Taps>(), std::mem::size_of::<usize>());
     }
 }
