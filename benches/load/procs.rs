@@ -248,6 +248,9 @@ pub fn spawn_nginx(nginx: &str, at: &Place) -> Result<(Proc, u16, u16), String> 
     Ok((started("nginx", child, true, h1, "/healthz")?, h1, h2))
 }
 
+/// `upstream.max_connections` of every gateway the harness starts: above the most streams any scenario holds.
+const HELD_STREAMS_CEILING: &str = "65536";
+
 /// The gateway's release binary in front of the upstream; returns (proc, public port, admin port).
 pub fn spawn_gateway(bin: &Path, at: &Place) -> Result<(Proc, u16, u16), String> {
     let (port, admin) = at.prepare()?;
@@ -259,6 +262,9 @@ pub fn spawn_gateway(bin: &Path, at: &Place) -> Result<(Proc, u16, u16), String>
         .map_err(|e| format!("{}: {e} (cargo build --release)", bin.display()))?;
     let bin = bin.as_path();
     let child = command(at.wrapper, bin.as_os_str(), at.cpus)
+        // `idle` and `scaling` hold up to 10,000 streams, each an upstream request in flight: past the default
+        // `upstream.max_connections` (1024) they would be answered 503. A scenario's own env can set it again.
+        .env("SSE_GATEWAY__UPSTREAM__MAX_CONNECTIONS", HELD_STREAMS_CEILING)
         .envs(at.env.iter().map(|(k, v)| (k, v)))
         .arg("--upstream")
         .arg(format!("http://127.0.0.1:{}", at.upstream))
