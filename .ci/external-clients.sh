@@ -6,6 +6,8 @@
 # - tests/dialects_e2e.rs: the same @microsoft/fetch-event-source under node;
 # - tests/websocket_clients.rs: npm `ws` (pinned in package.json and package-lock.json), PyPI `websockets` (pinned
 #   here) and Chromium's own WebSocket;
+# - tests/inspector.rs: headless Chromium driven over the DevTools protocol by
+#   tests/external/node/inspector-page.mjs, with the same npm `ws`;
 # - the frontend-protocol tests (DESIGN 5.3): npm `ai` 7.0.173 and `ai5` (= ai@5.0.277) run by
 #   tests/external/node/ai-sdk-client.mjs, `@ag-ui/client` 1.0.0 by tests/external/node/ag-ui-client.mjs, and
 #   `react`/`react-dom` 19.3.1, `@ai-sdk/react` 4.0.177 (the one for ai 7) and `esbuild` 0.28.2, which bundle the

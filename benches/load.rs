@@ -1,6 +1,6 @@
 //! Load harness (issue 5): the gateway side by side with the upstream direct and nginx, on 127.0.0.1 only.
 //!
-//! `cargo bench --bench load -- <latency|throughput|idle|large|scaling|resume|cost|all|instructions|redis|websocket|frontend|otel> [--quick] [options]`; see `usage()`.
+//! `cargo bench --bench load -- <latency|throughput|idle|large|scaling|resume|cost|all|instructions|redis|websocket|frontend|otel|inspector> [--quick] [options]`; see `usage()`.
 //! Processes: this driver (the load client, one current-thread tokio runtime), the synthetic upstream (this
 //! binary re-run as `__upstream`, its own current-thread runtime), nginx (one worker) and the gateway's release
 //! binary (its default multi-thread runtime: 2 workers here). All share the machine's cores. Every phase is
@@ -10,6 +10,8 @@
 mod client;
 #[path = "load/common.rs"]
 mod common;
+#[path = "load/inspector.rs"]
+mod inspector;
 #[path = "load/instructions.rs"]
 mod instructions;
 #[path = "../tests/harness/metrics.rs"]
@@ -83,7 +85,7 @@ fn pin_split() -> Result<(String, String), String> {
 }
 
 fn usage() -> &'static str {
-    "usage: cargo bench --bench load -- <latency|throughput|idle|large|scaling|resume|cost|all|instructions|redis|websocket|frontend|otel> [options]
+    "usage: cargo bench --bench load -- <latency|throughput|idle|large|scaling|resume|cost|all|instructions|redis|websocket|frontend|otel|inspector> [options]
   --quick            short phases and small counts (CI smoke, < 3 minutes for `all`)
   --rounds N         interleaved rounds per target (A B A B ...)
   --secs S           measured window per phase, seconds
@@ -129,6 +131,9 @@ delivered over a socket against over SSE (50 streams × 400 ev/s paced, --secs w
 default gateway with the client asking `X-Stream-Format: json` (the envelope stream), `ai-sdk` and `ag-ui`, rounds
 interleaved: the gateway's CPU per event of each and the ratios to json (bound: ≤ 1.10×); then, with valgrind,
 the instructions per event of each under callgrind (--rounds, --secs as in `cost`)
+`inspector` (issue 37, not in `all`) runs the same paced streams through two fresh gateways, `[debug] streams` off
+and on (with capture_content), the second once unwatched and once with one live feed read: CPU per event of each,
+ratios to off, rounds interleaved (--rounds, --secs as in `cost`)
 exit status: 1 when a stream was dropped or a process failed; never because of a latency or throughput figure"
 }
 

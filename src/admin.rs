@@ -1,17 +1,19 @@
-//! Admin listener: `GET /metrics` (Prometheus text format), `GET /healthz` (alive), `GET /readyz` (accepting).
+//! Admin listener: `GET /metrics` (Prometheus text format), `GET /healthz` (alive), `GET /readyz` (accepting), and
+//! with `[debug] streams` the stream inspector under `/debug/` (`inspect::serve`; 404 there otherwise).
 
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use http::{header, Method, Request, Response, StatusCode};
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus::{Encoder, IntGauge, Registry, TextEncoder};
 use tokio::net::TcpListener;
 
+use crate::inspect::serve::{self as inspector, Routes};
 use crate::telemetry::gauge;
 
 /// Readiness and drain state, mirrored into the `ready` and `draining` gauges. Ready means: serving, the public
@@ -77,8 +79,8 @@ impl Health {
     }
 }
 
-/// Serves the admin endpoints until the task is aborted.
-pub async fn serve(listener: TcpListener, registry: Registry, health: Arc<Health>) {
+/// Serves the admin endpoints until the task is aborted; `inspector`: the `/debug/` routes, when enabled.
+pub async fn serve(listener: TcpListener, registry: Registry, health: Arc<Health>, inspector: Option<Arc<Routes>>) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
@@ -86,16 +88,34 @@ pub async fn serve(listener: TcpListener, registry: Registry, health: Arc<Health
         };
         let registry = registry.clone();
         let health = Arc::clone(&health);
+        let inspector = inspector.clone();
         tokio::spawn(async move {
-            let service = service_fn(move |req| {
-                let resp = respond(&req, &registry, &health);
-                async move { Ok::<_, Infallible>(resp) }
+            // Closes this connection when an inspector feed on it fell behind: a feed is cut, never waited for.
+            let cut = Arc::new(tokio::sync::Notify::new());
+            let cut_here = Arc::clone(&cut);
+            let service = service_fn(move |req: Request<Incoming>| {
+                let (registry, health, inspector, cut) = (
+                    registry.clone(),
+                    Arc::clone(&health),
+                    inspector.clone(),
+                    Arc::clone(&cut),
+                );
+                async move {
+                    let resp = match inspector.filter(|_| inspector::owns(req.uri().path())) {
+                        Some(routes) => routes.respond(req, &cut).await,
+                        None => respond(&req, &registry, &health).map(|b| b.boxed_unsync()),
+                    };
+                    Ok::<_, Infallible>(resp)
+                }
             });
-            let _ = hyper::server::conn::http1::Builder::new()
+            let conn = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(std::time::Duration::from_secs(10))
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
+                .serve_connection(TokioIo::new(stream), service);
+            tokio::select! {
+                _ = conn => {}
+                () = cut_here.notified() => {}
+            }
         });
     }
 }

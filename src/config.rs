@@ -58,6 +58,8 @@ pub struct Settings {
     pub cors: Cors,
     pub websocket: WebSocket,
     pub log: Log,
+    /// `[debug]`: the stream inspector on the admin listener (DESIGN 6.2, docs/OPERATIONS.md).
+    pub debug: Debug,
     /// `[telemetry]`: OpenTelemetry traces (docs/OBSERVABILITY.md); the standard `OTEL_*` variables win.
     pub telemetry: Telemetry,
     /// `[[frontend]]`: public paths that speak a frontend's protocol to the backend's run (docs/FRONTENDS.md).
@@ -827,6 +829,83 @@ pub fn is_cookie_name(name: &str) -> bool {
         })
 }
 
+/// The stream inspector (DESIGN 6.2): `/debug/streams…` on the admin listener. Off by default.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Debug {
+    /// Serve the inspector and keep what it shows (default false: nothing served, nothing kept).
+    pub streams: bool,
+    /// Bearer token for `/debug/` (at least 32 characters; empty: none, allowed only on a loopback admin
+    /// listener; default empty).
+    pub token: String,
+    /// Records carry the events' and envelopes' content (default false: counts and timings only).
+    pub capture_content: bool,
+    /// Seconds a finished stream stays listed (default 300, at most 86400).
+    pub keep_finished_secs: f64,
+    /// Finished streams listed at most; the oldest go first (default 100, at most 10000).
+    pub keep_finished: usize,
+    /// Bytes of records kept per stream past its newest 1,024 (default 1 MiB, 64 KiB to 64 MiB).
+    pub ring_bytes: usize,
+    /// Live feeds (`/debug/streams/{id}` pages and `/events`) open at once; one more is answered 429
+    /// (default 4, 1 to 64).
+    pub max_inspectors: usize,
+}
+
+impl Default for Debug {
+    fn default() -> Self {
+        Self {
+            streams: false,
+            token: String::new(),
+            capture_content: false,
+            keep_finished_secs: 300.0,
+            keep_finished: 100,
+            ring_bytes: 1 << 20,
+            max_inspectors: 4,
+        }
+    }
+}
+
+/// Shortest `debug.token`.
+pub const MIN_DEBUG_TOKEN: usize = 32;
+
+impl Debug {
+    /// `admin` is the admin listener's address: off loopback the token is required.
+    fn validate(&self, admin: SocketAddr) -> Result<(), ConfigError> {
+        if !self.token.is_empty() && self.token.chars().count() < MIN_DEBUG_TOKEN {
+            return Err(invalid(
+                "debug.token",
+                format!("is shorter than {MIN_DEBUG_TOKEN} characters"),
+            ));
+        }
+        if self.token.bytes().any(|b| !(0x21..=0x7e).contains(&b)) {
+            // It travels in a header and a cookie: printable ASCII without spaces.
+            return Err(invalid("debug.token", "must be printable ASCII without spaces"));
+        }
+        if self.streams && self.token.is_empty() && !admin.ip().is_loopback() {
+            return Err(invalid(
+                "debug.token",
+                format!("is required: debug.streams is on and the admin listener {admin} is not loopback"),
+            ));
+        }
+        secs("debug.keep_finished_secs", self.keep_finished_secs, true)?;
+        between(
+            "debug.keep_finished_secs",
+            self.keep_finished_secs,
+            (0.0, "0"),
+            (86_400.0, "86400"),
+        )?;
+        between("debug.keep_finished", self.keep_finished, (0, "0"), (10_000, "10000"))?;
+        between(
+            "debug.ring_bytes",
+            self.ring_bytes,
+            (64 << 10, "65536"),
+            (64 << 20, "67108864"),
+        )?;
+        between("debug.max_inspectors", self.max_inspectors, (1, "1"), (64, "64"))?;
+        Ok(())
+    }
+}
+
 /// OpenTelemetry traces. Off unless an endpoint is given here or by `OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -1160,6 +1239,7 @@ impl Settings {
         self.resume.validate()?;
         self.cors.validate()?;
         self.websocket.validate()?;
+        self.debug.validate(admin)?;
         validate_frontends(&self.frontends, &self.resume.path_prefix)?;
         if let Some(p) = &self.telemetry.provider_name {
             let ok = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-');
@@ -1202,6 +1282,9 @@ impl Settings {
         shown.resume.redis_url = redact_userinfo(&self.resume.redis_url);
         if !shown.resume.binding_key.is_empty() {
             shown.resume.binding_key = "<redacted>".into();
+        }
+        if !shown.debug.token.is_empty() {
+            shown.debug.token = "<redacted>".into();
         }
         toml::to_string(&shown).unwrap_or_else(|e| format!("# cannot render: {e}\n"))
     }

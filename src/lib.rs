@@ -12,8 +12,8 @@
 //! legacy/     stage: legacy items -> envelope pieces (tags, escapes, raw dialect, scopes)
 //! translate/  the sans-I/O facade: feed(bytes) -> SSE bytes
 //! frontend/   the frontends' protocols: held envelopes -> AI SDK / AG-UI chunks (DESIGN 5.3)
-//! config, telemetry, demo, admin, cors, resume, proxy, cli: the daemon around it (cors: the CORS answer of
-//! the gateway's own responses; resume: held streams)
+//! config, telemetry, demo, inspect, admin, cors, resume, proxy, cli: the daemon around it (inspect: the stream
+//! inspector's state and routes; cors: the CORS answer of the gateway's own responses; resume: held streams)
 //! ```
 //!
 //! Nothing up to `frontend/` uses tokio, hyper or prometheus.
@@ -67,6 +67,7 @@ macro_rules! body_hints_from {
 pub mod config;
 pub mod telemetry;
 pub mod demo;
+pub mod inspect;
 pub mod admin;
 pub mod cors;
 pub mod resume;

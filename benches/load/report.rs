@@ -148,3 +148,22 @@ pub fn median(mut v: Vec<f64>) -> f64 {
         k => (v[k / 2 - 1] + v[k / 2]) / 2.0,
     }
 }
+
+/// The median over rounds of (`v` / `base` in the same round): the ratio of two interleaved targets.
+pub fn round_ratio(v: &[f64], base: &[f64]) -> f64 {
+    median(v.iter().zip(base).map(|(a, b)| a / b.max(f64::MIN_POSITIVE)).collect())
+}
+
+/// A row's ratio cell against the first row (`i` = 0: `1.00`).
+pub fn ratio_cell(i: usize, v: &[f64], base: &[f64]) -> String {
+    if i == 0 {
+        "1.00".to_owned()
+    } else {
+        format!("**{:.3}×**", round_ratio(v, base))
+    }
+}
+
+/// Each round's value with `digits` decimals, comma-separated.
+pub fn by_round(v: &[f64], digits: usize) -> String {
+    v.iter().map(|x| format!("{x:.digits$}")).collect::<Vec<_>>().join(", ")
+}

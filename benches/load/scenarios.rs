@@ -12,7 +12,7 @@ use hdrhistogram::Histogram;
 
 use crate::client::{histogram, run_phase, Kind, PhaseResult, Plan, Proto, Target};
 use crate::procs::{self, Proc};
-use crate::report::{median, ms, n, q, us, verdict, Report};
+use crate::report::{by_round, median, ms, n, q, ratio_cell, round_ratio, us, verdict, Report};
 use crate::Opts;
 
 /// The processes under test and their addresses.
@@ -370,7 +370,7 @@ pub(crate) fn report_failures(r: &PhaseResult, t: &Target, plan: &Plan, rep: &mu
 }
 
 /// Round-robin order, reversed on odd rounds (A B C D, D C B A, …) so slow drift hits every target alike.
-fn order(round: usize, n: usize) -> Vec<usize> {
+pub(crate) fn order(round: usize, n: usize) -> Vec<usize> {
     let mut v: Vec<usize> = (0..n).collect();
     if round % 2 == 1 {
         v.reverse();
@@ -425,7 +425,7 @@ pub async fn run(opts: &Opts, nofile: u64) -> Result<bool, String> {
     // `redis`: it needs redis-server, and `resume` already runs the Redis store in `all`.
     let one = opts.scenario.as_str();
     if !(one == "all"
-        || ["instructions", "redis", "websocket", "frontend", "otel"].contains(&one)
+        || ["instructions", "redis", "websocket", "frontend", "otel", "inspector"].contains(&one)
         || IN_ALL.contains(&one))
     {
         return Err(format!("unknown scenario {one:?}"));
@@ -444,6 +444,7 @@ pub async fn run(opts: &Opts, nofile: u64) -> Result<bool, String> {
             "redis" => crate::redis_scale::redis(opts, &env.up, &mut rep, &mut ok).await?,
             "websocket" => crate::websocket::websocket(opts, &env.up, &mut rep, &mut ok).await?,
             "frontend" => frontend(opts, &mut env, &mut rep, &mut ok).await?,
+            "inspector" => crate::inspector::inspector(opts, &env.up, &mut rep, &mut ok).await?,
             "otel" => otel(opts, &mut env, &mut rep, &mut ok).await?,
             _ => crate::instructions::instructions(opts, &env.up, &mut rep, &mut ok).await?,
         }
@@ -1216,22 +1217,15 @@ async fn frontend(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -
             failed[i] += r.failed();
         }
     }
-    let ratio =
-        |v: &[f64], base: &[f64]| median(v.iter().zip(base).map(|(a, b)| a / b.max(f64::MIN_POSITIVE)).collect());
-    let list = |v: &[f64], digits: usize| v.iter().map(|x| format!("{x:.digits$}")).collect::<Vec<_>>().join(", ");
     rep.line("| X-Stream-Format | gateway CPU per event, µs (median) | / json | user, µs | by round | bytes to the client per event | events/s delivered | failed streams |");
     rep.line("|---|---|---|---|---|---|---|---|");
     for (i, (format, _)) in FRONTEND_FORMATS.iter().enumerate() {
         rep.line(format!(
             "| {format} | **{:.2}** | {} | {:.2} | {} | {:.0} | {} | {} |",
             median(cpu[i].clone()),
-            if i == 0 {
-                "1.00".to_owned()
-            } else {
-                format!("**{:.3}×**", ratio(&cpu[i], &cpu[0]))
-            },
+            ratio_cell(i, &cpu[i], &cpu[0]),
             median(user[i].clone()),
-            list(&cpu[i], 2),
+            by_round(&cpu[i], 2),
             median(bytes[i].clone()),
             rate[i].iter().map(|r| n(*r)).collect::<Vec<_>>().join(", "),
             failed[i]
@@ -1239,7 +1233,7 @@ async fn frontend(opts: &Opts, env: &mut Env, rep: &mut Report, ok: &mut bool) -
     }
     rep.line("");
     for i in 1..k {
-        let r = ratio(&cpu[i], &cpu[0]);
+        let r = round_ratio(&cpu[i], &cpu[0]);
         let diff = median(cpu[i].iter().zip(&cpu[0]).map(|(a, b)| a - b).collect());
         rep.line(format!(
             "- {} / json, gateway CPU per event: {:.2} / {:.2} µs = {r:.3}× ({diff:+.2} µs, median of same-round \

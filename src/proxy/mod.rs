@@ -13,6 +13,8 @@
 //!     │
 //!  body/      the response body stack: the layers over the upstream body (translate, hold, follow, timers, …)
 //!     │
+//!  inspect/   the stream inspector's tap: a translated stream's events and envelopes kept for `/debug/`
+//!     │
 //!  trace/     OpenTelemetry: a request's SERVER span, a run's `invoke_agent` spans (a tap), the OTLP exporter
 //!     │
 //!  metrics/   the edge's metric families and the translator's observer
@@ -25,6 +27,7 @@ pub mod base;
 pub mod request;
 pub mod upstream;
 pub mod metrics;
+pub mod inspect;
 pub mod trace;
 pub mod body;
 pub mod frontend;

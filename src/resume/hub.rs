@@ -614,6 +614,12 @@ impl Stream {
         self.slow.store(cancelled || st.primary != Some(0), Ordering::Release);
     }
 
+    /// Readers attached now: the primary (the client, or its reconnection) and the watchers.
+    pub fn readers(&self) -> usize {
+        let st = self.state();
+        st.watchers + usize::from(st.primary.is_some())
+    }
+
     /// When the grace period of a stream nobody reads ends (`None` while a primary is attached).
     pub fn grace_deadline(&self) -> Option<Instant> {
         let st = self.state();

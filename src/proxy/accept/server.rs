@@ -26,6 +26,7 @@ use crate::proxy::accept::conn::{self, Activity, ClientIo, Tracked};
 
 use crate::admin::{self, Health};
 use crate::config::{duration, Settings};
+use crate::inspect::serve::Routes;
 use crate::proxy::accept::http1::{self, Service as _};
 use crate::proxy::accept::workers::Workers;
 use crate::proxy::base::drain::DrainSignal;
@@ -196,7 +197,13 @@ impl Gateway {
     /// run to their end for up to the drain timeout.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let (health, settings) = (self.health, self.settings);
-        let admin_task = tokio::spawn(admin::serve(self.admin_listener, self.registry, Arc::clone(&health)));
+        let inspector = self.shared.inspector.clone().map(|i| Arc::new(Routes::new(i)));
+        let admin_task = tokio::spawn(admin::serve(
+            self.admin_listener,
+            self.registry,
+            Arc::clone(&health),
+            inspector,
+        ));
         let builders = Arc::new(Builders::new(&settings));
         let limits = ConnLimits {
             first_request: duration(settings.server.header_read_timeout_secs),

@@ -148,6 +148,7 @@ impl<B: Gather> Body for Translate<B> {
                 Some(Err(e)) => {
                     // The client gets a well-formed end: error envelope, then a clean end of body.
                     let mut out = Vec::new();
+                    this.translator.observer_mut().input_ended();
                     this.translator.abort(&e.message(), &mut out);
                     let kind = e.kind().as_str();
                     this.translator.observer_mut().ended(RunEnd::UpstreamFailed { kind });
@@ -156,6 +157,7 @@ impl<B: Gather> Body for Translate<B> {
                 None => {
                     let mut out = Vec::new();
                     let started = Instant::now();
+                    this.translator.observer_mut().input_ended();
                     let end = this.translator.finish(&mut out);
                     let obs = this.translator.observer_mut();
                     if !out.is_empty() {
@@ -185,6 +187,7 @@ impl<B: Gather> Drain for Translate<B> {
             return DrainCut::Nothing;
         }
         let t = &mut self.translator;
+        t.observer_mut().input_ended();
         let mut out = Vec::new();
         let n = write_draining_envelope(&mut out, t.agent(), DRAINING_MESSAGE);
         let obs = t.observer_mut();

@@ -1,9 +1,9 @@
 //! The answers the edge writes itself when a request is not forwarded or its forwarding failed (a JSON error with
 //! its code, counted), and what every request handler shares.
 
-use crate::proxy::trace::Traces;
 use crate::config::{duration, Settings, StreamFormat};
 use crate::cors::{Cors, OwnAnswer};
+use crate::inspect::Inspector;
 use crate::proxy::body::stack::ResponseBody;
 use crate::proxy::frontend::adapter::BadBody;
 use crate::proxy::frontend::serve::Frontends;
@@ -12,6 +12,7 @@ use crate::proxy::request::body::ClientErrorKind;
 use crate::proxy::request::negotiate::Mode;
 use crate::proxy::socket;
 use crate::proxy::socket::metrics::SocketMetrics;
+use crate::proxy::trace::Traces;
 use crate::proxy::upstream::kind::UpstreamErrorKind;
 use crate::proxy::upstream::pool::{ForwardError, Upstream};
 use crate::resume::Resumer;
@@ -47,6 +48,8 @@ pub struct Shared {
     pub sockets: Option<Sockets>,
     /// The `[[frontend]]` routes and the frontends' encodings (`X-Stream-Format: ai-sdk | ag-ui`).
     pub frontends: Arc<Frontends>,
+    /// The stream inspector (`[debug] streams`); `None`: no stream is tapped for it.
+    pub inspector: Option<Arc<Inspector>>,
     /// OpenTelemetry traces, when an endpoint is configured (`proxy::trace`).
     pub traces: Option<Arc<Traces>>,
 }
@@ -120,6 +123,12 @@ impl Shared {
             cors: Cors::new(&settings.cors),
             sockets,
             frontends: Arc::new(Frontends::new(&settings.frontends, mirror, registry).map_err(|e| e.to_string())?),
+            inspector: match settings.debug.streams {
+                true => Some(Arc::new(
+                    Inspector::register(&settings.debug, registry).map_err(|e| e.to_string())?,
+                )),
+                false => None,
+            },
             traces: Traces::start(&settings.telemetry, registry, &tokio::runtime::Handle::current())?,
         })
     }

@@ -20,6 +20,7 @@ use crate::config::StreamFormat;
 use crate::cors::{self, Cors, OwnAnswer, Preflight};
 use crate::proxy::body::layer::StreamInfo;
 use crate::proxy::body::stack::{ResponseBody, StreamSettings};
+use crate::proxy::inspect::{HeldRun, InspectTap};
 use crate::proxy::metrics::edge::Fault;
 use crate::proxy::metrics::translator::StreamObserver;
 use crate::proxy::request::body::UpstreamBody;
@@ -219,6 +220,8 @@ async fn proxy(
     }
     let may_translate = wants == StreamFormat::Json;
     let method = req.method().clone();
+    // The inspector lists a stream by its path (never the query: it may carry credentials).
+    let inspect_path = shared.inspector.as_ref().map(|_| req.uri().path().to_owned());
     let origin = cors::origin(req.headers());
     let client_host = headers::client_host(&req);
     let (mut parts, body) = req.into_parts();
@@ -337,16 +340,30 @@ async fn proxy(
         tracing::warn!(status = %parts.status, "event stream not translatable (status or content encoding): passed through");
     }
     let mode = negotiate::body_mode(wants, shared.shadow, translatable);
+    // Only a translated stream is tapped for the inspector, and only when it is on: off, this costs nothing.
+    let watched = match (&shared.inspector, &inspect_path) {
+        (Some(i), Some(path)) if mode == Mode::Translate => {
+            let encoder = read.as_ref().map_or("json", |r| r.protocol.as_str());
+            Some((Arc::clone(i), i.open(path, encoder)))
+        }
+        _ => None,
+    };
     let mut translator = match mode {
         Mode::Passthrough => None,
-        Mode::Translate | Mode::Shadow => Some(Translator::with_observer(
-            translate::Options {
-                dialect: dialect.unwrap_or(shared.options.dialect),
-                ..shared.options.clone()
-            },
-            &agent,
-            StreamObserver::new(Arc::clone(&metrics.translator)),
-        )),
+        Mode::Translate | Mode::Shadow => {
+            let mut observer = StreamObserver::new(Arc::clone(&metrics.translator));
+            if let Some((i, w)) = &watched {
+                observer.tap(Box::new(InspectTap::new(Arc::clone(i), Arc::clone(w))));
+            }
+            Some(Translator::with_observer(
+                translate::Options {
+                    dialect: dialect.unwrap_or(shared.options.dialect),
+                    ..shared.options.clone()
+                },
+                &agent,
+                observer,
+            ))
+        }
     };
     // The run's span follows the translated stream (and outlives the request when the stream is held).
     let mut run_of_stream = None;
@@ -377,6 +394,9 @@ async fn proxy(
             r.create(b, &agent, grant)
         }
         .inspect(|s| {
+            if let Some((_, w)) = &watched {
+                w.hold(&s.hex, Arc::new(HeldRun(Arc::downgrade(s))));
+            }
             if let (Some(t), Some(run)) = (&shared.traces, &run_of_stream) {
                 t.remember_run(s.token, run.clone());
             }

@@ -38,6 +38,9 @@ pub trait Tap: Send {
     fn written(&mut self, _kind: EnvelopeKind, _event: &[u8]) {}
     /// The stream's dialect, once its first event settled it.
     fn dialect(&mut self, _dialect: Dialect) {}
+    /// The upstream's input ended (its end, a failure, the drain): the envelopes written from here on close the
+    /// run and are the gateway's own, not any event's.
+    fn input_ended(&mut self) {}
     /// Bad input, answered by an `error` envelope.
     fn parse_error(&mut self, _kind: ParseErrorKind) {}
     /// The run ended; told once. A tap dropped untold was cancelled.

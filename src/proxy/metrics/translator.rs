@@ -152,6 +152,13 @@ impl StreamObserver {
         self.taps.push(tap);
     }
 
+    /// Tells the taps that the upstream's input ended: what is written from here on is the gateway's own.
+    pub fn input_ended(&mut self) {
+        if !self.taps.is_empty() {
+            self.taps.each(|t| t.input_ended());
+        }
+    }
+
     /// Tells the taps how the run ended (once; a stream dropped untold is `Cancelled`).
     pub fn ended(&mut self, end: RunEnd) {
         self.taps.ended(end);
