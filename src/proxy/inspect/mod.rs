@@ -71,7 +71,7 @@ impl InspectTap {
 }
 
 impl Tap for InspectTap {
-    fn sse(&mut self, ev: &SseEvent<'_>) {
+    fn sse(&mut self, ev: &SseEvent<'_>) -> bool {
         match ev {
             SseEvent::Data(p) => self.piece(p),
             // WHATWG joins an event's data lines with LF.
@@ -91,6 +91,7 @@ impl Tap for InspectTap {
                 self.current = None;
             }
         }
+        true
     }
 
     fn written(&mut self, kind: EnvelopeKind, event: &[u8]) {

@@ -32,8 +32,11 @@ impl RunEnd {
 
 /// A watcher of one translated stream. Every method has an empty default.
 pub trait Tap: Send {
-    /// Each report of the SSE decoder, before the parser reads it.
-    fn sse(&mut self, _ev: &SseEvent<'_>) {}
+    /// Each report of the SSE decoder, before the parser reads it, while some tap of the stream wants them; returns
+    /// whether this one still does (the trace times only the first report, the inspector records them all).
+    fn sse(&mut self, _ev: &SseEvent<'_>) -> bool {
+        false
+    }
     /// One envelope's SSE event as written (`data: {…}\n\n`).
     fn written(&mut self, _kind: EnvelopeKind, _event: &[u8]) {}
     /// The stream's dialect, once its first event settled it.
@@ -55,6 +58,8 @@ pub struct Taps(Option<Box<Attached>>);
 struct Attached {
     taps: Vec<Box<dyn Tap>>,
     ended: bool,
+    /// Whether a tap still wants the decoder's reports (once none does, each report costs one branch).
+    sse: bool,
 }
 
 impl Taps {
@@ -64,6 +69,7 @@ impl Taps {
                 Box::new(Attached {
                     taps: Vec::with_capacity(1),
                     ended: false,
+                    sse: true,
                 })
             })
             .taps
@@ -79,6 +85,17 @@ impl Taps {
             for t in &mut a.taps {
                 f(t.as_mut());
             }
+        }
+    }
+
+    /// Passes a decoder report on, while a tap wants them.
+    pub fn sse(&mut self, ev: &SseEvent<'_>) {
+        if let Some(a) = self.0.as_mut().filter(|a| a.sse) {
+            let mut wanted = false;
+            for t in &mut a.taps {
+                wanted |= t.sse(ev);
+            }
+            a.sse = wanted;
         }
     }
 
@@ -126,5 +143,34 @@ mod tests {
         drop(taps);
         assert_eq!(told.lock().expect("lock").last(), Some(&RunEnd::Cancelled));
         assert_eq!(std::mem::size_of::<Taps>(), std::mem::size_of::<usize>());
+    }
+
+    /// Wants the decoder's reports until it has seen `wanted` of them.
+    struct Counting(Arc<Mutex<u32>>, u32);
+
+    impl Tap for Counting {
+        fn sse(&mut self, _ev: &SseEvent<'_>) -> bool {
+            let mut n = self.0.lock().expect("lock");
+            *n += 1;
+            *n < self.1
+        }
+    }
+
+    #[test]
+    fn reports_stop_once_no_tap_wants_them_and_go_on_while_one_does() {
+        let (a, b) = (Arc::new(Mutex::new(0)), Arc::new(Mutex::new(0)));
+        let mut taps = Taps::default();
+        taps.push(Box::new(Counting(Arc::clone(&a), 1)));
+        for _ in 0..5 {
+            taps.sse(&SseEvent::DataLine);
+        }
+        assert_eq!(*a.lock().expect("lock"), 1);
+        let mut taps = Taps::default();
+        taps.push(Box::new(Counting(Arc::clone(&a), 1)));
+        taps.push(Box::new(Counting(Arc::clone(&b), 3)));
+        for _ in 0..5 {
+            taps.sse(&SseEvent::DataLine);
+        }
+        assert_eq!(*b.lock().expect("lock"), 3, "the second tap wanted three");
     }
 }

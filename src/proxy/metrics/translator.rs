@@ -257,9 +257,7 @@ impl Observer for StreamObserver {
     }
 
     fn sse(&mut self, ev: &SseEvent<'_>) {
-        if !self.taps.is_empty() {
-            self.taps.each(|t| t.sse(ev));
-        }
+        self.taps.sse(ev);
     }
 
     fn written(&mut self, kind: EnvelopeKind, event: &[u8]) {

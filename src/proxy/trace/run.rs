@@ -229,16 +229,18 @@ impl RunTrace {
 }
 
 impl Tap for RunTrace {
-    fn sse(&mut self, ev: &SseEvent<'_>) {
+    fn sse(&mut self, ev: &SseEvent<'_>) -> bool {
         // The first report of the first event (its first data, or its dispatch): a streamed item's envelopes
-        // start before its event is complete.
-        if !self.seen_event && !matches!(ev, SseEvent::Discard) {
-            self.seen_event = true;
-            let secs = self.sent.elapsed().as_secs_f64();
-            self.cx
-                .span()
-                .set_attribute(KeyValue::new("gen_ai.response.time_to_first_chunk", secs));
+        // start before its event is complete. Nothing later is wanted (another tap may still call: timed once).
+        if self.seen_event || matches!(ev, SseEvent::Discard) {
+            return !self.seen_event;
         }
+        self.seen_event = true;
+        let secs = self.sent.elapsed().as_secs_f64();
+        self.cx
+            .span()
+            .set_attribute(KeyValue::new("gen_ai.response.time_to_first_chunk", secs));
+        false
     }
 
     fn written(&mut self, kind: EnvelopeKind, event: &[u8]) {
