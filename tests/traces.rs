@@ -388,6 +388,13 @@ async fn a_full_queue_drops_spans_and_counts_them_and_gzip_is_sent_when_asked() 
     collector
         .wait_for("a gzipped export", |g| g.span.name == "invoke_agent")
         .await;
+    let sent_as = collector.sent_as();
+    assert!(
+        sent_as
+            .iter()
+            .all(|(gzip, key)| *gzip && key.as_deref() == Some("abc def")),
+        "every export gzipped, with the %-decoded header: {sent_as:?}"
+    );
 }
 
 #[tokio::test]

@@ -202,13 +202,7 @@ pub async fn instructions(opts: &Opts, up: &[u16], rep: &mut Report, ok: &mut bo
 /// `X-Stream-Format: json`, `ai-sdk` and `ag-ui` in turn, as `instructions` counts them; the ratios to `json`. The
 /// dumps stay in the scratch directory for `callgrind_annotate` (where the encoding's instructions go).
 pub async fn frontend(opts: &Opts, up: &[u16], rep: &mut Report, ok: &mut bool) -> Result<(), String> {
-    let installed = Command::new("valgrind")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !installed {
-        rep.line("(instructions per event skipped: no valgrind; apt-get install -y valgrind)\n");
+    if !valgrind_or_skip(rep) {
         return Ok(());
     }
     let window = Duration::from_secs_f64(if opts.quick { 2.0 } else { 4.0 });
@@ -272,13 +266,7 @@ pub async fn frontend(opts: &Opts, up: &[u16], rep: &mut Report, ok: &mut bool) 
 /// `otel`'s deterministic half: instructions per event under callgrind of the gateway with traces off and with
 /// traces exported to `sink` (issue 36: at most 5 % more).
 pub async fn otel(opts: &Opts, up: &[u16], sink: &str, rep: &mut Report, ok: &mut bool) -> Result<(), String> {
-    let installed = Command::new("valgrind")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !installed {
-        rep.line("(instructions per event skipped: no valgrind; apt-get install -y valgrind)\n");
+    if !valgrind_or_skip(rep) {
         return Ok(());
     }
     let window = Duration::from_secs_f64(if opts.quick { 2.0 } else { 4.0 });
@@ -336,4 +324,17 @@ pub async fn otel(opts: &Opts, up: &[u16], sink: &str, rep: &mut Report, ok: &mu
         verdict(r <= 1.05)
     ));
     Ok(())
+}
+
+/// Whether valgrind can be run; says so in the report when not.
+fn valgrind_or_skip(rep: &mut Report) -> bool {
+    let installed = Command::new("valgrind")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !installed {
+        rep.line("(instructions per event skipped: no valgrind; apt-get install -y valgrind)\n");
+    }
+    installed
 }

@@ -63,6 +63,15 @@ pub fn write_gateway_error(out: &mut Vec<u8>, agent: &str, kind: &str, message: 
     BlockHeader::new(EnvelopeKind::Error, agent, Extras::new()).write_event(out, true, &delta.to_string())
 }
 
+/// The agent of an envelope's JSON as [`BlockHeader`] writes it: ids carry no escapes (`ids::is_valid`), so the
+/// agent ends at the next quote.
+pub fn agent_of(json: &[u8]) -> Option<&str> {
+    const KEY: &[u8] = b"\"agent\":\"";
+    let at = memchr::memmem::find(json, KEY)? + KEY.len();
+    let len = memchr::memchr(b'"', &json[at..])?;
+    std::str::from_utf8(&json[at..at + len]).ok()
+}
+
 /// Bytes of an envelope around its delta's escaped content:
 /// `false,"delta":"` + `"` + extras + `}` after the prefix. `false` is used
 /// for both values of `final` so the bound holds before we know which.
@@ -150,6 +159,17 @@ impl BlockHeader {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_agent_is_read_back_from_what_the_header_wrote() {
+        let mut out = Vec::new();
+        let h = super::BlockHeader::new(super::EnvelopeKind::ToolCall, "a-1", super::Extras::new());
+        h.write_event(&mut out, false, "{\"agent\":\"not this\"}");
+        let json = crate::sse::encoder::data_of(&out);
+        assert!(json.starts_with(b"{") && json.ends_with(b"}"), "{json:?}");
+        assert_eq!(super::agent_of(json), Some("a-1"));
+        assert_eq!(super::agent_of(b"{\"type\":\"text\"}"), None);
+    }
+
     use super::*;
 
     fn ids(id: &str, name: &str) -> Extras {

@@ -93,13 +93,6 @@ pub fn gap(dropped: u64) -> Bytes {
     Bytes::from(format!(r#"{{"side":"gap","dropped":{dropped}}}"#))
 }
 
-/// The JSON object of an envelope's SSE event as written (`data: {…}\n\n`): from its first `{` to its last `}`.
-pub fn envelope_json(event: &[u8]) -> Option<&[u8]> {
-    let start = memchr::memchr(b'{', event)?;
-    let end = memchr::memrchr(b'}', event)?;
-    (start < end).then(|| &event[start..=end])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,7 +124,7 @@ mod tests {
     #[test]
     fn an_envelope_record_embeds_the_object_and_links_its_event() {
         let ev = b"data: {\"type\":\"text\",\"agent\":\"a\",\"final\":false,\"delta\":\"hi\"}\n\n";
-        let data = envelope_json(ev);
+        let data = Some(crate::sse::encoder::data_of(ev));
         let e = Envelope {
             seq: 0,
             t_ms: 1,

@@ -9,9 +9,11 @@ use bytes::Bytes;
 use serde::Serialize;
 use tokio::sync::{watch, Notify};
 
-use super::record::{self, Envelope, Raw};
+use super::record::{Envelope, Raw};
 use super::ring::Ring;
+use crate::envelope::agent_of;
 use crate::protocol::EnvelopeKind;
+use crate::sse::encoder;
 use crate::translate::Dialect;
 
 /// Agents a stream's summary lists at most (the first to appear).
@@ -209,8 +211,8 @@ impl Watched {
     /// An envelope's SSE event was written, while event `raw_seq` was read (`None`: the gateway's own).
     pub fn envelope(&self, kind: EnvelopeKind, raw_seq: Option<u64>, event: &[u8]) {
         let t_ms = self.t_ms();
-        let json = record::envelope_json(event);
-        let agent = json.and_then(agent_of);
+        let json = Some(encoder::data_of(event)).filter(|j| !j.is_empty());
+        let agent = json.and_then(agent_of).map(str::as_bytes);
         let mut g = self.lock();
         let seq = g.envelope_seq;
         g.envelope_seq += 1;
@@ -349,15 +351,6 @@ impl Watched {
         }
         v
     }
-}
-
-/// The `agent` of an envelope's JSON object: the translator writes `{"type":"…","agent":"…",…`, and agent ids
-/// are plain (checked by `envelope::ids`), so no JSON parse is needed.
-fn agent_of(json: &[u8]) -> Option<&[u8]> {
-    const KEY: &[u8] = b"\"agent\":\"";
-    let at = memchr::memmem::find(json, KEY)? + KEY.len();
-    let len = memchr::memchr(b'"', &json[at..])?;
-    Some(&json[at..at + len])
 }
 
 #[cfg(test)]

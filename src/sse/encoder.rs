@@ -14,3 +14,9 @@ pub fn event<R>(out: &mut Vec<u8>, line: impl FnOnce(&mut Vec<u8>) -> R) -> R {
     out.extend_from_slice(b"\n\n");
     r
 }
+
+/// The data line of an event [`event`] wrote (what `line` wrote).
+pub fn data_of(event: &[u8]) -> &[u8] {
+    let e = event.strip_prefix(b"data: ").unwrap_or(event);
+    e.strip_suffix(b"\n\n").unwrap_or(e)
+}

@@ -40,6 +40,8 @@ struct State {
     spans: Vec<Got>,
     /// When each export arrived, and whether it decoded.
     requests: Vec<(Instant, bool)>,
+    /// Each export's `Content-Encoding: gzip`, and its `x-api-key` header.
+    sent_as: Vec<(bool, Option<String>)>,
     script: VecDeque<Answer>,
     /// What every export past the script gets.
     then: Option<Answer>,
@@ -94,6 +96,11 @@ impl Collector {
         self.state.lock().expect("lock").requests.clone()
     }
 
+    /// Each export's `Content-Encoding: gzip`, and its `x-api-key` header.
+    pub fn sent_as(&self) -> Vec<(bool, Option<String>)> {
+        self.state.lock().expect("lock").sent_as.clone()
+    }
+
     /// Waits until a span satisfies `want`; all spans so far then.
     pub async fn wait_for(&self, what: &str, want: impl Fn(&Got) -> bool) -> Vec<Got> {
         let deadline = Instant::now() + super::PATIENCE;
@@ -122,6 +129,11 @@ async fn receive(st: &Arc<Mutex<State>>, req: hyper::Request<hyper::body::Incomi
         .get("content-type")
         .is_some_and(|v| v.as_bytes() == b"application/x-protobuf");
     let path_ok = req.uri().path() == "/v1/traces";
+    let api_key = req
+        .headers()
+        .get("x-api-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     let body = req
         .into_body()
         .collect()
@@ -143,6 +155,7 @@ async fn receive(st: &Arc<Mutex<State>>, req: hyper::Request<hyper::body::Incomi
     let answer = {
         let mut s = st.lock().expect("lock");
         s.requests.push((Instant::now(), decoded.is_some()));
+        s.sent_as.push((gzip, api_key));
         let answer = s
             .script
             .pop_front()

@@ -11,9 +11,10 @@ use opentelemetry::{Context, KeyValue};
 use serde_json::Value;
 
 use super::Traces;
-use crate::envelope::EnvelopeKind;
+use crate::envelope::{agent_of, EnvelopeKind};
 use crate::frontend::envelope::Envelope;
 use crate::proxy::metrics::tap::{RunEnd, Tap};
+use crate::sse::encoder;
 use crate::sse::SseEvent;
 use crate::translate::{Dialect, ParseErrorKind};
 
@@ -252,9 +253,9 @@ impl Tap for RunTrace {
                 .span()
                 .set_attribute(KeyValue::new("sse_gateway.time_to_first_envelope", secs));
         }
-        let json = envelope_json(event);
+        let json = encoder::data_of(event);
         if !self.children.is_empty() {
-            if let Some(agent) = agent_of(json, kind) {
+            if let Some(agent) = agent_of(json) {
                 if let Some(c) = self.children.iter_mut().find(|c| c.agent == agent) {
                     c.last = SystemTime::now();
                 }
@@ -342,23 +343,6 @@ fn provider_of(d: Dialect) -> &'static str {
     }
 }
 
-/// The JSON object of an envelope's SSE event (`data: {…}\n\n`).
-fn envelope_json(event: &[u8]) -> &[u8] {
-    let e = event.strip_prefix(b"data: ").unwrap_or(event);
-    let end = e.iter().rposition(|&b| b != b'\n' && b != b'\r').map_or(0, |i| i + 1);
-    &e[..end]
-}
-
-/// The agent of an envelope as `BlockHeader` writes it (`{"type":"…","agent":"…",`); ids carry no escapes
-/// (`envelope::ids`), so the agent ends at the next quote.
-fn agent_of(json: &[u8], kind: EnvelopeKind) -> Option<&str> {
-    let rest = json.strip_prefix(b"{\"type\":\"")?;
-    let rest = rest.strip_prefix(kind.as_str().as_bytes())?;
-    let rest = rest.strip_prefix(b"\",\"agent\":\"")?;
-    let end = memchr::memchr(b'"', rest)?;
-    std::str::from_utf8(&rest[..end]).ok()
-}
-
 fn is_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 64
@@ -404,13 +388,6 @@ fn take_gathered(gathered: &mut Vec<(String, String)>, id: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_agent_is_read_where_the_header_writes_it() {
-        let e = b"data: {\"type\":\"text\",\"agent\":\"a-1\",\"final\":false,\"delta\":\"x\"}\n\n";
-        assert_eq!(agent_of(envelope_json(e), EnvelopeKind::Text), Some("a-1"));
-        assert_eq!(agent_of(envelope_json(e), EnvelopeKind::Thinking), None);
-    }
 
     #[test]
     fn labels_are_short_and_plain() {
