@@ -25,6 +25,7 @@ use tokio_tungstenite::WebSocketStream;
 use crate::proxy::body::follow::{Follow, RemoteFollow};
 use crate::proxy::socket::messages::{self, Encoder, Event, FromClient, Outcome, Queue, Subprotocol};
 use crate::proxy::socket::metrics::{SocketKind, SocketMetrics};
+use crate::proxy::socket::upgrade::Reserved;
 use crate::resume::id::Token;
 use crate::resume::metrics::Resumption;
 use crate::resume::sessions::{SessionError, SessionLimits};
@@ -34,6 +35,10 @@ use crate::resume::{Opened, Refusal, Resumer};
 /// `websocket.write_timeout_secs`, if shorter) the connection is dropped. A socket that fell behind has this long
 /// to read what came before its 4003.
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
+
+/// What a socket reads at once from the connection: what clients send is small (pongs, a cancel, the credential),
+/// and an idle socket holds this buffer. A larger message is read in several reads.
+const READ_BUFFER: usize = 128;
 
 /// A socket's bounds (`websocket.*`, docs/WEBSOCKET.md).
 #[derive(Debug, Clone)]
@@ -69,7 +74,7 @@ pub enum Target {
 pub enum Binding {
     Known([u8; 32]),
     /// The handshake's headers, completed by the first message's `authorization`.
-    AwaitAuth(HeaderMap),
+    AwaitAuth(Box<HeaderMap>),
 }
 
 /// How a socket closes (kept with the metrics that count each code).
@@ -156,24 +161,35 @@ fn poll_streams(open: &mut [Open], next: &mut usize, cx: &mut Context<'_>) -> Po
     Poll::Pending
 }
 
-/// Serves one upgraded connection to its close.
+/// Serves one connection from its upgrade to its close. The task's future is what an idle socket holds, sized by
+/// its largest state: every rare await (opening, cancelling, the close handshake) is boxed, and the socket's
+/// bounds are read from `shared`, not copied into it.
 pub async fn serve(
-    io: Upgraded,
+    upgrade: hyper::upgrade::OnUpgrade,
+    // Held to the socket's end: its place under `websocket.max_sockets`.
+    _reserved: Reserved,
     shared: Arc<Shared>,
     proto: Subprotocol,
     target: Target,
     binding: Binding,
     mut drain: watch::Receiver<bool>,
 ) {
+    let io = match upgrade.await {
+        Ok(io) => io,
+        Err(e) => {
+            tracing::debug!(error = %e, "the WebSocket upgrade did not complete");
+            return;
+        }
+    };
     let kind = match target {
         Target::Stream(..) => SocketKind::Stream,
         Target::Session(_) => SocketKind::Session,
     };
-    let limits = shared.limits.clone();
+    let max_message = shared.limits.max_message_bytes;
     let config = WebSocketConfig::default()
-        .max_message_size(Some(limits.max_message_bytes))
-        .max_frame_size(Some(limits.max_message_bytes))
-        .read_buffer_size(512)
+        .max_message_size(Some(max_message))
+        .max_frame_size(Some(max_message))
+        .read_buffer_size(READ_BUFFER)
         // Written through at once: a buffer kept per socket would cost every idle socket its capacity.
         .write_buffer_size(0);
     let ws = WebSocketStream::from_raw_socket(TokioIo::new(io), Role::Server, Some(config)).await;
@@ -193,9 +209,13 @@ pub async fn serve(
         last_heard: Instant::now(),
         peer_closed: false,
     };
-    let closing = socket.run(target, binding, &mut drain).await;
+    let closing = match Box::pin(socket.start(target, binding)).await {
+        Ok(mut reading) => socket.run(&mut reading, &mut drain).await,
+        Err(c) => c,
+    };
     shared.metrics.closed(closing.code());
-    socket.close(closing, limits.write_timeout.min(CLOSE_GRACE)).await;
+    let grace = shared.limits.write_timeout.min(CLOSE_GRACE);
+    Box::pin(socket.close(closing, grace)).await;
 }
 
 type Ws = WebSocketStream<TokioIo<Upgraded>>;
@@ -229,58 +249,83 @@ enum Heard {
     Close(Closing),
 }
 
+/// What a socket reads once started: its streams, and a session's positions and binding for streams to come.
+struct Reading {
+    open: Vec<Open>,
+    after: HashMap<Token, u64>,
+    session: Option<Box<crate::resume::sessions::Session>>,
+    binding: [u8; 32],
+}
+
 impl Socket {
-    async fn run(&mut self, target: Target, binding: Binding, drain: &mut watch::Receiver<bool>) -> Closing {
-        let limits = self.shared.limits.clone();
+    /// The binding (waiting for the credential message if it is not known) and the streams the socket starts
+    /// with. Rare and large: its caller boxes it.
+    async fn start(&mut self, target: Target, binding: Binding) -> Result<Reading, Closing> {
+        let shared = Arc::clone(&self.shared);
+        let limits = &shared.limits;
         let binding = match binding {
             Binding::Known(b) => b,
-            Binding::AwaitAuth(headers) => match self.auth(headers, limits.auth_timeout).await {
-                Ok(b) => b,
-                Err(c) => return c,
-            },
+            Binding::AwaitAuth(headers) => self.auth(*headers, limits.auth_timeout).await?,
         };
-        let r = Arc::clone(&self.shared.resumer);
-        let mut open: Vec<Open> = Vec::new();
-        let mut after = HashMap::new();
-        let mut session = None;
-        if let Target::Stream(token, _) = &target {
-            self.session_id = token.hex();
-        }
+        let r = &shared.resumer;
+        let mut reading = Reading {
+            // A stream's socket holds one (a first push would make room for four of these 264-byte entries).
+            open: Vec::with_capacity(usize::from(matches!(target, Target::Stream(..)))),
+            after: HashMap::new(),
+            session: None,
+            binding,
+        };
         match target {
-            Target::Stream(token, at) => match self.open(&r, token, binding, at).await {
-                Ok(o) => open.push(o),
-                Err(c) => return c,
-            },
+            Target::Stream(token, at) => {
+                self.session_id = token.hex();
+                reading.open.push(self.open(r, token, binding, at).await?);
+            }
             Target::Session(positions) => {
-                after = positions;
+                reading.after = positions;
                 let bounds = SessionLimits {
                     max_sessions: limits.max_sessions,
                     max_listed: limits.max_streams_per_session,
                 };
                 let s = match r.session(binding, bounds).await {
                     Ok(s) => s,
-                    Err(SessionError::Full) => return Closing::Busy,
-                    Err(SessionError::Store(_)) => return Closing::Store,
+                    Err(SessionError::Full) => return Err(Closing::Busy),
+                    Err(SessionError::Store(_)) => return Err(Closing::Store),
                 };
                 let listed: Vec<_> = s.listed().iter().map(|l| (l.token, l.ended)).collect();
                 for (token, ended) in listed {
                     // An ended stream is read again only where the client asks to go on after a position.
-                    if ended && !after.contains_key(&token) {
+                    if ended && !reading.after.contains_key(&token) {
                         continue;
                     }
-                    if open.len() >= limits.max_streams_per_session {
+                    if reading.open.len() >= limits.max_streams_per_session {
                         self.shared.metrics.session_full.inc();
                         break;
                     }
-                    let at = after.remove(&token).unwrap_or(0);
-                    if let Ok(o) = self.open(&r, token, binding, at).await {
+                    let at = reading.after.remove(&token).unwrap_or(0);
+                    if let Ok(o) = self.open(r, token, binding, at).await {
                         self.announce(&o.token);
-                        open.push(o);
+                        reading.open.push(o);
                     }
                 }
-                session = Some(s);
+                // Boxed: a stream's socket (the common one) holds no room for it.
+                reading.session = Some(Box::new(s));
             }
         }
+        Ok(reading)
+    }
+
+    /// The socket's life once started: what its streams send, what the client says, pings, until it closes.
+    async fn run(&mut self, reading: &mut Reading, drain: &mut watch::Receiver<bool>) -> Closing {
+        // By reference: an async fn's arguments are kept beside what it makes of them.
+        let Reading {
+            open,
+            after,
+            session,
+            binding,
+        } = reading;
+        let binding = *binding;
+        let shared = Arc::clone(&self.shared);
+        let (limits, r) = (&shared.limits, &shared.resumer);
         let mut next = 0;
         let mut ping =
             tokio::time::interval_at(tokio::time::Instant::now() + limits.ping_interval, limits.ping_interval);
@@ -318,11 +363,11 @@ impl Socket {
                         };
                         if let Some(token) = token {
                             // The stream's own end (`stream_cancelled`) tells the socket, as any reader.
-                            let _ = r.cancel(&token, binding).await;
+                            let _ = Box::pin(r.cancel(&token, binding)).await;
                         }
                     }
                 },
-                polled = poll_fn(|cx| poll_streams(&mut open, &mut next, cx)), if room && !open.is_empty() => {
+                polled = poll_fn(|cx| poll_streams(open, &mut next, cx)), if room && !open.is_empty() => {
                     match polled {
                         Polled::Frame(i, frame) => {
                             let before = self.queue.len_bytes();
@@ -336,7 +381,7 @@ impl Socket {
                             let outcome = self.ended(ended, session.is_some());
                             if session.is_none() {
                                 // The last messages go out before the close.
-                                if let Err(c) = self.finish_writes(limits.write_timeout).await {
+                                if let Err(c) = Box::pin(self.finish_writes(limits.write_timeout)).await {
                                     return c;
                                 }
                                 return closing_of_outcome(outcome);
@@ -348,12 +393,12 @@ impl Socket {
                         return Closing::Behind;
                     }
                 }
-                started = next_start(&mut session), if session.is_some() => match started {
+                started = next_start(session), if session.is_some() => match started {
                     // Told twice (a listing racing an announcement): already carried.
                     Some(token) if open.iter().any(|o| o.token == token) => {}
                     Some(token) if open.len() < limits.max_streams_per_session => {
                         let at = after.remove(&token).unwrap_or(0);
-                        if let Ok(o) = self.open(&r, token, binding, at).await {
+                        if let Ok(o) = self.open(r, token, binding, at).await {
                             self.announce(&o.token);
                             open.push(o);
                         }
@@ -420,7 +465,7 @@ impl Socket {
     /// Opens `token` for this socket (a watcher's cursor, so the run is never held back by it).
     async fn open(&mut self, r: &Resumer, token: Token, binding: [u8; 32], after: u64) -> Result<Open, Closing> {
         let metrics = Arc::clone(&r.metrics);
-        let reader = match r.open(&token, binding, after, false).await {
+        let reader = match Box::pin(r.open(&token, binding, after, false)).await {
             Ok(Opened::Local(stream, cursor)) => Reader::Local(Follow::new(stream, cursor, metrics, Instant::now())),
             Ok(Opened::Remote(reader)) => Reader::Remote(RemoteFollow::new(*reader, after, metrics, Instant::now())),
             Err(refusal) => {
@@ -664,7 +709,7 @@ impl Socket {
 }
 
 /// The next stream of a session's binding to start.
-async fn next_start(session: &mut Option<crate::resume::sessions::Session>) -> Option<Token> {
+async fn next_start(session: &mut Option<Box<crate::resume::sessions::Session>>) -> Option<Token> {
     match session {
         Some(s) => s.next_start().await,
         None => std::future::pending().await,
@@ -675,5 +720,32 @@ async fn next_start(session: &mut Option<crate::resume::sessions::Session>) -> O
 async fn draining(drain: &mut watch::Receiver<bool>) {
     if drain.wait_for(|d| *d).await.is_err() {
         std::future::pending::<()>().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Args = (
+        hyper::upgrade::OnUpgrade,
+        Reserved,
+        Arc<Shared>,
+        Subprotocol,
+        Target,
+        Binding,
+        watch::Receiver<bool>,
+    );
+
+    fn future_size<Fut>(_: impl FnOnce(Args) -> Fut) -> usize {
+        std::mem::size_of::<Fut>()
+    }
+
+    /// The socket's task is what every idle socket holds (issue 38: 2.8 KiB with its rare awaits inline, the
+    /// bounds copied twice and the start's arguments kept beside the loop's state).
+    #[test]
+    fn a_sockets_task_holds_at_most_1_5_kib() {
+        let size = future_size(|(u, r, s, p, t, b, d): Args| serve(u, r, s, p, t, b, d));
+        assert!(size <= 1536, "the socket's task future is {size} bytes");
     }
 }

@@ -45,7 +45,7 @@ pub struct Sockets {
 }
 
 /// One reserved socket; released when its task ends.
-struct Reserved(Arc<Sockets>);
+pub struct Reserved(Arc<Sockets>);
 
 impl Drop for Reserved {
     fn drop(&mut self) {
@@ -210,7 +210,7 @@ async fn answer(
         .filter_map(|v| v.to_str().ok());
     let wants_auth = Subprotocol::auth_offered(offers);
     let binding = if wants_auth && r.binds_authorization() && !h.contains_key(header::AUTHORIZATION) {
-        Binding::AwaitAuth(h.clone())
+        Binding::AwaitAuth(Box::new(h.clone()))
     } else {
         if matches!(target, Target::Session(_)) && !r.has_bound_values(h) {
             return Err(refuse(
@@ -240,13 +240,9 @@ async fn answer(
     };
     let on_upgrade = hyper::upgrade::on(&mut *req);
     let (shared, proto) = (Arc::clone(shared), chosen.unwrap_or(Subprotocol::Gateway));
-    tokio::spawn(async move {
-        let _reserved = reserved;
-        match on_upgrade.await {
-            Ok(io) => serve::serve(io, shared, proto, target, binding, drain).await,
-            Err(e) => tracing::debug!(error = %e, "the WebSocket upgrade did not complete"),
-        }
-    });
+    tokio::spawn(serve::serve(
+        on_upgrade, reserved, shared, proto, target, binding, drain,
+    ));
     let mut resp = Response::new(ResponseBody::full(bytes::Bytes::new()));
     *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     let out = resp.headers_mut();
