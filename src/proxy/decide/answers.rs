@@ -57,7 +57,7 @@ pub struct Shared {
 /// What the WebSocket handshakes share.
 pub struct Sockets {
     pub shared: Arc<socket::serve::Shared>,
-    pub open: Arc<socket::upgrade::Sockets>,
+    pub open: Arc<socket::cap::Sockets>,
     /// `websocket.allow_origins` with `[cors] allow_origins`.
     pub allow_origins: Vec<String>,
 }
@@ -82,7 +82,7 @@ impl Sockets {
                 metrics: Arc::new(metrics),
                 limits,
             }),
-            open: socket::upgrade::Sockets::new(w.max_sockets),
+            open: socket::cap::Sockets::new(w.max_sockets),
             allow_origins: w
                 .allow_origins
                 .iter()

@@ -4,8 +4,9 @@
 //!
 //! `upgrade` checks and answers the handshake and spawns the socket; `serve` runs it (readers, backpressure,
 //! the client's messages, close codes); `messages` writes and reads what goes over it (the two subprotocols);
-//! `metrics` counts it.
+//! `metrics` counts it; `cap` holds the sockets under `websocket.max_sockets`.
 
+pub mod cap;
 pub mod messages;
 pub mod metrics;
 pub mod serve;

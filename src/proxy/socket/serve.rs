@@ -23,9 +23,9 @@ use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
 use tokio_tungstenite::WebSocketStream;
 
 use crate::proxy::body::follow::{Follow, RemoteFollow};
+use crate::proxy::socket::cap::Reserved;
 use crate::proxy::socket::messages::{self, Encoder, Event, FromClient, Outcome, Queue, Subprotocol};
 use crate::proxy::socket::metrics::{SocketKind, SocketMetrics};
-use crate::proxy::socket::upgrade::Reserved;
 use crate::resume::id::Token;
 use crate::resume::metrics::Resumption;
 use crate::resume::sessions::{SessionError, SessionLimits};

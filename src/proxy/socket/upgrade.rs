@@ -3,7 +3,6 @@
 //! served on the upgraded connection by a task of its own.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use http::header::{self, HeaderValue};
@@ -14,6 +13,7 @@ use crate::cors::Cors;
 use crate::proxy::base::drain::DrainSignal;
 use crate::proxy::body::stack::ResponseBody;
 use crate::proxy::request::body::UpstreamBody;
+use crate::proxy::socket::cap::Sockets;
 use crate::proxy::socket::messages::Subprotocol;
 use crate::proxy::socket::metrics::Refused;
 use crate::proxy::socket::serve::{self, Binding, Shared, Target};
@@ -35,37 +35,6 @@ impl Refusal {
         self.tell_version
             .then(|| (header::SEC_WEBSOCKET_VERSION, HeaderValue::from_static("13")))
             .into_iter()
-    }
-}
-
-/// Sockets reserved or open, against `websocket.max_sockets`.
-pub struct Sockets {
-    open: AtomicUsize,
-    max: usize,
-}
-
-/// One reserved socket; released when its task ends.
-pub struct Reserved(Arc<Sockets>);
-
-impl Drop for Reserved {
-    fn drop(&mut self) {
-        self.0.open.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-impl Sockets {
-    pub fn new(max: usize) -> Arc<Self> {
-        Arc::new(Self {
-            open: AtomicUsize::new(0),
-            max,
-        })
-    }
-
-    fn reserve(self: &Arc<Self>) -> Option<Reserved> {
-        self.open
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < self.max).then_some(n + 1))
-            .ok()
-            .map(|_| Reserved(Arc::clone(self)))
     }
 }
 
@@ -348,15 +317,5 @@ mod tests {
         assert!(!is_websocket(&req(Method::POST, "websocket", "upgrade")));
         assert!(!is_websocket(&req(Method::GET, "h2c", "upgrade")));
         assert!(!is_websocket(&req(Method::GET, "websocket", "keep-alive")));
-    }
-
-    #[test]
-    fn the_socket_cap_holds_and_frees() {
-        let s = Sockets::new(1);
-        let a = s.reserve();
-        assert!(a.is_some());
-        assert!(s.reserve().is_none());
-        drop(a);
-        assert!(s.reserve().is_some());
     }
 }
