@@ -830,6 +830,37 @@ async fn redis_losing_its_data_is_noticed_and_counted() {
     ));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_written_after_a_flush_never_make_a_key_without_expiry() {
+    // No heartbeat during the test: an owner that dies before its next one would leave such a key forever.
+    let Some((t, mut conn)) = two_watched(|o| o.heartbeat = Duration::from_secs(15)).await else {
+        return;
+    };
+    let tok = t.created();
+    assert!(append(&t.a, &tok, 1..=3));
+    open_when_visible(&t.b, &tok, binding(1), None).await;
+    let events_key = format!("sse-gateway:{{{tok}}}:events");
+    let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await.expect("FLUSHALL");
+    // Queued before the writer learns of the loss: written to a Redis without the stream's keys.
+    let _ = append(&t.a, &tok, 4..=6);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg(&events_key)
+        .query_async(&mut conn)
+        .await
+        .expect("PTTL");
+    // -2: no such key; -1 would be a key without expiry.
+    assert_eq!(pttl, -2, "the events key after the flush");
+    within(PATIENCE, "the loss counted", async {
+        while t.a_counts.store_lost.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert_eq!(t.a_counts.store_lost.load(Ordering::SeqCst), 1);
+    assert!(!append(&t.a, &tok, 7..=7), "given up in the store");
+}
+
 /// Connected clients, as Redis counts them.
 async fn clients(conn: &mut redis::aio::MultiplexedConnection) -> usize {
     let list: String = redis::cmd("CLIENT")

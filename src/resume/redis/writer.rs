@@ -259,8 +259,13 @@ impl Writer {
                         }
                         let len = range.len();
                         let mut xadd = redis::cmd("XADD");
-                        xadd.arg(&slot.keys.events)
-                            .arg("MAXLEN")
+                        xadd.arg(&slot.keys.events);
+                        if st.events_expire {
+                            // The key has its expiry: one gone since (Redis flushed, failed over) is not made again
+                            // without it, which would outlive an owner that dies before its next heartbeat.
+                            xadd.arg("NOMKSTREAM");
+                        }
+                        xadd.arg("MAXLEN")
                             .arg("~")
                             .arg(self.opts.max_events)
                             .arg(entry_id(seq))
@@ -525,6 +530,17 @@ impl Writer {
         }
     }
 
+    /// A stream's keys vanished from Redis (flushed or failed over): counted once, and the stream given up.
+    fn vanished(&mut self, slot: &Arc<Slot>) {
+        if slot.failed.load(Ordering::Acquire) {
+            return;
+        }
+        tracing::warn!("redis store: a stream's keys vanished from Redis (flushed or failed over)");
+        self.observer.store_lost();
+        self.forget(slot);
+        self.give_up(slot, true);
+    }
+
     /// Reads each reply of a round: gives up only the streams whose own commands were refused.
     pub(super) fn apply(&mut self, round: Round, replies: Vec<Value>) {
         // Streams with a refused command: (slot, every refusal was for want of memory).
@@ -541,12 +557,8 @@ impl Writer {
             match tag {
                 Tag::Ignore => {}
                 Tag::MetaAlive(slot) => {
-                    let created = slot.stored().created;
-                    if reply == Value::Int(0) && created && !slot.failed.load(Ordering::Acquire) {
-                        tracing::warn!("redis store: a stream's keys vanished from Redis (flushed or failed over)");
-                        self.observer.store_lost();
-                        self.forget(slot);
-                        self.give_up(slot, true);
+                    if reply == Value::Int(0) && slot.stored().created {
+                        self.vanished(slot);
                     }
                 }
                 Tag::EventsExpire(slot) => {
@@ -564,6 +576,8 @@ impl Writer {
                         st.written = st.written.max(*seq);
                     }
                     Some(e) => refuse(&mut refused, slot, e.out_of_memory()),
+                    // `NOMKSTREAM` found no events key: Redis lost the stream, as a vanished meta hash says.
+                    None if reply == Value::Nil => self.vanished(slot),
                     None => {
                         if refused.iter().any(|(s, _)| Arc::ptr_eq(s, slot)) {
                             // An event after a refused one was taken: a hole, which no retry can fill.
