@@ -843,7 +843,21 @@ async fn events_written_after_a_flush_never_make_a_key_without_expiry() {
     let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await.expect("FLUSHALL");
     // Queued before the writer learns of the loss: written to a Redis without the stream's keys.
     let _ = append(&t.a, &tok, 4..=6);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Until the writer has sent them: the loss counted, or (without `NOMKSTREAM`) the key made again.
+    within(PATIENCE, "the writer's round after the flush", async {
+        loop {
+            let made: u64 = redis::cmd("EXISTS")
+                .arg(&events_key)
+                .query_async(&mut conn)
+                .await
+                .expect("EXISTS");
+            if made == 1 || t.a_counts.store_lost.load(Ordering::SeqCst) > 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
     let pttl: i64 = redis::cmd("PTTL")
         .arg(&events_key)
         .query_async(&mut conn)
@@ -851,12 +865,6 @@ async fn events_written_after_a_flush_never_make_a_key_without_expiry() {
         .expect("PTTL");
     // -2: no such key; -1 would be a key without expiry.
     assert_eq!(pttl, -2, "the events key after the flush");
-    within(PATIENCE, "the loss counted", async {
-        while t.a_counts.store_lost.load(Ordering::SeqCst) == 0 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
     assert_eq!(t.a_counts.store_lost.load(Ordering::SeqCst), 1);
     assert!(!append(&t.a, &tok, 7..=7), "given up in the store");
 }

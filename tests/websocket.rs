@@ -207,14 +207,17 @@ async fn a_cross_site_origin_is_refused_403_before_the_upgrade_and_an_allowed_on
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_bound_to_authorization_is_read_with_the_auth_message_and_its_deadline_is_1008() {
-    const AUTH: &str = "Bearer user-1";
+    // A JWT's size: the credential message is read over several of the socket's 128-byte reads.
+    let jwt = format!("eyJhbGciOiJSUzI1NiJ9.{}.{}", "a".repeat(700), "s".repeat(342));
+    let auth = format!("Bearer {jwt}");
+    let auth = auth.as_str();
     let (_up, gw) = setup(|s| s.websocket.auth_timeout_secs = 0.5).await;
-    let (mut sse, url) = start_run(gw.addr, "/run/10", &[("Authorization", AUTH)]).await;
+    let (mut sse, url) = start_run(gw.addr, "/run/10", &[("Authorization", auth)]).await;
     let offer = [("Sec-WebSocket-Protocol", "sse-gateway.v1, sse-gateway.auth")];
 
     // The credential as the first message: the stream, whole.
     let mut ws = connect(gw.addr, &url, &offer).await;
-    send_text(&mut ws, &format!(r#"{{"type":"auth","authorization":"{AUTH}"}}"#)).await;
+    send_text(&mut ws, &format!(r#"{{"type":"auth","authorization":"{auth}"}}"#)).await;
     assert_whole_stream(&mut ws, &mut sse, &url, "the socket with the credential message").await;
 
     // Another credential, or none at all: no such stream for that binding.

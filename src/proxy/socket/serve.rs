@@ -381,7 +381,7 @@ impl Socket {
                             let outcome = self.ended(ended, session.is_some());
                             if session.is_none() {
                                 // The last messages go out before the close.
-                                if let Err(c) = Box::pin(self.finish_writes(limits.write_timeout)).await {
+                                if let Err(c) = self.finish_writes(limits.write_timeout).await {
                                     return c;
                                 }
                                 return closing_of_outcome(outcome);
