@@ -448,6 +448,9 @@ pub struct Resume {
     pub max_remote_readers: usize,
     /// Redis connections that block in `XREAD` for all of this instance's remote readers (default 1).
     pub redis_follow_connections: usize,
+    /// Milliseconds the Redis writer, woken by an event, waits for more to write them in one round trip: events
+    /// reach other instances this much later (default 5, at most 100; 0 writes at once).
+    pub redis_write_linger_ms: u64,
     /// Streams' starts queued for a session (a session socket) that does not take them; past it the oldest are
     /// dropped (default 64).
     pub session_queue: usize,
@@ -476,6 +479,7 @@ impl Default for Resume {
             redis_stall_secs: 5.0,
             max_remote_readers: 1024,
             redis_follow_connections: 1,
+            redis_write_linger_ms: 5,
             session_queue: 64,
         }
     }
@@ -493,6 +497,8 @@ pub enum StoreKind {
 pub const MIN_RESUME_BUFFER: usize = 64 << 10;
 /// Ceiling of `resume.buffer_bytes` and `resume.max_total_bytes`.
 pub const MAX_RESUME_BYTES: usize = 64 << 30;
+/// Ceiling of `resume.redis_write_linger_ms`.
+pub const MAX_REDIS_WRITE_LINGER_MS: u64 = 100;
 /// Ceiling of `resume.session_queue`.
 pub const MAX_SESSION_QUEUE: usize = 4096;
 
@@ -618,6 +624,15 @@ impl Resume {
                     format!(
                         "{} is not between 1 and {}",
                         self.redis_follow_connections, MAX_FOLLOW_CONNECTIONS
+                    ),
+                ));
+            }
+            if self.redis_write_linger_ms > MAX_REDIS_WRITE_LINGER_MS {
+                return Err(invalid(
+                    "resume.redis_write_linger_ms",
+                    format!(
+                        "{} is not between 0 and {MAX_REDIS_WRITE_LINGER_MS}",
+                        self.redis_write_linger_ms
                     ),
                 ));
             }
@@ -1512,6 +1527,11 @@ mod tests {
                 "SSE_GATEWAY__RESUME__REDIS_FOLLOW_CONNECTIONS",
                 "17",
                 "resume.redis_follow_connections:",
+            ),
+            (
+                "SSE_GATEWAY__RESUME__REDIS_WRITE_LINGER_MS",
+                "101",
+                "resume.redis_write_linger_ms:",
             ),
         ] {
             let env: Vec<(&str, &str)> = redis.iter().copied().chain([(key, value)]).collect();

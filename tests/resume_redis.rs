@@ -1,7 +1,7 @@
 //! The Redis store of resumable streams against a real `redis-server` (Debian's, started per test): replay
 //! from each position, gap, unknown, denied, follow, owner lost, cancel, primary cursor, Redis killed
-//! mid-stream, queue overflow, and a write burst in few round trips. Two stores on one server stand for two
-//! gateway instances: `a` owns and writes, `b` reads.
+//! mid-stream, queue overflow, a write burst in few round trips, and a linger's events in one. Two stores on one
+//! server stand for two gateway instances: `a` owns and writes, `b` reads.
 
 #[path = "harness/redis_server.rs"]
 mod redis_server;
@@ -507,6 +507,43 @@ async fn a_burst_is_written_in_few_round_trips() {
         end.expect("ends");
         assert_eq!(text, events(tok, 1..=PER_STREAM));
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_within_the_write_linger_share_one_round_trip() {
+    // Ten events 5 ms apart, then the end: without a linger each wakes the idle writer for a round trip of its
+    // own; with one, the first wakes it and the rest join its round. Nothing is lost or reordered either way.
+    let mut rounds = Vec::new();
+    for linger in [Duration::ZERO, Duration::from_millis(100)] {
+        let Some(t) = two(RedisOptions {
+            write_linger: linger,
+            ..opts()
+        })
+        .await
+        else {
+            return;
+        };
+        let tok = t.created();
+        open_when_visible(&t.b, &tok, binding(1), None).await;
+        let before = t.a_counts.ok("write");
+        for seq in 1..=10 {
+            assert!(append(&t.a, &tok, seq..=seq));
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        t.a.finish(&tok, 10, End::Completed);
+        let mut r = t.b.open(&tok, binding(1), None).await.expect("open");
+        let (text, _, end) = read_all(&mut r).await;
+        end.expect("ends");
+        assert_eq!(text, events(&tok, 1..=10), "linger {linger:?}");
+        rounds.push(t.a_counts.ok("write") - before);
+    }
+    eprintln!(
+        "write round trips for 10 events 5 ms apart and the end: linger 0: {}, 100 ms: {}",
+        rounds[0], rounds[1]
+    );
+    // The events' round, and at most a heartbeat's of its own.
+    assert!(rounds[1] <= 2, "{} round trips with a 100 ms linger", rounds[1]);
+    assert!(rounds[0] > rounds[1], "no linger: {} round trips", rounds[0]);
 }
 
 // ---- issue 26: bounds, refusals, stalls, a lost store, followers, the agent ----

@@ -91,21 +91,36 @@ pub fn id_line_len(stem: &[u8], seq: u64) -> usize {
 
 /// Appends the `id:` line of event `seq` (`id_line_len` bytes) to `dst`.
 pub fn put_id_line(dst: &mut BytesMut, stem: &[u8], seq: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    let mut n = seq;
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
     dst.extend_from_slice(b"id: ");
     dst.extend_from_slice(stem);
-    dst.extend_from_slice(&digits[at..]);
+    dst.extend_from_slice(Decimal::new(seq).as_bytes());
     dst.extend_from_slice(b"\n");
+}
+
+/// A number's decimal digits, written on the stack (once per event held or stored: no allocation).
+pub struct Decimal {
+    digits: [u8; 20],
+    at: usize,
+}
+
+impl Decimal {
+    pub fn new(mut n: u64) -> Self {
+        let mut digits = [0u8; 20];
+        let mut at = digits.len();
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        Self { digits, at }
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.digits[self.at..]
+    }
 }
 
 /// `sg1-<token>-`: what every id of a stream starts with.

@@ -114,6 +114,7 @@ impl Resumer {
                     stall: duration(cfg.redis_stall_secs),
                     max_readers: cfg.max_remote_readers,
                     follow_connections: cfg.redis_follow_connections,
+                    write_linger: Duration::from_millis(cfg.redis_write_linger_ms),
                     ..RedisOptions::default()
                 };
                 let observer: Arc<dyn StoreObserver> = Arc::clone(&metrics) as _;

@@ -1,6 +1,7 @@
 //! The names the store writes under: each stream's keys, its entries' ids, a binding's index and announcement
 //! channel, and the fields of the meta hash and of an entry.
 
+use crate::resume::id::Decimal;
 use std::fmt::Write as _;
 
 /// The field of a stream's meta hash that holds its CORS answer (`cors::Grant` as JSON).
@@ -51,9 +52,35 @@ impl Keys {
     }
 }
 
+/// The Stream entry ID of event `seq`, `0-<seq>` (one per event written: built on the stack).
+pub(super) struct EntryId {
+    bytes: [u8; 22],
+    len: usize,
+}
+
+impl EntryId {
+    pub(super) fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
+impl redis::ToRedisArgs for EntryId {
+    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
+        out.write_arg(self.as_bytes());
+    }
+}
+
 /// The Stream entry ID of event `seq`.
-pub(super) fn entry_id(seq: u64) -> String {
-    format!("0-{seq}")
+pub(super) fn entry_id(seq: u64) -> EntryId {
+    let digits = Decimal::new(seq);
+    let digits = digits.as_bytes();
+    let mut bytes = [0u8; 22];
+    bytes[..2].copy_from_slice(b"0-");
+    bytes[2..2 + digits.len()].copy_from_slice(digits);
+    EntryId {
+        bytes,
+        len: 2 + digits.len(),
+    }
 }
 
 /// The seq of a Stream entry ID written by [`entry_id`].

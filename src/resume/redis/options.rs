@@ -10,6 +10,11 @@ pub const FOLLOW_BLOCK: Duration = Duration::from_millis(250);
 /// Liveness keys (owner, primary cursor) expire after this many heartbeats without a refresh.
 pub const LIVENESS_HEARTBEATS: u32 = 3;
 
+/// Default of [`RedisOptions::write_linger`].
+pub const WRITE_LINGER: Duration = Duration::from_millis(5);
+/// Ceiling of [`RedisOptions::write_linger`] (`resume.redis_write_linger_ms`).
+pub const MAX_WRITE_LINGER: Duration = Duration::from_millis(crate::config::MAX_REDIS_WRITE_LINGER_MS);
+
 /// A stream's events in Redis may exceed `buffer_bytes` by this fraction of it (`1/16`) before they are trimmed.
 pub const TRIM_SLACK_FRACTION: usize = 16;
 
@@ -42,6 +47,10 @@ pub struct RedisOptions {
     /// Connections (each with one follower task) that block in `XREAD` for this instance's remote readers:
     /// `resume.redis_follow_connections`; default 1.
     pub follow_connections: usize,
+    /// How long the writer, woken by a first event, waits for more before it writes them all in one round trip
+    /// (not when it is behind): `resume.redis_write_linger_ms`; default 5 ms, at most 100 ms. Events reach other
+    /// instances this much later; the owner's own readers do not wait for it.
+    pub write_linger: Duration,
 }
 
 impl Default for RedisOptions {
@@ -58,6 +67,7 @@ impl Default for RedisOptions {
             stall: Duration::from_secs(5),
             max_readers: 1024,
             follow_connections: 1,
+            write_linger: WRITE_LINGER,
         }
     }
 }
@@ -80,6 +90,8 @@ impl RedisOptions {
             "max_readers must be at least 1"
         } else if !(1..=MAX_FOLLOW_CONNECTIONS).contains(&self.follow_connections) {
             "follow_connections must be between 1 and 16"
+        } else if self.write_linger > MAX_WRITE_LINGER {
+            "write_linger must be at most 100 ms"
         } else if self.heartbeat < Duration::from_millis(10) {
             "heartbeat must be at least 10 ms"
         } else if self.op_timeout < Duration::from_millis(1) {
@@ -129,7 +141,7 @@ mod tests {
     fn options_are_checked() {
         assert!(RedisOptions::default().validate().is_ok());
         // Each a default with one thing out of range (or two that contradict each other).
-        let bad: [fn(&mut RedisOptions); 10] = [
+        let bad: [fn(&mut RedisOptions); 11] = [
             |o| o.max_events = 0,
             |o| o.queue = 0,
             |o| o.heartbeat = Duration::ZERO,
@@ -143,6 +155,7 @@ mod tests {
             |o| o.max_readers = 0,
             |o| o.follow_connections = 0,
             |o| o.stall = Duration::from_millis(10),
+            |o| o.write_linger = Duration::from_millis(101),
         ];
         for change in bad {
             let mut o = RedisOptions::default();

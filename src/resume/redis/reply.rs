@@ -84,7 +84,7 @@ mod tests {
 
     fn entry(seq: u64, data: &[u8]) -> Value {
         Value::Array(vec![
-            Value::BulkString(entry_id(seq).into_bytes()),
+            Value::BulkString(entry_id(seq).as_bytes().to_vec()),
             Value::Array(vec![Value::BulkString(b"e".to_vec()), Value::BulkString(data.to_vec())]),
         ])
     }

@@ -116,22 +116,27 @@ pub(super) fn fail(slot: &Slot) -> bool {
     !slot.failed.swap(true, Ordering::AcqRel)
 }
 
-/// The byte range of each event of a frame of `len` bytes whose events start at `starts`; `None` unless the
-/// starts increase strictly and lie within the frame. Bytes before the first start belong to no event.
-pub(super) fn event_ranges(len: usize, starts: &[u32]) -> Option<Vec<Range<usize>>> {
-    let mut ranges = Vec::with_capacity(starts.len());
-    for (i, &s) in starts.iter().enumerate() {
-        let s = usize::try_from(s).ok()?;
-        let end = match starts.get(i + 1) {
-            Some(&next) => usize::try_from(next).ok()?,
-            None => len,
-        };
-        if s >= end || end > len {
-            return None;
+/// Whether events starting at `starts` fit a frame of `len` bytes: the starts increase strictly and lie within
+/// it. Bytes before the first start belong to no event.
+pub(super) fn starts_fit(len: usize, starts: &[u32]) -> bool {
+    let mut after = None;
+    for &s in starts {
+        let s = s as usize;
+        if s >= len || after.is_some_and(|a| s <= a) {
+            return false;
         }
-        ranges.push(s..end);
+        after = Some(s);
     }
-    Some(ranges)
+    true
+}
+
+/// The byte range of each event of a frame of `len` bytes whose events start at `starts`, for starts that fit
+/// ([`starts_fit`]).
+pub(super) fn event_ranges(len: usize, starts: &[u32]) -> impl Iterator<Item = Range<usize>> + '_ {
+    starts
+        .iter()
+        .enumerate()
+        .map(move |(i, &s)| s as usize..starts.get(i + 1).map_or(len, |&next| next as usize))
 }
 
 #[cfg(test)]
@@ -140,15 +145,18 @@ mod tests {
 
     #[test]
     fn event_ranges_split_a_frame() {
-        assert_eq!(event_ranges(10, &[0, 4, 7]), Some(vec![0..4, 4..7, 7..10]));
+        let ranges =
+            |len, starts: &[u32]| starts_fit(len, starts).then(|| event_ranges(len, starts).collect::<Vec<_>>());
+        assert_eq!(ranges(10, &[0, 4, 7]), Some(vec![0..4, 4..7, 7..10]));
         // Bytes before the first start belong to no event.
-        let tail = event_ranges(10, &[2]).expect("valid");
+        let tail = ranges(10, &[2]).expect("fits");
         assert_eq!((tail.len(), tail.first().cloned()), (1, Some(2..10)));
-        assert_eq!(event_ranges(10, &[]), Some(vec![]));
+        assert_eq!(ranges(10, &[]), Some(vec![]));
         // Not increasing, empty, or outside the frame.
-        assert_eq!(event_ranges(10, &[0, 0]), None);
-        assert_eq!(event_ranges(10, &[4, 2]), None);
-        assert_eq!(event_ranges(10, &[10]), None);
-        assert_eq!(event_ranges(10, &[0, 11]), None);
+        assert_eq!(ranges(10, &[0, 0]), None);
+        assert_eq!(ranges(10, &[4, 2]), None);
+        assert_eq!(ranges(10, &[10]), None);
+        assert_eq!(ranges(10, &[0, 11]), None);
+        assert_eq!(ranges(0, &[0]), None);
     }
 }

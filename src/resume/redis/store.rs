@@ -19,7 +19,7 @@ use super::keys::{binding_index, hex, same, unix_us, Keys, BINDING_INDEX_MAX, CO
 use super::options::{millis, RedisOptions};
 use super::reader::{Primary, ReaderCount, RemoteReader};
 use super::reply::parse_entries;
-use super::slot::{event_ranges, fail, Op, Owned, Slot};
+use super::slot::{fail, starts_fit, Op, Owned, Slot};
 use super::trip::{round_trip, StoreObserver};
 use super::writer::Writer;
 use crate::resume::metrics::{End, StoreOp};
@@ -196,7 +196,7 @@ impl RedisStore {
         if starts.is_empty() {
             return true;
         }
-        let valid = event_ranges(frame.len(), starts).is_some();
+        let valid = starts_fit(frame.len(), starts);
         debug_assert!(
             valid,
             "append: event starts {starts:?} do not fit a frame of {} bytes",

@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 
 use super::keys::{binding_index, entry_id, hex, start_channel, unix_us, BINDING_INDEX_MAX, CORS_FIELD, EVENT_FIELD};
 use super::options::{millis, RedisOptions};
-use super::slot::{event_ranges, fail, Op, Owned, Slot};
+use super::slot::{event_ranges, fail, starts_fit, Op, Owned, Slot};
 use super::trip::{round_trip, StoreObserver, RETRY_PAUSE};
 use crate::resume::metrics::{Bound, StoreOp};
 
@@ -19,6 +19,9 @@ use crate::resume::metrics::{Bound, StoreOp};
 pub const MAX_BATCH_FRAMES: usize = 1024;
 /// Event bytes taken into one writer round trip at most (a batch closes once it has reached this).
 pub const MAX_BATCH_BYTES: usize = 4 << 20;
+/// Arguments of an event's `XADD` at most (`NOMKSTREAM` included), and its bytes besides the key and the event.
+const XADD_ARGS: usize = 9;
+const XADD_BYTES: usize = 64;
 /// How far live streams are trimmed when this instance's total in Redis is over `max_total_bytes`.
 pub const LIVE_FLOOR_BYTES: usize = 64 << 10;
 
@@ -113,6 +116,8 @@ impl Writer {
     pub(super) async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Op>) {
         let mut next_beat = tokio::time::Instant::now();
         let mut closed = false;
+        // The last round took a whole batch: the queue is behind, and a linger would only slow it.
+        let mut behind = false;
         loop {
             let mut ops = std::mem::take(&mut self.again);
             let beat = if ops.is_empty() && self.lost.is_empty() {
@@ -124,6 +129,11 @@ impl Writer {
                     op = rx.recv() => match op {
                         Some(op) => {
                             ops.push(op);
+                            // What the streams write meanwhile joins this round: one round trip (two task
+                            // wake-ups, a write and a read on each side) for a linger's events instead of a few.
+                            if !behind && !self.opts.write_linger.is_zero() {
+                                tokio::time::sleep(self.opts.write_linger).await;
+                            }
                             tokio::time::Instant::now() >= next_beat
                         }
                         None => {
@@ -159,6 +169,7 @@ impl Writer {
                     Err(_) => break,
                 }
             }
+            behind = ops.len() >= MAX_BATCH_FRAMES || bytes >= MAX_BATCH_BYTES;
             let round = self.build(&beating, ops);
             self.send(round).await;
         }
@@ -172,7 +183,13 @@ impl Writer {
         let liveness = millis(self.opts.liveness());
         let ttl = millis(self.opts.ttl);
         let now = Instant::now();
-        let mut r = Round::default();
+        // Most rounds are appends of an event or two per frame, and their expiries: sized for that at once.
+        let guess = beating.len() * 4 + ops.len() * 2;
+        let mut r = Round {
+            pipe: Pipeline::with_capacity(guess),
+            tags: Vec::with_capacity(guess),
+            ops: Vec::new(),
+        };
         for slot in beating {
             let k = &slot.keys;
             // SET recreates a key that expired while Redis stalled; out of memory Redis refuses it (and only
@@ -252,14 +269,17 @@ impl Writer {
                     }
                     let mut st = slot.stored();
                     st.newest_frame = *first_seq;
-                    let ranges = event_ranges(frame.len(), starts).unwrap_or_default();
-                    for (seq, range) in (*first_seq..).zip(ranges) {
+                    // `append` queued only frames whose starts fit.
+                    let ranges = starts_fit(frame.len(), starts).then(|| event_ranges(frame.len(), starts));
+                    for (seq, range) in (*first_seq..).zip(ranges.into_iter().flatten()) {
                         if seq <= st.written {
                             continue;
                         }
                         let len = range.len();
-                        let mut xadd = redis::cmd("XADD");
-                        xadd.arg(&slot.keys.events);
+                        // Sized once: the command's buffers do not grow arg by arg (this is the write path's
+                        // one allocation per event besides Redis's reply).
+                        let mut xadd = redis::Cmd::with_capacity(XADD_ARGS, XADD_BYTES + slot.keys.events.len() + len);
+                        xadd.arg("XADD").arg(&slot.keys.events);
                         if st.events_expire {
                             // The key has its expiry: one gone since (Redis flushed, failed over) is not made again
                             // without it, which would outlive an owner that dies before its next heartbeat.
