@@ -479,7 +479,7 @@ impl Default for Resume {
             redis_stall_secs: 5.0,
             max_remote_readers: 1024,
             redis_follow_connections: 1,
-            redis_write_linger_ms: 5,
+            redis_write_linger_ms: DEFAULT_REDIS_WRITE_LINGER_MS,
             session_queue: 64,
         }
     }
@@ -497,6 +497,8 @@ pub enum StoreKind {
 pub const MIN_RESUME_BUFFER: usize = 64 << 10;
 /// Ceiling of `resume.buffer_bytes` and `resume.max_total_bytes`.
 pub const MAX_RESUME_BYTES: usize = 64 << 30;
+/// Default of `resume.redis_write_linger_ms`.
+pub const DEFAULT_REDIS_WRITE_LINGER_MS: u64 = 5;
 /// Ceiling of `resume.redis_write_linger_ms`.
 pub const MAX_REDIS_WRITE_LINGER_MS: u64 = 100;
 /// Ceiling of `resume.session_queue`.

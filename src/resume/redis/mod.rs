@@ -74,9 +74,7 @@ pub use super::metrics::{Bound, StoreOp};
 pub use error::{OpenError, ReadError, StoreError};
 pub use keys::BINDING_INDEX_MAX;
 pub(crate) use keys::{start_channel, unix_us};
-pub use options::{
-    RedisOptions, FOLLOW_BLOCK, LIVENESS_HEARTBEATS, MAX_WRITE_LINGER, TRIM_SLACK_FRACTION, WRITE_LINGER,
-};
+pub use options::{RedisOptions, FOLLOW_BLOCK, LIVENESS_HEARTBEATS, TRIM_SLACK_FRACTION};
 pub use reader::{RemoteReader, READ_COUNT};
 pub use store::{Indexed, RedisStore, RemoteState};
 pub(crate) use trip::round_trip;

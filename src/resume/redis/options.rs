@@ -11,7 +11,7 @@ pub const FOLLOW_BLOCK: Duration = Duration::from_millis(250);
 pub const LIVENESS_HEARTBEATS: u32 = 3;
 
 /// Default of [`RedisOptions::write_linger`].
-pub const WRITE_LINGER: Duration = Duration::from_millis(5);
+pub const WRITE_LINGER: Duration = Duration::from_millis(crate::config::DEFAULT_REDIS_WRITE_LINGER_MS);
 /// Ceiling of [`RedisOptions::write_linger`] (`resume.redis_write_linger_ms`).
 pub const MAX_WRITE_LINGER: Duration = Duration::from_millis(crate::config::MAX_REDIS_WRITE_LINGER_MS);
 

@@ -160,7 +160,8 @@ impl Writer {
                 Vec::new()
             };
             let mut bytes = ops.iter().map(Op::bytes).sum::<usize>();
-            while !closed && ops.len() < MAX_BATCH_FRAMES && bytes < MAX_BATCH_BYTES {
+            let full = |ops: &[Op], bytes: usize| ops.len() >= MAX_BATCH_FRAMES || bytes >= MAX_BATCH_BYTES;
+            while !closed && !full(&ops, bytes) {
                 match rx.try_recv() {
                     Ok(op) => {
                         bytes += op.bytes();
@@ -169,7 +170,7 @@ impl Writer {
                     Err(_) => break,
                 }
             }
-            behind = ops.len() >= MAX_BATCH_FRAMES || bytes >= MAX_BATCH_BYTES;
+            behind = full(&ops, bytes);
             let round = self.build(&beating, ops);
             self.send(round).await;
         }
@@ -269,7 +270,8 @@ impl Writer {
                     }
                     let mut st = slot.stored();
                     st.newest_frame = *first_seq;
-                    // `append` queued only frames whose starts fit.
+                    // `append` queued only frames whose starts fit; checked again, as a range past the frame
+                    // would panic the slicing below.
                     let ranges = starts_fit(frame.len(), starts).then(|| event_ranges(frame.len(), starts));
                     for (seq, range) in (*first_seq..).zip(ranges.into_iter().flatten()) {
                         if seq <= st.written {
