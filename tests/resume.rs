@@ -346,10 +346,10 @@ impl Writer {
             Go::Stop(how, _) => panic!("the run was stopped ({how:?})"),
         }
         Some(match self.frames.pop_front() {
-            Some(f) => s.append(bytes::Bytes::from(f)).to_vec(),
+            Some(f) => s.append(&f).to_vec(),
             None => {
                 self.done = true;
-                s.finish(bytes::Bytes::new(), End::Completed).to_vec()
+                s.finish(&[], End::Completed).to_vec()
             }
         })
     }

@@ -53,7 +53,7 @@ async fn a_session_on_one_instance_sees_every_stream_of_its_binding_on_both() {
 
     // Held on A before the session opens: one ended, one live, and another binding's.
     let done = a.create(mine, "agent", None).unwrap();
-    done.finish(bytes::Bytes::new(), End::Completed);
+    done.finish(&[], End::Completed);
     // Listed by creation time (µs): apart.
     tokio::time::sleep(Duration::from_millis(2)).await;
     let held = a.create(mine, "agent", None).unwrap();

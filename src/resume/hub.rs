@@ -20,8 +20,9 @@ use std::time::{Duration, Instant};
 
 use atomic_waker::AtomicWaker;
 use bytes::{Bytes, BytesMut};
+use smallvec::SmallVec;
 
-use super::id::{id_line_len, put_id_line, stem, Token};
+use super::id::{id_head, id_line_len, put_id_line, Decimal, Token, ID_FIELD};
 use super::metrics::{End, Held, Limit, ResumeMetrics};
 use super::redis::{unix_us, RedisStore};
 use super::sessions::{Listed, Sessions};
@@ -75,6 +76,8 @@ impl Limits {
 /// allocated until its last one is, so a stream holds up to two blocks more than it counts.
 const FIRST_BLOCK: usize = 512;
 const MAX_BLOCK: usize = 64 << 10;
+/// Events of one frame whose offsets `push` keeps on the stack (more take an allocation).
+const INLINE_EVENTS: usize = 16;
 
 /// Most bytes a subscriber's catching-up frame gathers from held events.
 const CATCH_UP_FRAME: usize = 64 << 10;
@@ -257,7 +260,7 @@ impl Hub {
         let stream = Arc::new_cyclic(|me| Stream {
             token,
             hex,
-            stem: stem(&token),
+            id_head: id_head(&token),
             binding,
             created_us: unix_us(),
             me: me.clone(),
@@ -285,7 +288,7 @@ impl Hub {
                 cursors: 0,
                 watchers: 0,
                 grace_entry: None,
-                starts: Vec::new(),
+                next_digits: Decimal::new(1),
                 block: BytesMut::new(),
                 block_cap: 0,
                 mirrored: self.shared.mirror.is_some(),
@@ -358,8 +361,8 @@ pub struct Stream {
     pub token: Token,
     /// The token in hex: the stream's name in the mirror.
     pub hex: String,
-    /// `sg1-<token>-`.
-    stem: Vec<u8>,
+    /// `id: sg1-<token>-`: each `id:` line's start.
+    id_head: Vec<u8>,
     /// Keyed hash of the bound request headers of the original request.
     pub binding: [u8; 32],
     /// When it was created, in µs since the Unix epoch (a session's listing merges these with other instances').
@@ -412,8 +415,8 @@ struct State {
     watchers: usize,
     /// Its place in the hub's `GraceIndex` while in grace.
     grace_entry: Option<u64>,
-    /// Scratch for `push`: where each event of a frame starts (kept, so a frame costs no allocation for it).
-    starts: Vec<u32>,
+    /// `next` in decimal, counted up with it (an event's `id:` line without formatting its number).
+    next_digits: Decimal,
     /// Where the next events are written: the rest of the last block (see `FIRST_BLOCK`).
     block: BytesMut,
     /// The capacity the last block was made with.
@@ -508,7 +511,7 @@ impl Stream {
 
     /// `sg1-<token>-`.
     pub fn stem(&self) -> &[u8] {
-        &self.stem
+        &self.id_head[ID_FIELD.len()..]
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -567,7 +570,7 @@ impl Stream {
 
     /// Ends the run with the `error` envelope that says why; returns it as held (with its id).
     fn stop(&self, st: &mut State, how: End, kind: &str, message: &str) -> Bytes {
-        let out = self.push(st, gateway_error(&st.agent, kind, message));
+        let out = self.push(st, &gateway_error(&st.agent, kind, message));
         self.end(st, how);
         out
     }
@@ -630,8 +633,8 @@ impl Stream {
     }
 
     /// Appends the events of a translated frame (`data:` events without ids): gives each its id, holds them and
-    /// returns them as the client gets them.
-    pub fn append(&self, frame: Bytes) -> Bytes {
+    /// returns them as the client gets them (copied: `frame` may be a buffer its writer reuses).
+    pub fn append(&self, frame: &[u8]) -> Bytes {
         let mut st = self.state();
         let out = self.push(&mut st, frame);
         self.evict(&mut st);
@@ -639,7 +642,7 @@ impl Stream {
     }
 
     /// The stream's end: `last` (the translator's last events, maybe none) is held, and the run is over.
-    pub fn finish(&self, last: Bytes, how: End) -> Bytes {
+    pub fn finish(&self, last: &[u8], how: End) -> Bytes {
         let mut st = self.state();
         let out = self.push(&mut st, last);
         self.end(&mut st, how);
@@ -810,42 +813,31 @@ impl Stream {
     }
 
     /// Gives each event of `frame` its id (and the first its `retry:`), holds them, wakes the readers.
-    fn push(&self, st: &mut State, frame: Bytes) -> Bytes {
+    fn push(&self, st: &mut State, frame: &[u8]) -> Bytes {
         if frame.is_empty() {
-            return frame;
+            return Bytes::new();
         }
-        // Where each event ends, past its blank line (the translator writes whole events; a frame that does not
-        // end with one still gets its id).
-        let mut ends = std::mem::take(&mut st.starts);
-        ends.clear();
-        let mut from = 0;
-        while from < frame.len() {
-            from = blank_line_end(&frame[from..]).map_or(frame.len(), |end| from + end);
-            ends.push(from as u32);
-        }
+        let retry = &self.shared.retry_line;
+        let head = &self.id_head;
+        let first = st.next;
         // Each event becomes its data line(s), its id line (the first event's `retry:` too), the blank line: the
         // id after the data, since fetch-event-source takes an id as the stream's position as soon as it reads
-        // it, so an id first would let a cut between it and the data lose the event.
-        let retry = &self.shared.retry_line;
-        let first = st.next;
-        // (data end, newline to add) of the event ending at `end`: a whole event loses its blank line (one
-        // newline stays); a tail keeps what it has and gets a newline if it has none.
-        let count = ends.len();
+        // it, so an id first would let a cut between it and the data lose the event. A whole event loses its
+        // blank line (one newline stays); a tail (a frame that does not end with a whole event) keeps what it
+        // has and gets a newline if it has none.
         let tail = !frame.ends_with(b"\n\n");
-        let tail_has_newline = frame.ends_with(b"\n");
-        let data_of = move |k: usize, end: usize| match (tail && k + 1 == count, tail_has_newline) {
-            (false, _) => (end - 1, 0),
-            (true, true) => (end, 0),
-            (true, false) => (end, 1),
-        };
-        let lines_of = |seq: u64| id_line_len(&self.stem, seq) + if seq == 1 { retry.len() } else { 0 };
-        let mut size = 0;
-        let mut begin = 0;
-        for (k, &end) in ends.iter().enumerate() {
-            let (data_end, newline) = data_of(k, end as usize);
-            size += data_end - begin + newline + lines_of(first + k as u64) + 1;
-            begin = end as usize;
+        let tail_newline = usize::from(!frame.ends_with(b"\n"));
+        // Where each event ends, past its blank line, and the bytes they take held.
+        let mut ends = SmallVec::<[u32; INLINE_EVENTS]>::new();
+        let mut size = if tail { 1 + tail_newline } else { 0 };
+        let (mut from, mut seq) = (0, first);
+        while from < frame.len() {
+            let end = blank_line_end(&frame[from..]).map_or(frame.len(), |end| from + end);
+            ends.push(end as u32);
+            size += end - from + id_line_len(head, seq) + if seq == 1 { retry.len() } else { 0 };
+            (from, seq) = (end, seq + 1);
         }
+        let count = ends.len();
         // Copied into the stream's block (the translator's buffer has room to spare, which held events would keep).
         if st.block.capacity() < size {
             let cap = size.max((st.block_cap * 2).clamp(FIRST_BLOCK, MAX_BLOCK));
@@ -853,22 +845,24 @@ impl Stream {
             st.block = BytesMut::with_capacity(cap);
             st.block_cap = cap;
         }
-        let stem = &self.stem;
-        let block = &mut st.block;
+        let (block, digits) = (&mut st.block, &mut st.next_digits);
         let mut begin = 0;
         for (k, end) in ends.iter_mut().enumerate() {
-            let (data_end, newline) = data_of(k, *end as usize);
-            let seq = first + k as u64;
             let start = block.len();
-            block.extend_from_slice(&frame[begin..data_end]);
-            if newline == 1 {
-                block.extend_from_slice(b"\n");
+            if tail && k + 1 == count {
+                block.extend_from_slice(&frame[begin..]);
+                if tail_newline == 1 {
+                    block.extend_from_slice(b"\n");
+                }
+            } else {
+                block.extend_from_slice(&frame[begin..*end as usize - 1]);
             }
-            put_id_line(block, stem, seq);
-            if seq == 1 {
+            put_id_line(block, head, digits);
+            if first + k as u64 == 1 {
                 block.extend_from_slice(retry);
             }
             block.extend_from_slice(b"\n");
+            digits.increment();
             begin = *end as usize;
             *end = start as u32;
         }
@@ -876,6 +870,7 @@ impl Stream {
         // The block's allocation is shared by its frames: split off, the rest of it stays for the next ones.
         let out = block.split().freeze();
         st.next += count as u64;
+        debug_assert_eq!(st.next_digits.as_bytes(), st.next.to_string().as_bytes());
         if st.mirrored {
             if let Some(m) = &self.shared.mirror {
                 st.mirrored = m.append(&self.hex, first, out.clone(), &ends);
@@ -889,16 +884,13 @@ impl Stream {
                 event,
             });
         }
-        st.starts = ends;
         st.bytes += size;
         self.shared.metrics.held_bytes.add(size as i64);
         // While the original body writes to its client, what it holds is what it sends.
         if st.primary == Some(0) {
             st.delivered = st.next;
         }
-        for (_, w) in st.readers.drain(..) {
-            w.wake();
-        }
+        wake_all(&mut st.readers);
         out
     }
 
@@ -961,9 +953,7 @@ impl Stream {
         }
         self.set_phase(st, Held::Retained);
         self.shared.metrics.ended(how);
-        for (_, w) in st.readers.drain(..) {
-            w.wake();
-        }
+        wake_all(&mut st.readers);
     }
 
     fn set_phase(&self, st: &mut State, phase: Held) {
@@ -1008,9 +998,7 @@ impl Stream {
         if let Some(entry) = st.grace_entry.take() {
             lock(&self.shared.grace).leave(entry);
         }
-        for (_, w) in st.readers.drain(..) {
-            w.wake();
-        }
+        wake_all(&mut st.readers);
     }
 }
 
@@ -1038,6 +1026,15 @@ pub const GRACE_FULL: &str =
 pub const CANCELLED: &str = "the run was cancelled";
 /// The `message` of the envelope that closes a watcher that fell behind.
 pub const BEHIND: &str = "this watcher fell behind what the stream holds; attach again to continue";
+
+/// Wakes the readers waiting for events (an empty list, the usual case, is left as it is).
+fn wake_all(readers: &mut Vec<(u64, Waker)>) {
+    if !readers.is_empty() {
+        for (_, w) in readers.drain(..) {
+            w.wake();
+        }
+    }
+}
 
 /// A poisoned lock only means another thread panicked mid-update of plain counters and queues: carry on.
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -1079,7 +1076,7 @@ mod tests {
     fn holding(h: &Hub, binding: u8, events: usize, size: usize) -> Arc<Stream> {
         let s = h.create([binding; 32], "a").unwrap();
         for _ in 0..events {
-            s.append(Bytes::from(event(size)));
+            s.append(&event(size));
         }
         s
     }
@@ -1110,7 +1107,7 @@ mod tests {
         let stem = String::from_utf8(s.stem().to_vec()).unwrap();
         let mut two = event(1);
         two.extend(event(2));
-        let out = s.append(Bytes::from(two));
+        let out = s.append(&two);
         let data = |n| String::from_utf8(event(n)).unwrap().trim_end().to_owned();
         let want = format!("{}\nid: {stem}1\nretry: 1000\n\n{}\nid: {stem}2\n\n", data(1), data(2));
         assert_eq!(String::from_utf8(out.to_vec()).unwrap(), want);
@@ -1121,20 +1118,45 @@ mod tests {
     }
 
     #[test]
+    fn a_frame_of_many_events_gives_each_its_id_across_a_new_digit() {
+        let h = hub(1 << 20, 1000);
+        let s = h.create([0; 32], "a").unwrap();
+        let stem = String::from_utf8(s.stem().to_vec()).unwrap();
+        s.append(&event(1));
+        // Events 2 to 101 in one frame: more than a frame's offsets kept on the stack, across 9 → 10 and 99 → 100.
+        let frame: Vec<u8> = (2..=101).flat_map(event).collect();
+        let out = s.append(&frame);
+        let want: String = (2..=101)
+            .map(|n| {
+                let data = String::from_utf8(event(n)).unwrap();
+                format!("{}\nid: {stem}{n}\n\n", data.trim_end())
+            })
+            .collect();
+        assert_eq!(String::from_utf8(out.to_vec()).unwrap(), want);
+        let mut c = s.attach(99, false).unwrap();
+        let (after, _) = read_all(&s, &mut c);
+        let data = |n| String::from_utf8(event(n)).unwrap().trim_end().to_owned();
+        assert_eq!(
+            String::from_utf8(after).unwrap(),
+            format!("{}\nid: {stem}100\n\n{}\nid: {stem}101\n\n", data(100), data(101))
+        );
+    }
+
+    #[test]
     fn a_frame_that_does_not_end_with_a_whole_event_still_gets_ids() {
         let h = hub(1 << 16, 1000);
         let s = h.create([0; 32], "a").unwrap();
         let stem = String::from_utf8(s.stem().to_vec()).unwrap();
         for seq in 1..12 {
-            s.append(Bytes::from_static(b"data: x\n\n"));
+            s.append(b"data: x\n\n");
             assert_eq!(s.state().next, seq + 1);
         }
-        let out = s.append(Bytes::from_static(b"data: a\n\ndata: b\n"));
+        let out = s.append(b"data: a\n\ndata: b\n");
         assert_eq!(
             String::from_utf8(out.to_vec()).unwrap(),
             format!("data: a\nid: {stem}12\n\ndata: b\nid: {stem}13\n\n")
         );
-        let out = s.append(Bytes::from_static(b"data: c"));
+        let out = s.append(b"data: c");
         assert_eq!(
             String::from_utf8(out.to_vec()).unwrap(),
             format!("data: c\nid: {stem}14\n\n")
@@ -1148,7 +1170,7 @@ mod tests {
         let mut cx = Context::from_waker(Waker::noop());
         // The original client got these: they may go.
         for _ in 0..10 {
-            s.append(Bytes::from(event(200)));
+            s.append(&event(200));
         }
         assert!(
             s.state().bytes <= 1000 + 300,
@@ -1161,7 +1183,7 @@ mod tests {
         let delivered = s.state().next - 1;
         let first = s.state().first;
         while s.writer_check(Instant::now(), &mut cx) == Go::Read {
-            s.append(Bytes::from(event(200)));
+            s.append(&event(200));
         }
         let end = s.state().next - 1;
         assert!(end > delivered);
@@ -1185,7 +1207,7 @@ mod tests {
         s.original_gone();
         let mut cx = Context::from_waker(Waker::noop());
         while s.writer_check(Instant::now(), &mut cx) == Go::Read {
-            s.append(Bytes::from(event(200)));
+            s.append(&event(200));
         }
         let end = s.state().next - 1;
         s.remote_primary(end);
@@ -1218,7 +1240,7 @@ mod tests {
         // The translator's room to spare is not held.
         let mut roomy = Vec::with_capacity(10_000);
         roomy.extend_from_slice(&event(10));
-        let out = s.append(Bytes::from(roomy));
+        let out = s.append(&roomy);
         assert_eq!(s.state().bytes, out.len());
         assert_eq!(h.shared.total(), s.state().bytes);
         // Filling blocks: each full one is counted whole.
@@ -1226,7 +1248,7 @@ mod tests {
         let mut blocks = vec![FIRST_BLOCK];
         for _ in 0..1000 {
             let room = s.state().block.capacity();
-            let out = s.append(Bytes::from(event(100)));
+            let out = s.append(&event(100));
             sent += out.len();
             if s.state().block.capacity() + out.len() != room {
                 blocks.push(s.state().block_cap);
@@ -1238,7 +1260,7 @@ mod tests {
         let tails = s.state().bytes - sent;
         assert!(tails < (blocks.len() - 1) * 200, "{tails}");
         // Once the run ends, the last block's unused tail is counted too: everything the blocks allocated.
-        s.finish(Bytes::new(), End::Completed);
+        s.finish(&[], End::Completed);
         assert_eq!(s.state().bytes, blocks.iter().sum::<usize>());
         assert_eq!(h.shared.total(), s.state().bytes);
     }
@@ -1249,7 +1271,7 @@ mod tests {
         let s = h.create([0; 32], "a").unwrap();
         let mut w = s.attach(0, false).unwrap();
         for _ in 0..20 {
-            s.append(Bytes::from(event(200)));
+            s.append(&event(200));
         }
         assert!(matches!(
             s.poll_read(&mut w, &mut Context::from_waker(Waker::noop())),
@@ -1338,7 +1360,7 @@ mod tests {
             for (s, w) in streams.iter().zip(&mut waiting) {
                 match s.writer_check(Instant::now(), &mut cx) {
                     Go::Read => {
-                        s.append(Bytes::from(event(1000)));
+                        s.append(&event(1000));
                     }
                     Go::Wait => *w = true,
                     Go::Stop(..) => panic!("stopped"),
@@ -1357,7 +1379,7 @@ mod tests {
         let mut wcx = Context::from_waker(&waker);
         assert_eq!(streams[0].writer_check(Instant::now(), &mut wcx), Go::Wait);
         for s in &streams[1..3] {
-            s.finish(Bytes::new(), End::Completed);
+            s.finish(&[], End::Completed);
         }
         assert!(h.sweep(Instant::now()) >= 1);
         assert!(h.shared.total() < 256 << 10);
@@ -1369,7 +1391,7 @@ mod tests {
     fn watchers_that_leave_a_silent_stream_leave_no_waker_behind() {
         let h = hub(1 << 16, 60_000);
         let s = h.create([0; 32], "a").unwrap();
-        s.append(Bytes::from(event(10)));
+        s.append(&event(10));
         for _ in 0..1000 {
             let mut w = s.attach(0, false).unwrap();
             let (_, waker) = counting();
@@ -1385,7 +1407,7 @@ mod tests {
         assert!(s.poll_read(&mut w, &mut Context::from_waker(&waker)).is_pending());
         assert!(s.poll_read(&mut w, &mut Context::from_waker(&waker)).is_pending());
         assert_eq!(s.state().readers.len(), 1, "one entry per cursor");
-        s.append(Bytes::from(event(10)));
+        s.append(&event(10));
         assert_eq!(woken.0.load(Ordering::SeqCst), 1);
         s.detach(&w);
     }
@@ -1434,7 +1456,7 @@ mod tests {
         };
         let h = hub_with(limits);
         let s = h.create([0; 32], "a").unwrap();
-        s.append(Bytes::from(event(1)));
+        s.append(&event(1));
         let w1 = s.attach(0, false).unwrap();
         let w2 = s.attach(0, false).unwrap();
         assert_eq!(s.attach(0, false).unwrap_err(), AttachError::Full);
@@ -1450,7 +1472,7 @@ mod tests {
     fn the_envelopes_the_gateway_writes_name_the_agent_the_run_named() {
         let h = hub(1 << 16, 60_000);
         let s = h.create([0; 32], "fallback-uuid").unwrap();
-        s.append(Bytes::from(event(1)));
+        s.append(&event(1));
         s.set_agent("agent-x");
         s.cancel();
         let Go::Stop(End::Cancelled, out) = s.writer_check(Instant::now(), &mut Context::from_waker(Waker::noop()))
@@ -1469,7 +1491,7 @@ mod tests {
         let ended: Vec<_> = (0..5)
             .map(|_| {
                 let s = holding(&h, 0, 1, 60_000);
-                s.finish(Bytes::new(), End::Completed);
+                s.finish(&[], End::Completed);
                 s
             })
             .collect();

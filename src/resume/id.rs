@@ -84,23 +84,28 @@ impl EventId {
     }
 }
 
-/// Length of the `id:` line of event `seq`, newline included.
-pub fn id_line_len(stem: &[u8], seq: u64) -> usize {
-    "id: \n".len() + stem.len() + seq.checked_ilog10().map_or(1, |l| l as usize + 1)
+/// What starts an `id:` line of ours.
+pub const ID_FIELD: &[u8] = b"id: ";
+
+/// Length of the `id:` line of event `seq`, newline included, after `head` (`id: ` and the stem).
+pub fn id_line_len(head: &[u8], seq: u64) -> usize {
+    head.len() + seq.checked_ilog10().map_or(1, |l| l as usize + 1) + 1
 }
 
-/// Appends the `id:` line of event `seq` (`id_line_len` bytes) to `dst`.
-pub fn put_id_line(dst: &mut BytesMut, stem: &[u8], seq: u64) {
-    dst.extend_from_slice(b"id: ");
-    dst.extend_from_slice(stem);
-    dst.extend_from_slice(Decimal::new(seq).as_bytes());
+/// Appends the `id:` line (`id_line_len` bytes) of the event whose number `seq` holds to `dst`: `head` is `id: `
+/// and the stream's stem.
+pub fn put_id_line(dst: &mut BytesMut, head: &[u8], seq: &Decimal) {
+    dst.extend_from_slice(head);
+    dst.extend_from_slice(seq.as_bytes());
     dst.extend_from_slice(b"\n");
 }
 
-/// A number's decimal digits, written on the stack (once per event held or stored: no allocation).
+/// A number's decimal digits, written on the stack (once per event held or stored: no allocation), or kept and
+/// counted up (a stream's next seq: most steps change one digit).
+#[derive(Debug, Clone)]
 pub struct Decimal {
     digits: [u8; 20],
-    at: usize,
+    at: u8,
 }
 
 impl Decimal {
@@ -115,17 +120,37 @@ impl Decimal {
                 break;
             }
         }
-        Self { digits, at }
+        Self { digits, at: at as u8 }
+    }
+
+    /// Becomes the digits of the next number. They count on past `u64::MAX` (no stream gets near it) and stay at
+    /// twenty nines, the most they hold.
+    pub fn increment(&mut self) {
+        let at = usize::from(self.at);
+        for d in self.digits[at..].iter_mut().rev() {
+            if *d != b'9' {
+                *d += 1;
+                return;
+            }
+            *d = b'0';
+        }
+        if at == 0 {
+            // Twenty nines: no room for a twenty-first digit.
+            self.digits = [b'9'; 20];
+            return;
+        }
+        self.at -= 1;
+        self.digits[at - 1] = b'1';
     }
 
     pub fn as_bytes(&self) -> &[u8] {
-        &self.digits[self.at..]
+        &self.digits[usize::from(self.at)..]
     }
 }
 
-/// `sg1-<token>-`: what every id of a stream starts with.
-pub fn stem(token: &Token) -> Vec<u8> {
-    format!("{PREFIX}{}-", token.hex()).into_bytes()
+/// `id: sg1-<token>-`: what every `id:` line of a stream starts with (its stem after `ID_FIELD`).
+pub fn id_head(token: &Token) -> Vec<u8> {
+    format!("id: {PREFIX}{}-", token.hex()).into_bytes()
 }
 
 #[cfg(test)]
@@ -135,15 +160,15 @@ mod tests {
     #[test]
     fn an_id_round_trips_and_anything_else_is_not_ours() {
         let t = Token::random().unwrap();
-        let stem = stem(&t);
+        let head = id_head(&t);
         for seq in [0, 1, 9, 10, 99, 100, u64::MAX] {
             let mut line = BytesMut::from(&b"data: x\n"[..]);
-            put_id_line(&mut line, &stem, seq);
-            assert_eq!(line.len(), "data: x\n".len() + id_line_len(&stem, seq), "{seq}");
+            put_id_line(&mut line, &head, &Decimal::new(seq));
+            assert_eq!(line.len(), "data: x\n".len() + id_line_len(&head, seq), "{seq}");
             assert_eq!(&line[..], format!("data: x\nid: sg1-{}-{seq}\n", t.hex()).as_bytes());
         }
         let mut line = BytesMut::new();
-        put_id_line(&mut line, &stem, u64::MAX);
+        put_id_line(&mut line, &head, &Decimal::new(u64::MAX));
         let text = std::str::from_utf8(&line).unwrap();
         let id = text.strip_prefix("id: ").unwrap().trim_end();
         assert_eq!(id.len(), MAX_ID_LEN);
@@ -171,6 +196,23 @@ mod tests {
         ] {
             assert_eq!(EventId::parse(bad), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn counting_up_gives_each_numbers_digits() {
+        let mut d = Decimal::new(0);
+        for n in 1..=100_500u64 {
+            d.increment();
+            assert_eq!(d.as_bytes(), n.to_string().as_bytes());
+        }
+        for start in [9_999_999u64, 10u64.pow(19) - 1, u64::MAX - 1] {
+            let mut d = Decimal::new(start);
+            d.increment();
+            assert_eq!(d.as_bytes(), (start + 1).to_string().as_bytes());
+        }
+        let mut d = Decimal::new(u64::MAX);
+        d.increment();
+        assert_eq!(d.as_bytes(), b"18446744073709551616");
     }
 
     #[test]

@@ -513,7 +513,7 @@ mod tests {
         let old = r.create(mine, "a", None).unwrap();
         std::thread::sleep(Duration::from_millis(2));
         let ended = r.create(mine, "a", None).unwrap();
-        ended.finish(bytes::Bytes::new(), metrics::End::Completed);
+        ended.finish(&[], metrics::End::Completed);
         std::thread::sleep(Duration::from_millis(2));
         let live = r.create(mine, "a", None).unwrap();
         let _other = r.create([2; 32], "a", None).unwrap();

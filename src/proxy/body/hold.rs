@@ -96,7 +96,7 @@ impl<L: Layer + Send + 'static> Drain for Hold<L> {
         match (cut, self.stream.as_ref()) {
             (DrainCut::Final(last), Some(stream)) if !self.ended => {
                 self.ended = true;
-                DrainCut::Final(stream.finish(last, End::Drained))
+                DrainCut::Final(stream.finish(&last, End::Drained))
             }
             (cut, _) => cut,
         }
@@ -196,9 +196,17 @@ impl<L: Layer> Future for Pump<L> {
 /// One read of the upstream into the stream, for both writers (the original body, then the pump): its events
 /// with their ids, or its end held. Pending, the writer is registered for a reconnection, a detach or a cancel.
 /// Until the run names its own agent (`named`), each frame asks the translator whether it has: the envelopes the
-/// gateway writes about the stream then name it (one flag test per frame afterwards).
+/// gateway writes about the stream then name it (one flag test per frame afterwards). The frame's bytes are
+/// copied into the stream (`poll_kept`), so the translator lends its buffer instead of allocating one.
 fn write_next<L: Layer>(inner: &mut L, stream: &Stream, named: &mut bool, cx: &mut Context<'_>) -> Polled {
-    match Pin::new(&mut *inner).poll_frame(cx) {
+    let mut keep = |data: &[u8], agent: Option<&str>| {
+        if let (false, Some(agent)) = (*named, agent) {
+            stream.set_agent(agent);
+            *named = true;
+        }
+        stream.append(data)
+    };
+    match inner.poll_kept(cx, &mut keep) {
         Poll::Pending => {
             if !stream.writer_waits(cx) {
                 // A cancel came meanwhile: poll again to see it.
@@ -206,20 +214,10 @@ fn write_next<L: Layer>(inner: &mut L, stream: &Stream, named: &mut bool, cx: &m
             }
             Poll::Pending
         }
-        Poll::Ready(Some(Ok(frame))) => Poll::Ready(Some(Ok(match frame.into_data() {
-            Ok(data) if !*named => {
-                if let Some(agent) = inner.agent() {
-                    stream.set_agent(agent);
-                    *named = true;
-                }
-                Frame::data(stream.append(data))
-            }
-            Ok(data) => Frame::data(stream.append(data)),
-            Err(frame) => frame,
-        }))),
-        ended => {
-            stream.finish(Bytes::new(), End::Completed);
+        ended @ Poll::Ready(None | Some(Err(_))) => {
+            stream.finish(&[], End::Completed);
             ended
         }
+        frame => frame,
     }
 }

@@ -85,6 +85,27 @@ pub trait Layer: Body<Data = Bytes, Error = StreamError> + Drain + Unpin {
     fn agent(&self) -> Option<&str> {
         None
     }
+    /// `poll_frame` for a caller that copies each data frame's bytes at once (`Hold`): `keep` is given them and
+    /// the stream's agent, and its bytes go on instead. A layer that builds its frames may lend a buffer of its
+    /// own instead of allocating one per frame.
+    fn poll_kept(&mut self, cx: &mut Context<'_>, keep: Keep<'_>) -> Polled {
+        poll_kept_by_frame(self, cx, keep)
+    }
+}
+
+/// What `Layer::poll_kept` gives a data frame's bytes and the stream's agent to; the frame goes on with what it
+/// returns.
+pub type Keep<'a> = &'a mut dyn FnMut(&[u8], Option<&str>) -> Bytes;
+
+/// `Layer::poll_kept` through `poll_frame`: the frame's own bytes are given to `keep`.
+pub fn poll_kept_by_frame<L: Layer + ?Sized>(layer: &mut L, cx: &mut Context<'_>, keep: Keep<'_>) -> Polled {
+    match std::pin::Pin::new(&mut *layer).poll_frame(cx) {
+        Poll::Ready(Some(Ok(frame))) => Poll::Ready(Some(Ok(match frame.into_data() {
+            Ok(data) => Frame::data(keep(&data, layer.agent())),
+            Err(frame) => frame,
+        }))),
+        other => other,
+    }
 }
 
 /// A body's poll result with `StreamError` failures.

@@ -1,6 +1,7 @@
 //! Translation: each batch of upstream chunks becomes one frame of envelopes, each chunk translated (and dropped)
 //! before the next is read; the upstream's end or failure becomes the stream's last envelopes.
 
+use std::cell::RefCell;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
@@ -9,7 +10,7 @@ use std::time::Instant;
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame};
 
-use crate::proxy::body::layer::{Drain, Ending, Layer, Polled, Totals};
+use crate::proxy::body::layer::{poll_kept_by_frame, Drain, Ending, Keep, Layer, Polled, Totals};
 
 use crate::envelope::EnvelopeKind;
 use crate::proxy::base::drain::{write_draining_envelope, DrainCut, DRAINING_MESSAGE};
@@ -57,15 +58,21 @@ impl<B: Gather> Translate<B> {
         }
     }
 
-    /// Translates a batch that starts with `first` into one frame's bytes (possibly none: a partial item is held).
-    fn batch(&mut self, first: Bytes, cx: &mut Context<'_>) -> Vec<u8> {
+    /// Translates a batch that starts with `first` into one frame's bytes in `out` (possibly none: a partial item
+    /// is held).
+    fn batch(&mut self, first: Bytes, out: &mut Vec<u8>, cx: &mut Context<'_>) {
         let t = &mut self.translator;
         // Each chunk is translated and dropped before the next is read, so the upstream connection reads into the
         // buffer it already has instead of allocating a new one.
-        let mut out = Vec::with_capacity(first.len() + first.len() / 2 + ENVELOPE_HEADROOM);
+        let room = first.len() + first.len() / 2 + ENVELOPE_HEADROOM;
+        if out.capacity() == 0 {
+            *out = Vec::with_capacity(room);
+        } else {
+            out.reserve(room);
+        }
         let mut size = first.len();
         // A full frame: the rest waits, and nothing more is read (backpressure).
-        let mut carry = feed(t, first, &mut out);
+        let mut carry = feed(t, first, out);
         if carry.is_none() {
             while let Some(data) = self.inner.poll_more(cx) {
                 size += data.len();
@@ -76,7 +83,7 @@ impl<B: Gather> Translate<B> {
                         joined.extend_from_slice(&data);
                         Some(joined.freeze())
                     }
-                    None => feed(t, data, &mut out),
+                    None => feed(t, data, out),
                 };
             }
         }
@@ -84,7 +91,6 @@ impl<B: Gather> Translate<B> {
         let n = size as u64;
         self.bytes_in += n;
         self.metrics.mode(Mode::Translate).bytes_in.inc_by(n);
-        out
     }
 
     fn end(&mut self, ending: Ending) {
@@ -94,15 +100,79 @@ impl<B: Gather> Translate<B> {
         self.translator.observer_mut().flush();
     }
 
-    /// The stream's last frame (if it has bytes), after which the body has ended.
-    fn last(&mut self, ending: Ending, out: Vec<u8>) -> Polled {
+    /// The stream's last frame, if `out` has bytes, after which the body has ended.
+    fn last(&mut self, ending: Ending, out: &[u8]) -> Poll<bool> {
         self.end(ending);
-        if out.is_empty() {
-            return Poll::Ready(None);
+        Poll::Ready(!out.is_empty())
+    }
+
+    /// Translates the next frame into `out` (empty when called): ready with true when it holds the frame's bytes,
+    /// false when the stream has ended.
+    fn poll_into(&mut self, cx: &mut Context<'_>, out: &mut Vec<u8>) -> Poll<bool> {
+        loop {
+            if self.done {
+                return Poll::Ready(false);
+            }
+            if let Some(carry) = self.carry.take() {
+                self.carry = feed(&mut self.translator, carry, out);
+                self.translator.observer_mut().flush();
+                if out.is_empty() {
+                    continue;
+                }
+                return Poll::Ready(true);
+            }
+            match ready!(Pin::new(&mut self.inner).poll_frame(cx)) {
+                Some(Ok(frame)) => {
+                    // Trailers belong to the original body: dropped from a translated stream.
+                    let Ok(first) = frame.into_data() else {
+                        continue;
+                    };
+                    let arrived = Instant::now();
+                    self.batch(first, out, cx);
+                    // Held bytes (a partial item): read on rather than send an empty frame.
+                    if out.is_empty() {
+                        continue;
+                    }
+                    self.translator.observer_mut().frame_done(arrived);
+                    return Poll::Ready(true);
+                }
+                Some(Err(e)) => {
+                    // The client gets a well-formed end: error envelope, then a clean end of body.
+                    self.translator.observer_mut().input_ended();
+                    self.translator.abort(&e.message(), out);
+                    let kind = e.kind().as_str();
+                    self.translator.observer_mut().ended(RunEnd::UpstreamFailed { kind });
+                    return self.last(Ending::Failed(e), out);
+                }
+                None => {
+                    let started = Instant::now();
+                    self.translator.observer_mut().input_ended();
+                    let end = self.translator.finish(out);
+                    let obs = self.translator.observer_mut();
+                    if !out.is_empty() {
+                        obs.frame_done(started);
+                    }
+                    obs.ended(match end {
+                        StreamEnd::Done => RunEnd::Done,
+                        StreamEnd::Failed => RunEnd::BackendError,
+                        StreamEnd::Cut => RunEnd::Cut,
+                    });
+                    return self.last(Ending::finished(end), out);
+                }
+            }
         }
-        Poll::Ready(Some(Ok(Frame::data(Bytes::from(out)))))
     }
 }
+
+thread_local! {
+    /// The buffer each thread lends a held stream's translation (`Layer::poll_kept`): the hub copies the frame
+    /// out at once, so the frame needs no allocation of its own.
+    static LENT: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Past this, the lent buffer is given back after its frame, so one large frame does not stay allocated per
+/// thread.
+const LENT_KEPT: usize = 64 << 10;
 
 /// Translates `input` into `out` up to `TRANSLATED_FRAME_LIMIT`; returns the input left for the next frame. The
 /// input is dropped before this returns when all of it was taken.
@@ -116,61 +186,10 @@ impl<B: Gather> Body for Translate<B> {
     type Error = crate::proxy::upstream::error::StreamError;
 
     fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Polled {
-        let this = self.get_mut();
-        loop {
-            if this.done {
-                return Poll::Ready(None);
-            }
-            if let Some(carry) = this.carry.take() {
-                let mut out = Vec::new();
-                this.carry = feed(&mut this.translator, carry, &mut out);
-                this.translator.observer_mut().flush();
-                if out.is_empty() {
-                    continue;
-                }
-                return Poll::Ready(Some(Ok(Frame::data(Bytes::from(out)))));
-            }
-            match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
-                Some(Ok(frame)) => {
-                    // Trailers belong to the original body: dropped from a translated stream.
-                    let Ok(first) = frame.into_data() else {
-                        continue;
-                    };
-                    let arrived = Instant::now();
-                    let out = this.batch(first, cx);
-                    // Held bytes (a partial item): read on rather than send an empty frame.
-                    if out.is_empty() {
-                        continue;
-                    }
-                    this.translator.observer_mut().frame_done(arrived);
-                    return Poll::Ready(Some(Ok(Frame::data(Bytes::from(out)))));
-                }
-                Some(Err(e)) => {
-                    // The client gets a well-formed end: error envelope, then a clean end of body.
-                    let mut out = Vec::new();
-                    this.translator.observer_mut().input_ended();
-                    this.translator.abort(&e.message(), &mut out);
-                    let kind = e.kind().as_str();
-                    this.translator.observer_mut().ended(RunEnd::UpstreamFailed { kind });
-                    return this.last(Ending::Failed(e), out);
-                }
-                None => {
-                    let mut out = Vec::new();
-                    let started = Instant::now();
-                    this.translator.observer_mut().input_ended();
-                    let end = this.translator.finish(&mut out);
-                    let obs = this.translator.observer_mut();
-                    if !out.is_empty() {
-                        obs.frame_done(started);
-                    }
-                    obs.ended(match end {
-                        StreamEnd::Done => RunEnd::Done,
-                        StreamEnd::Failed => RunEnd::BackendError,
-                        StreamEnd::Cut => RunEnd::Cut,
-                    });
-                    return this.last(Ending::finished(end), out);
-                }
-            }
+        let mut out = Vec::new();
+        match ready!(self.get_mut().poll_into(cx, &mut out)) {
+            true => Poll::Ready(Some(Ok(Frame::data(Bytes::from(out))))),
+            false => Poll::Ready(None),
         }
     }
 
@@ -212,6 +231,25 @@ impl<B: Gather> Layer for Translate<B> {
     fn agent(&self) -> Option<&str> {
         self.translator.root_agent()
     }
+
+    /// The frame is translated into this thread's lent buffer (or a buffer of its own if that is in use).
+    fn poll_kept(&mut self, cx: &mut Context<'_>, keep: Keep<'_>) -> Polled {
+        LENT.with(|lent| {
+            let Ok(mut out) = lent.try_borrow_mut() else {
+                return poll_kept_by_frame(self, cx, keep);
+            };
+            out.clear();
+            let polled = match self.poll_into(cx, &mut out) {
+                Poll::Ready(true) => Poll::Ready(Some(Ok(Frame::data(keep(&out, self.agent()))))),
+                Poll::Ready(false) => Poll::Ready(None),
+                Poll::Pending => Poll::Pending,
+            };
+            if out.capacity() > LENT_KEPT {
+                *out = Vec::new();
+            }
+            polled
+        })
+    }
 }
 
 #[cfg(test)]
@@ -250,6 +288,71 @@ mod tests {
     fn expected(chunks: &[String]) -> String {
         let (out, _) = translate_all(Options::default(), AGENT, chunks.concat().as_bytes());
         String::from_utf8(out).expect("utf-8")
+    }
+
+    /// Frames through `poll_kept` (what `keep` was given, and the stream's agent), with the lent buffer held by
+    /// someone else during each poll when `lent_in_use`.
+    fn kept_frames(steps: Vec<Step>, lent_in_use: bool) -> Vec<(String, Option<String>)> {
+        let (mut body, _) = translate(steps);
+        let mut kept = Vec::new();
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        loop {
+            let mut keep = |data: &[u8], agent: Option<&str>| {
+                kept.push((String::from_utf8_lossy(data).into_owned(), agent.map(str::to_owned)));
+                Bytes::from_static(b"kept")
+            };
+            let polled = LENT.with(|l| {
+                // Held across the poll, the translation must fall back to a frame of its own.
+                let _held = lent_in_use.then(|| l.borrow_mut());
+                body.poll_kept(&mut cx, &mut keep)
+            });
+            match polled {
+                Poll::Ready(Some(Ok(frame))) => {
+                    assert_eq!(frame.into_data().ok(), Some(Bytes::from_static(b"kept")))
+                }
+                Poll::Ready(None) => break,
+                Poll::Pending => continue,
+                Poll::Ready(Some(Err(_))) => panic!("a translated stream ends in-band"),
+            }
+        }
+        kept
+    }
+
+    #[test]
+    fn kept_frames_are_the_frames_whether_or_not_the_buffer_is_lent() {
+        let chunks = text_stream(40, 30);
+        let steps = || {
+            let mut steps: Vec<Step> = chunks.iter().map(|c| data(c)).collect();
+            steps.insert(3, Step::Pending);
+            steps.insert(20, Step::Pending);
+            steps.push(Step::End);
+            steps
+        };
+        let (mut body, _) = translate(steps());
+        let mut frames = Vec::new();
+        loop {
+            match poll(&mut body) {
+                Seen::Data(d) => frames.push(d),
+                Seen::Pending => continue,
+                Seen::End => break,
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(frames.concat(), expected(&chunks));
+        let lent = kept_frames(steps(), false);
+        let own = kept_frames(steps(), true);
+        assert_eq!(lent, own);
+        assert_eq!(lent.into_iter().map(|(d, _)| d).collect::<Vec<_>>(), frames);
+    }
+
+    #[test]
+    fn a_large_frame_does_not_stay_in_the_lent_buffer() {
+        let chunks = text_stream(1, LENT_KEPT * 2);
+        let mut steps: Vec<Step> = chunks.iter().map(|c| data(c)).collect();
+        steps.push(Step::End);
+        let kept = kept_frames(steps, false);
+        assert!(kept.iter().map(|(d, _)| d.len()).sum::<usize>() > LENT_KEPT * 2);
+        assert!(LENT.with(|l| l.borrow().capacity()) <= LENT_KEPT);
     }
 
     #[test]
