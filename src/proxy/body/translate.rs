@@ -290,6 +290,19 @@ mod tests {
         String::from_utf8(out).expect("utf-8")
     }
 
+    /// The frames `poll_frame` gives until the end, pending polls skipped.
+    fn frames_of(body: &mut Translate<Coalesce<Script>>) -> Vec<String> {
+        let mut frames = Vec::new();
+        loop {
+            match poll(body) {
+                Seen::Data(d) => frames.push(d),
+                Seen::Pending => continue,
+                Seen::End => return frames,
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
     /// Frames through `poll_kept` (what `keep` was given, and the stream's agent), with the lent buffer held by
     /// someone else during each poll when `lent_in_use`.
     fn kept_frames(steps: Vec<Step>, lent_in_use: bool) -> Vec<(String, Option<String>)> {
@@ -328,16 +341,7 @@ mod tests {
             steps.push(Step::End);
             steps
         };
-        let (mut body, _) = translate(steps());
-        let mut frames = Vec::new();
-        loop {
-            match poll(&mut body) {
-                Seen::Data(d) => frames.push(d),
-                Seen::Pending => continue,
-                Seen::End => break,
-                other => panic!("{other:?}"),
-            }
-        }
+        let frames = frames_of(&mut translate(steps()).0);
         assert_eq!(frames.concat(), expected(&chunks));
         let lent = kept_frames(steps(), false);
         let own = kept_frames(steps(), true);
@@ -362,15 +366,7 @@ mod tests {
         steps.insert(2, Step::Pending);
         steps.push(Step::End);
         let (mut body, metrics) = translate(steps);
-        let mut frames = Vec::new();
-        loop {
-            match poll(&mut body) {
-                Seen::Data(d) => frames.push(d),
-                Seen::Pending => continue,
-                Seen::End => break,
-                other => panic!("{other:?}"),
-            }
-        }
+        let frames = frames_of(&mut body);
         assert_eq!(frames.len(), 2, "two batches; the end's output joins the second");
         assert_eq!(frames.concat(), expected(&chunks));
         assert!(body.is_end_stream());
