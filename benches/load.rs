@@ -116,12 +116,14 @@ proxy process, and its user and system parts) at 50 streams × 400 ev/s paced ov
 default 5), memory per idle stream over HTTP/1.1 and h2c (a fresh process per row), the ratios to nginx and the
 verdicts (default 3 rounds).
 `instructions` (not in `all`) counts the user-space instructions per event of nginx and the gateway under
-valgrind's callgrind (apt-get install -y valgrind): a figure that holds still on a busy machine
+valgrind's callgrind (apt-get install -y valgrind): a figure that holds still on a busy machine; with
+`--stores memory,redis`, instead, the gateway with the Redis store against the memory store (as `redis` ends)
 `redis` (issue 26, not in `all`) runs two gateway instances on one redis-server (resume.store = \"redis\") beside a
 memory-store gateway, all with resume.buffer_bytes = 64 KiB: Redis memory per held stream against buffer_bytes,
 each instance's Redis connections with 0, 10, 50 (full: also 100) watchers on the second instance, events/s
 through the store per instance (paced and at saturation, one instance and two at once) and CPU per event of the
-gateway and of redis-server against the memory store (--rounds, --secs as in `cost`; --quick: < 2 minutes)
+gateway and of redis-server against the memory store (--rounds, --secs as in `cost`; --quick: < 2 minutes), then
+with valgrind the gateway's instructions per event with each store
 `websocket` (issue 28, not in `all`) measures the WebSocket output against SSE with the same gateway binary:
 memory per idle socket against per idle SSE watcher (--idle-streams readers, default 1000, 500 with --quick,
 10 per held stream, held --hold s, default 5, 1 with --quick; a fresh gateway per row) and CPU per event

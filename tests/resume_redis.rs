@@ -613,6 +613,46 @@ async fn wait_finished(store: &RedisStore, token: &str, last: u64) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_run_keeps_about_max_events_in_redis() {
+    // Small events far under the byte bound: only the count bound trims (the writer's, an `XADD` has no `MAXLEN`).
+    const MAX: usize = 64;
+    const EVENTS: u64 = 1000;
+    let Some((t, mut conn)) = two_watched(|o| o.max_events = MAX).await else {
+        return;
+    };
+    let tok = t.created();
+    let bound = MAX + MAX / sse_gateway::resume::redis::TRIM_SLACK_FRACTION + 1;
+    let mut most = 0usize;
+    for seq in 1..=EVENTS {
+        assert!(append_sized(&t.a, &tok, seq..=seq, 64));
+        if seq % 100 == 0 {
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            most = most.max(stored(&mut conn, &tok).await.len());
+        }
+    }
+    t.a.finish(&tok, EVENTS, End::Completed);
+    wait_finished(&t.b, &tok, EVENTS).await;
+    let events = stored(&mut conn, &tok).await;
+    assert!(events.len() >= MAX, "trimmed below the bound: {} events", events.len());
+    assert!(
+        events.len() <= bound,
+        "{} events held at the end (bound {bound})",
+        events.len()
+    );
+    assert!(most <= bound, "{most} events held mid-run (bound {bound})");
+    assert_eq!(events.last().map(|e| e.0), Some(EVENTS), "the newest events are kept");
+    let seqs: Vec<u64> = events.iter().map(|e| e.0).collect();
+    assert!(
+        seqs.windows(2).all(|w| w[1] == w[0] + 1),
+        "what is kept has no hole: {seqs:?}"
+    );
+    assert!(matches!(
+        t.b.open(&tok, binding(1), Some(0)).await,
+        Err(OpenError::Gap { .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_run_keeps_about_buffer_bytes_in_redis() {
     const BUFFER: usize = 16 << 10;
     const EVENT: usize = 100;

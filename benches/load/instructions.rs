@@ -97,6 +97,13 @@ pub async fn instructions(opts: &Opts, up: &[u16], rep: &mut Report, ok: &mut bo
         .stdout(Stdio::null())
         .status()
         .map_err(|e| format!("valgrind: {e} (apt-get install -y valgrind)"))?;
+    if opts.stores.as_ref().is_some_and(|s| s.iter().any(|s| s == "redis")) {
+        // The Redis store against the memory store alone (what the `redis` scenario ends with).
+        let redis = procs::start_redis()?;
+        let (redis_env, memory_env) = crate::redis_scale::envs(redis.port);
+        rep.line("## instructions: the Redis store against the memory store\n");
+        return redis_store(opts, up, memory_env, redis_env, rep, ok).await;
+    }
     let window = Duration::from_secs_f64(opts.secs.unwrap_or(if opts.quick { 3.0 } else { 10.0 }));
     let dir = procs::scratch("callgrind");
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
@@ -286,11 +293,48 @@ pub async fn otel(opts: &Opts, up: &[u16], sink: &str, rep: &mut Report, ok: &mu
         window.as_secs_f64(),
         2.0 * window.as_secs_f64(),
     ));
-    rep.line("| traces | instructions per event | / off | events in the two phases | instructions in the two phases |");
+    let per_event = per_case(
+        opts,
+        up,
+        "otel",
+        "traces",
+        &[("off", Vec::new()), ("exported", traced)],
+        window,
+        rep,
+        ok,
+    )
+    .await?;
+    let r = per_event[1] / per_event[0];
+    rep.line(format!(
+        "\n- exported / off, instructions per event: {r:.3}× ({:+.0} per event; target ≤ 1.05×: {})\n",
+        per_event[1] - per_event[0],
+        verdict(r <= 1.05)
+    ));
+    Ok(())
+}
+
+/// One gateway process under callgrind per case (`name`, its settings), each in front of the last upstream
+/// listener in turn: the table of their instructions per event (the first case the one the others are divided by),
+/// under a header whose first column is `what`; the per-event figures in the cases' order.
+#[allow(clippy::too_many_arguments)]
+async fn per_case(
+    opts: &Opts,
+    up: &[u16],
+    scenario: &str,
+    what: &str,
+    cases: &[(&'static str, Vec<(String, String)>)],
+    window: Duration,
+    rep: &mut Report,
+    ok: &mut bool,
+) -> Result<Vec<f64>, String> {
+    let first = cases.first().map_or("", |c| c.0);
+    rep.line(format!(
+        "| {what} | instructions per event | / {first} | events in the two phases | instructions in the two phases |"
+    ));
     rep.line("|---|---|---|---|---|");
     let mut per_event: Vec<f64> = Vec::new();
-    for (name, env) in [("off", Vec::new()), ("exported", traced)] {
-        let dir = procs::scratch(&format!("callgrind-otel-{name}"));
+    for (name, env) in cases {
+        let dir = procs::scratch(&format!("callgrind-{scenario}-{name}"));
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
         let wrapper = callgrind(&dir);
         let place = procs::Place {
@@ -298,7 +342,7 @@ pub async fn otel(opts: &Opts, up: &[u16], sink: &str, rep: &mut Report, ok: &mu
             dir: &dir.join("gateway"),
             upstream: up[crate::upstream::LISTENERS - 1],
             cpus: None,
-            env: &env,
+            env,
         };
         let (gateway, port, _) = procs::spawn_gateway(&opts.gateway, &place)?;
         let t = Target {
@@ -310,18 +354,66 @@ pub async fn otel(opts: &Opts, up: &[u16], sink: &str, rep: &mut Report, ok: &mu
         };
         let (v, phases) = instructions_per_event(&gateway, &dir, &t, window, rep, ok).await?;
         per_event.push(v);
-        let to_off = if per_event.len() == 1 {
+        let ratio = if per_event.len() == 1 {
             "1.00".to_owned()
         } else {
             format!("**{:.3}×**", v / per_event[0])
         };
-        rep.line(format!("| {name} | **{}** | {to_off} | {phases} |", n(v)));
+        rep.line(format!("| {name} | **{}** | {ratio} | {phases} |", n(v)));
     }
-    let r = per_event[1] / per_event[0];
+    Ok(per_event)
+}
+
+/// `redis`'s deterministic half (issue 38): instructions per event under callgrind of the gateway with the memory
+/// store and with the Redis store on `redis_port` (`store_env`: its settings besides the store's), the latter with
+/// its default write linger (at this rate about one event a round) and with a 100 ms one (about one event per
+/// stream a round, as a paced load's rounds hold).
+pub async fn redis_store(
+    opts: &Opts,
+    up: &[u16],
+    memory_env: Vec<(String, String)>,
+    redis_env: Vec<(String, String)>,
+    rep: &mut Report,
+    ok: &mut bool,
+) -> Result<(), String> {
+    if !valgrind_or_skip(rep) {
+        return Ok(());
+    }
+    let window = Duration::from_secs_f64(if opts.quick { 2.0 } else { 4.0 });
+    let mut lingering = redis_env.clone();
+    lingering.push(("SSE_GATEWAY__RESUME__REDIS_WRITE_LINGER_MS".into(), "100".into()));
     rep.line(format!(
-        "\n- exported / off, instructions per event: {r:.3}× ({:+.0} per event; target ≤ 1.05×: {})\n",
+        "### Instructions per event, Redis store against memory store\n\nUnder callgrind (the gateway's user \
+         space only; `redis-server`'s work is not counted): {STREAMS} streams over HTTP/1.1, {RATE:.0} events/s in \
+         all, one gateway process per case, two phases of {:.0} s and {:.0} s, counters zeroed before and dumped \
+         after each; per event = (instructions₂ − instructions₁) / (events₂ − events₁). `redis` has the default \
+         write linger (5 ms: about one event a round at this rate), `redis-linger-100` (a 100 ms linger) about one event per \
+         stream a round, as the paced 50 × 400 ev/s load's rounds (the writer's per-round work spread as there).\n",
+        window.as_secs_f64(),
+        2.0 * window.as_secs_f64(),
+    ));
+    let per_event = per_case(
+        opts,
+        up,
+        "redis",
+        "store",
+        &[
+            ("memory", memory_env),
+            ("redis", redis_env),
+            ("redis-linger-100", lingering),
+        ],
+        window,
+        rep,
+        ok,
+    )
+    .await?;
+    rep.line(format!(
+        "\n- Redis store / memory store, instructions per event: {:.3}× ({:+.0}) with the default linger, {:.3}× \
+         ({:+.0}) with 100 ms\n",
+        per_event[1] / per_event[0],
         per_event[1] - per_event[0],
-        verdict(r <= 1.05)
+        per_event[2] / per_event[0],
+        per_event[2] - per_event[0],
     ));
     Ok(())
 }

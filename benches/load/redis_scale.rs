@@ -193,6 +193,18 @@ fn metric(admin: u16, name: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// A gateway's settings as environment variables.
+pub(crate) type Settings = Vec<(String, String)>;
+
+/// The settings of the Redis-store gateways (on `redis_port`) and of the memory-store one: their defaults but
+/// `buffer_bytes`.
+pub(crate) fn envs(redis_port: u16) -> (Settings, Settings) {
+    let buffer = ("SSE_GATEWAY__RESUME__BUFFER_BYTES".to_owned(), BUFFER_BYTES.to_string());
+    let mut redis_env = case_env(&CASES[1], Some(redis_port));
+    redis_env.push(buffer.clone());
+    (redis_env, vec![buffer])
+}
+
 /// The scenario's processes: Redis, the Redis-store instances A and B, the memory-store gateway M.
 struct Rig {
     redis: RedisServer,
@@ -207,10 +219,7 @@ struct Rig {
 impl Rig {
     async fn start(opts: &Opts, up: &[u16]) -> Result<Self, String> {
         let redis = procs::start_redis()?;
-        let buffer = ("SSE_GATEWAY__RESUME__BUFFER_BYTES".to_owned(), BUFFER_BYTES.to_string());
-        let mut redis_env = case_env(&CASES[1], Some(redis.port));
-        redis_env.push(buffer.clone());
-        let memory_env = vec![buffer];
+        let (redis_env, memory_env) = envs(redis.port);
         let gw = |tag: &str, upstream: u16, env: &[(String, String)]| {
             procs::spawn_gateway(
                 &opts.gateway,
@@ -319,6 +328,8 @@ pub async fn redis(opts: &Opts, up: &[u16], rep: &mut Report, ok: &mut bool) -> 
     rig.check_alive()?;
     throughput(opts, &mut rig, rep, ok).await?;
     rig.check_alive()?;
+    let (redis_env, memory_env) = envs(rig.redis.port);
+    crate::instructions::redis_store(opts, up, memory_env, redis_env, rep, ok).await?;
     Ok(())
 }
 

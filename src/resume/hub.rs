@@ -24,7 +24,7 @@ use smallvec::SmallVec;
 
 use super::id::{id_head, id_line_len, put_id_line, Decimal, Token, ID_FIELD};
 use super::metrics::{End, Held, Limit, ResumeMetrics};
-use super::redis::{unix_us, RedisStore};
+use super::redis::{unix_us, Mirrored, RedisStore};
 use super::sessions::{Listed, Sessions};
 use crate::cors::Grant;
 use crate::envelope::write_gateway_error;
@@ -254,12 +254,11 @@ impl Hub {
         let token = Token::random()?;
         let now = Instant::now();
         let hex = token.hex();
-        if let Some(m) = &self.shared.mirror {
-            m.create_with_cors(&hex, binding, agent, cors.as_deref());
-        }
+        let mirrored = (self.shared.mirror.as_ref()).map(|m| m.create_with_cors(&hex, binding, agent, cors.as_deref()));
         let stream = Arc::new_cyclic(|me| Stream {
             token,
             hex,
+            mirrored,
             id_head: id_head(&token),
             binding,
             created_us: unix_us(),
@@ -361,6 +360,8 @@ pub struct Stream {
     pub token: Token,
     /// The token in hex: the stream's name in the mirror.
     pub hex: String,
+    /// Its handle in the mirror, if there is one.
+    mirrored: Option<Mirrored>,
     /// `id: sg1-<token>-`: each `id:` line's start.
     id_head: Vec<u8>,
     /// Keyed hash of the bound request headers of the original request.
@@ -872,8 +873,8 @@ impl Stream {
         st.next += count as u64;
         debug_assert_eq!(st.next_digits.as_bytes(), st.next.to_string().as_bytes());
         if st.mirrored {
-            if let Some(m) = &self.shared.mirror {
-                st.mirrored = m.append(&self.hex, first, out.clone(), &ends);
+            if let (Some(m), Some(handle)) = (&self.shared.mirror, &self.mirrored) {
+                st.mirrored = m.append_to(handle, first, out.clone(), &ends);
             }
         }
         ends.push(out.len() as u32);

@@ -34,9 +34,10 @@
 //! owner gone) is gone `ttl` later.
 //!
 //! Bounds: the owner knows each stored event's seq and size; once a stream holds more than `buffer_bytes` plus
-//! [`RedisOptions::trim_slack`] (a sixteenth of it), it trims it with `XTRIM MINID` back to `buffer_bytes`
-//! (plus the newest frame): a stream holds at most `buffer_bytes` + `buffer_bytes / 16` and its newest frame,
-//! trimmed once per that slack rather than every round. Everything this instance has in Redis (live streams, and
+//! [`RedisOptions::trim_slack`] (a sixteenth of it), or more than `max_events` plus a sixteenth, it trims it
+//! with `XTRIM MINID` back to both (plus the newest frame): a stream holds at most `buffer_bytes` +
+//! `buffer_bytes / 16` and its newest frame, trimmed once per that slack rather than every round (an `XADD`
+//! carries no `MAXLEN`). Everything this instance has in Redis (live streams, and
 //! finished ones until their keys expire) to `max_total_bytes`: the oldest finished streams' events go first,
 //! then live streams are trimmed down to [`LIVE_FLOOR_BYTES`].
 //!
@@ -76,7 +77,7 @@ pub use keys::BINDING_INDEX_MAX;
 pub(crate) use keys::{start_channel, unix_us};
 pub use options::{RedisOptions, FOLLOW_BLOCK, LIVENESS_HEARTBEATS, TRIM_SLACK_FRACTION};
 pub use reader::{RemoteReader, READ_COUNT};
-pub use store::{Indexed, RedisStore, RemoteState};
+pub use store::{Indexed, Mirrored, RedisStore, RemoteState};
 pub(crate) use trip::round_trip;
 pub use trip::StoreObserver;
 pub use writer::{LIVE_FLOOR_BYTES, MAX_BATCH_BYTES, MAX_BATCH_FRAMES};

@@ -23,7 +23,7 @@ pub const TRIM_SLACK_FRACTION: usize = 16;
 pub struct RedisOptions {
     /// Prefix of every key; default `"sse-gateway:"`.
     pub key_prefix: String,
-    /// `MAXLEN ~` of each stream's events; default 100,000.
+    /// Events kept per stream (trimmed with `buffer_bytes`, a sixteenth past it at most); default 100,000.
     pub max_events: usize,
     /// Event bytes kept per stream in Redis (plus its newest frame): `resume.buffer_bytes`; default 1 MiB.
     pub buffer_bytes: usize,

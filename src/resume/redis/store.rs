@@ -68,6 +68,9 @@ pub(super) struct Shared {
     readers: Arc<AtomicUsize>,
 }
 
+/// A stream this instance writes, as `create` made it: the owner's handle for appending to it.
+pub struct Mirrored(Arc<Slot>);
+
 /// The Redis store: cheap to clone; when every clone is dropped the writer drains its queue and stops, and
 /// with it the owner's heartbeat.
 #[derive(Clone)]
@@ -145,13 +148,13 @@ impl RedisStore {
 
     /// Registers a stream owned by this instance, run by `agent`. Never blocks: the writer task writes its meta
     /// and owner key in its next round trip (other instances see the stream from then on).
-    pub fn create(&self, token: &str, binding: [u8; 32], agent: &str) {
+    pub fn create(&self, token: &str, binding: [u8; 32], agent: &str) -> Mirrored {
         self.create_with_cors(token, binding, agent, None)
     }
 
     /// As `create`, keeping what the backend allowed the original request's origin (CORS), so every instance
     /// answers that origin alike.
-    pub fn create_with_cors(&self, token: &str, binding: [u8; 32], agent: &str, cors: Option<&Grant>) {
+    pub fn create_with_cors(&self, token: &str, binding: [u8; 32], agent: &str, cors: Option<&Grant>) -> Mirrored {
         let slot = Arc::new(Slot {
             keys: Keys::new(&self.shared.opts.key_prefix, token),
             pending: AtomicUsize::new(0),
@@ -160,13 +163,14 @@ impl RedisStore {
         });
         self.owned().insert(token.to_owned(), slot.clone());
         self.send(Op::Create {
-            slot,
+            slot: slot.clone(),
             token: token.to_owned(),
             created_us: unix_us(),
             binding,
             agent: agent.to_owned(),
             cors: cors.and_then(|g| serde_json::to_string(g).ok()),
         });
+        Mirrored(slot)
     }
 
     /// The stream's agent as learnt later (the run's `meta_init`): queued like an event, so readers elsewhere
@@ -190,6 +194,12 @@ impl RedisStore {
         let Some(slot) = self.owned().get(token).cloned() else {
             return false;
         };
+        self.append_to(&Mirrored(slot), first_seq, frame, starts)
+    }
+
+    /// As `append`, to the stream `create` returned `stream` for: no lookup of its token on the write path.
+    pub fn append_to(&self, stream: &Mirrored, first_seq: u64, frame: Bytes, starts: &[u32]) -> bool {
+        let slot = &stream.0;
         if slot.failed.load(Ordering::Acquire) {
             return false;
         }
@@ -208,11 +218,11 @@ impl RedisStore {
             .saturating_add(starts.len());
         if !valid || queued > self.shared.opts.queue {
             slot.pending.fetch_sub(starts.len(), Ordering::AcqRel);
-            self.give_up(slot);
+            self.give_up(slot.clone());
             return false;
         }
         self.send(Op::Append {
-            slot,
+            slot: slot.clone(),
             first_seq,
             frame,
             starts: starts.to_vec(),

@@ -10,7 +10,7 @@ use redis::{Pipeline, Value};
 use tokio::sync::mpsc;
 
 use super::keys::{binding_index, entry_id, hex, start_channel, unix_us, BINDING_INDEX_MAX, CORS_FIELD, EVENT_FIELD};
-use super::options::{millis, RedisOptions};
+use super::options::{millis, RedisOptions, TRIM_SLACK_FRACTION};
 use super::slot::{event_ranges, fail, starts_fit, Op, Owned, Slot};
 use super::trip::{round_trip, StoreObserver, RETRY_PAUSE};
 use crate::resume::metrics::{Bound, StoreOp};
@@ -20,8 +20,8 @@ pub const MAX_BATCH_FRAMES: usize = 1024;
 /// Event bytes taken into one writer round trip at most (a batch closes once it has reached this).
 pub const MAX_BATCH_BYTES: usize = 4 << 20;
 /// Arguments of an event's `XADD` at most (`NOMKSTREAM` included), and its bytes besides the key and the event.
-const XADD_ARGS: usize = 9;
-const XADD_BYTES: usize = 64;
+const XADD_ARGS: usize = 6;
+const XADD_BYTES: usize = 48;
 /// How far live streams are trimmed when this instance's total in Redis is over `max_total_bytes`.
 pub const LIVE_FLOOR_BYTES: usize = 64 << 10;
 
@@ -287,12 +287,9 @@ impl Writer {
                             // without it, which would outlive an owner that dies before its next heartbeat.
                             xadd.arg("NOMKSTREAM");
                         }
-                        xadd.arg("MAXLEN")
-                            .arg("~")
-                            .arg(self.opts.max_events)
-                            .arg(entry_id(seq))
-                            .arg(EVENT_FIELD)
-                            .arg(&frame[range]);
+                        // No `MAXLEN`: the count bound is kept below with the byte bound, by one `XTRIM`
+                        // (three arguments less per event, for Redis to parse too).
+                        xadd.arg(entry_id(seq)).arg(EVENT_FIELD).arg(&frame[range]);
                         r.add(xadd, Tag::Add(slot.clone(), seq));
                         if seq > st.counted {
                             st.entries.push_back((seq, len));
@@ -349,16 +346,19 @@ impl Writer {
                 }
             }
         }
+        let (max_bytes, max_events) = (self.opts.buffer_bytes, self.opts.max_events);
         for slot in &added {
             let mut st = slot.stored();
-            // Trimmed once it holds `trim_slack` more than its bound, back down to the bound: one `XTRIM` for
-            // that many bytes of events, not one a round.
-            if st.bytes <= self.opts.buffer_bytes.saturating_add(self.opts.trim_slack()) {
+            // Trimmed once it holds a sixteenth more than a bound (bytes or events), back down to the bounds: one
+            // `XTRIM` for that many events, not one a round.
+            if st.bytes <= max_bytes.saturating_add(self.opts.trim_slack())
+                && st.entries.len() <= max_events.saturating_add(max_events / TRIM_SLACK_FRACTION)
+            {
                 continue;
             }
             let mut freed = 0;
             let mut keep_from = None;
-            while st.bytes > self.opts.buffer_bytes {
+            while st.bytes > max_bytes || st.entries.len() > max_events {
                 match st.entries.front().copied() {
                     Some((seq, len)) if seq < st.newest_frame => {
                         st.entries.pop_front();
