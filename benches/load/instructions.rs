@@ -283,20 +283,17 @@ pub async fn otel(opts: &Opts, up: &[u16], sink: &str, rep: &mut Report, ok: &mu
         // Batches wait past the phases: an export every 5 s falls in one phase or the other and would not cancel.
         ("OTEL_BSP_SCHEDULE_DELAY".to_owned(), "600000".to_owned()),
     ];
-    rep.line(format!(
-        "Instructions per event under callgrind (the gateway's user space only, its defaults, resumption on; the \
-         traced gateway's batches held past the phases, so the per-event cost of its taps is what is counted): \
-         {STREAMS} streams over HTTP/1.1, {RATE:.0} events/s in all, through one gateway process under callgrind \
-         per case, in two phases of {:.0} s and {:.0} s, counters zeroed before and dumped after each; per event = \
-         (instructions₂ − instructions₁) / (events₂ − events₁): the per-stream cost (spans made, exported) is in \
-         both phases and cancels, what is left is the per-event cost of the run's tap.\n",
-        window.as_secs_f64(),
-        2.0 * window.as_secs_f64(),
-    ));
     let per_event = per_case(
         opts,
         up,
         "otel",
+        (
+            "Instructions per event under callgrind (the gateway's user space only, its defaults, resumption on; \
+             the traced gateway's batches held past the phases, so the per-event cost of its taps is what is \
+             counted)",
+            ": the per-stream cost (spans made, exported) is in both phases and cancels, what is left is the \
+             per-event cost of the run's tap.",
+        ),
         "traces",
         &[("off", Vec::new()), ("exported", traced)],
         window,
@@ -314,19 +311,30 @@ pub async fn otel(opts: &Opts, up: &[u16], sink: &str, rep: &mut Report, ok: &mu
 }
 
 /// One gateway process under callgrind per case (`name`, its settings), each in front of the last upstream
-/// listener in turn: the table of their instructions per event (the first case the one the others are divided by),
-/// under a header whose first column is `what`; the per-event figures in the cases' order.
+/// listener in turn: how they were counted (between `about`'s two parts), then the table of their instructions per
+/// event (the first case the one the others are divided by) under a header whose first column is `what`; the
+/// per-event figures in the cases' order.
 #[allow(clippy::too_many_arguments)]
 async fn per_case(
     opts: &Opts,
     up: &[u16],
     scenario: &str,
+    about: (&str, &str),
     what: &str,
     cases: &[(&'static str, Vec<(String, String)>)],
     window: Duration,
     rep: &mut Report,
     ok: &mut bool,
 ) -> Result<Vec<f64>, String> {
+    rep.line(format!(
+        "{}: {STREAMS} streams over HTTP/1.1, {RATE:.0} events/s in all, one gateway process under callgrind per \
+         case, two phases of {:.0} s and {:.0} s, counters zeroed before and dumped after each; per event = \
+         (instructions₂ − instructions₁) / (events₂ − events₁){}\n",
+        about.0,
+        window.as_secs_f64(),
+        2.0 * window.as_secs_f64(),
+        about.1
+    ));
     let first = cases.first().map_or("", |c| c.0);
     rep.line(format!(
         "| {what} | instructions per event | / {first} | events in the two phases | instructions in the two phases |"
@@ -382,20 +390,17 @@ pub async fn redis_store(
     let window = Duration::from_secs_f64(if opts.quick { 2.0 } else { 4.0 });
     let mut lingering = redis_env.clone();
     lingering.push(("SSE_GATEWAY__RESUME__REDIS_WRITE_LINGER_MS".into(), "100".into()));
-    rep.line(format!(
-        "### Instructions per event, Redis store against memory store\n\nUnder callgrind (the gateway's user \
-         space only; `redis-server`'s work is not counted): {STREAMS} streams over HTTP/1.1, {RATE:.0} events/s in \
-         all, one gateway process per case, two phases of {:.0} s and {:.0} s, counters zeroed before and dumped \
-         after each; per event = (instructions₂ − instructions₁) / (events₂ − events₁). `redis` has the default \
-         write linger (5 ms: about one event a round at this rate), `redis-linger-100` (a 100 ms linger) about one event per \
-         stream a round, as the paced 50 × 400 ev/s load's rounds (the writer's per-round work spread as there).\n",
-        window.as_secs_f64(),
-        2.0 * window.as_secs_f64(),
-    ));
     let per_event = per_case(
         opts,
         up,
         "redis",
+        (
+            "### Instructions per event, Redis store against memory store\n\nUnder callgrind (the gateway's user \
+             space only; `redis-server`'s work is not counted)",
+            ". `redis` has the default write linger (5 ms: about one event a round at this rate), \
+             `redis-linger-100` (a 100 ms linger) about one event per stream a round, as the paced 50 × 400 ev/s \
+             load's rounds (the writer's per-round work spread as there).",
+        ),
         "store",
         &[
             ("memory", memory_env),
