@@ -951,6 +951,8 @@ impl Stream {
         st.ended_at = Instant::now();
         if let (true, Some(m)) = (st.mirrored, &self.shared.mirror) {
             m.finish(&self.hex, st.next - 1, how);
+            // The store has the stream's end: nothing held after it (a write racing the end) is mirrored past it.
+            st.mirrored = false;
         }
         self.set_phase(st, Held::Retained);
         self.shared.metrics.ended(how);
