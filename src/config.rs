@@ -427,7 +427,8 @@ pub struct Resume {
     pub redis_url: String,
     /// Prefix of every Redis key (default "sse-gateway:").
     pub redis_key_prefix: String,
-    /// Events kept per stream in Redis (trimmed with `XTRIM MINID` beside the byte bound; default 100000).
+    /// Events kept per stream in Redis (trimmed with `XTRIM MINID` beside the byte bound, at most a sixteenth or
+    /// 100 past it; default 100000).
     pub redis_max_events: usize,
     /// Streams in their grace period (each keeps its upstream connection) over all clients; past it the one
     /// waiting longest is given up (default 256: a quarter of the default upstream connections).

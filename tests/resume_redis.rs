@@ -621,7 +621,9 @@ async fn a_long_run_keeps_about_max_events_in_redis() {
         return;
     };
     let tok = t.created();
-    let bound = MAX + MAX / sse_gateway::resume::redis::TRIM_SLACK_FRACTION + 1;
+    let slack =
+        (MAX / sse_gateway::resume::redis::TRIM_SLACK_FRACTION).min(sse_gateway::resume::redis::MAX_EVENTS_SLACK);
+    let bound = MAX + slack + 1;
     let mut most = 0usize;
     for seq in 1..=EVENTS {
         assert!(append_sized(&t.a, &tok, seq..=seq, 64));

@@ -34,7 +34,8 @@
 //! owner gone) is gone `ttl` later.
 //!
 //! Bounds: the owner knows each stored event's seq and size; once a stream holds more than `buffer_bytes` plus
-//! [`RedisOptions::trim_slack`] (a sixteenth of it), or more than `max_events` plus a sixteenth, it trims it
+//! [`RedisOptions::trim_slack`] (a sixteenth of it), or more than `max_events` plus
+//! [`RedisOptions::events_slack`] (a sixteenth, at most 100), it trims it
 //! with `XTRIM MINID` back to both (plus the newest frame): a stream holds at most `buffer_bytes` +
 //! `buffer_bytes / 16` and its newest frame, trimmed once per that slack rather than every round (an `XADD`
 //! carries no `MAXLEN`). Everything this instance has in Redis (live streams, and
@@ -75,7 +76,7 @@ pub use super::metrics::{Bound, StoreOp};
 pub use error::{OpenError, ReadError, StoreError};
 pub use keys::BINDING_INDEX_MAX;
 pub(crate) use keys::{start_channel, unix_us};
-pub use options::{RedisOptions, FOLLOW_BLOCK, LIVENESS_HEARTBEATS, TRIM_SLACK_FRACTION};
+pub use options::{RedisOptions, FOLLOW_BLOCK, LIVENESS_HEARTBEATS, MAX_EVENTS_SLACK, TRIM_SLACK_FRACTION};
 pub use reader::{RemoteReader, READ_COUNT};
 pub use store::{Indexed, Mirrored, RedisStore, RemoteState};
 pub(crate) use trip::round_trip;

@@ -15,15 +15,19 @@ pub const WRITE_LINGER: Duration = Duration::from_millis(crate::config::DEFAULT_
 /// Ceiling of [`RedisOptions::write_linger`] (`resume.redis_write_linger_ms`).
 pub const MAX_WRITE_LINGER: Duration = Duration::from_millis(crate::config::MAX_REDIS_WRITE_LINGER_MS);
 
-/// A stream's events in Redis may exceed `buffer_bytes` by this fraction of it (`1/16`) before they are trimmed.
+/// A stream's events in Redis may exceed `buffer_bytes` (and `max_events`, up to [`MAX_EVENTS_SLACK`]) by this
+/// fraction of it (`1/16`) before they are trimmed.
 pub const TRIM_SLACK_FRACTION: usize = 16;
+/// The most events past `max_events` a stream may hold before it is trimmed.
+pub const MAX_EVENTS_SLACK: usize = 100;
 
 /// Settings of the Redis store.
 #[derive(Clone, Debug)]
 pub struct RedisOptions {
     /// Prefix of every key; default `"sse-gateway:"`.
     pub key_prefix: String,
-    /// Events kept per stream (trimmed with `buffer_bytes`, a sixteenth past it at most); default 100,000.
+    /// Events kept per stream (trimmed beside `buffer_bytes`, [`Self::events_slack`] past it at most); default
+    /// 100,000.
     pub max_events: usize,
     /// Event bytes kept per stream in Redis (plus its newest frame): `resume.buffer_bytes`; default 1 MiB.
     pub buffer_bytes: usize,
@@ -115,6 +119,12 @@ impl RedisOptions {
         self.buffer_bytes / TRIM_SLACK_FRACTION
     }
 
+    /// How many events past `max_events` a stream may hold before the writer trims it back: a sixteenth of the
+    /// bound, and at most [`MAX_EVENTS_SLACK`] (what `XADD MAXLEN ~` allowed, a Stream node's default entries).
+    pub fn events_slack(&self) -> usize {
+        (self.max_events / TRIM_SLACK_FRACTION).min(MAX_EVENTS_SLACK)
+    }
+
     /// How long a liveness key (owner, primary cursor) lives without a refresh.
     pub(super) fn liveness(&self) -> Duration {
         self.heartbeat.saturating_mul(LIVENESS_HEARTBEATS)
@@ -136,6 +146,21 @@ pub(crate) fn millis(d: Duration) -> u64 {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn the_events_slack_is_a_sixteenth_and_at_most_a_node() {
+        let slack = |max_events| {
+            RedisOptions {
+                max_events,
+                ..RedisOptions::default()
+            }
+            .events_slack()
+        };
+        assert_eq!(slack(64), 4);
+        assert_eq!(slack(10), 0);
+        assert_eq!(slack(1_600), MAX_EVENTS_SLACK);
+        assert_eq!(slack(100_000), MAX_EVENTS_SLACK);
+    }
 
     #[test]
     fn options_are_checked() {

@@ -10,7 +10,7 @@ use redis::{Pipeline, Value};
 use tokio::sync::mpsc;
 
 use super::keys::{binding_index, entry_id, hex, start_channel, unix_us, BINDING_INDEX_MAX, CORS_FIELD, EVENT_FIELD};
-use super::options::{millis, RedisOptions, TRIM_SLACK_FRACTION};
+use super::options::{millis, RedisOptions};
 use super::slot::{event_ranges, fail, starts_fit, Op, Owned, Slot};
 use super::trip::{round_trip, StoreObserver, RETRY_PAUSE};
 use crate::resume::metrics::{Bound, StoreOp};
@@ -349,10 +349,10 @@ impl Writer {
         let (max_bytes, max_events) = (self.opts.buffer_bytes, self.opts.max_events);
         for slot in &added {
             let mut st = slot.stored();
-            // Trimmed once it holds a sixteenth more than a bound (bytes or events), back down to the bounds: one
+            // Trimmed once it holds its slack more than a bound (bytes or events), back down to the bounds: one
             // `XTRIM` for that many events, not one a round.
             if st.bytes <= max_bytes.saturating_add(self.opts.trim_slack())
-                && st.entries.len() <= max_events.saturating_add(max_events / TRIM_SLACK_FRACTION)
+                && st.entries.len() <= max_events.saturating_add(self.opts.events_slack())
             {
                 continue;
             }
