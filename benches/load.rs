@@ -67,6 +67,8 @@ pub struct Opts {
     pub resume_streams: Option<usize>,
     /// `--stores`: the store cases `resume` measures (`resume::CASES`).
     pub stores: Option<Vec<String>>,
+    /// `--readers`: `instructions` counts a socket against an SSE watcher (`sse,socket`).
+    pub readers: Option<Vec<String>>,
 }
 
 impl Opts {
@@ -97,6 +99,7 @@ fn usage() -> &'static str {
   --stores A,B,..    store cases of `resume`: memory, redis (same instance), redis-other (reconnect to a
                      second instance); default memory. Redis cases start their own redis-server
                      (apt-get install -y redis-server) and are skipped without one
+  --readers sse,socket  `instructions`: count a socket reader against an SSE watcher instead
   --gateway PATH     gateway binary (default target/release/sse-gateway)
   --baseline PATH    another gateway binary, run with its defaults as one more target, `gateway-baseline`
                      (translating, resumption on), beside the others in every round: a change measured
@@ -116,7 +119,9 @@ proxy process, and its user and system parts) at 50 streams × 400 ev/s paced ov
 default 5), memory per idle stream over HTTP/1.1 and h2c (a fresh process per row), the ratios to nginx and the
 verdicts (default 3 rounds).
 `instructions` (not in `all`) counts the user-space instructions per event of nginx and the gateway under
-valgrind's callgrind (apt-get install -y valgrind): a figure that holds still on a busy machine; with
+valgrind's callgrind (apt-get install -y valgrind): a figure that holds still on a busy machine; --rounds N
+measures resumption on and off N times interleaved and decides on the median of the same-round ratios; with
+`--readers sse,socket`, instead, a socket reader against an SSE watcher per event delivered (issue 38); with
 `--stores memory,redis`, instead, the gateway with the Redis store against the memory store (as `redis` ends)
 `redis` (issue 26, not in `all`) runs two gateway instances on one redis-server (resume.store = \"redis\") beside a
 memory-store gateway, all with resume.buffer_bytes = 64 KiB: Redis memory per held stream against buffer_bytes,
@@ -157,6 +162,7 @@ fn parse_args() -> Result<Opts, String> {
         pin: None,
         resume_streams: None,
         stores: None,
+        readers: None,
     };
     let mut plot_set = false;
     while let Some(a) = args.next() {
@@ -186,6 +192,7 @@ fn parse_args() -> Result<Opts, String> {
                 )
             }
             "--stores" => o.stores = Some(val("--stores")?.split(',').map(str::to_owned).collect()),
+            "--readers" => o.readers = Some(val("--readers")?.split(',').map(str::to_owned).collect()),
             "--hold" => o.hold_secs = Some(val("--hold")?.parse().map_err(|e| format!("--hold: {e}"))?),
             "--gateway" => o.gateway = PathBuf::from(val("--gateway")?),
             "--baseline" => o.baseline = Some(PathBuf::from(val("--baseline")?)),

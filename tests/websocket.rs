@@ -514,6 +514,35 @@ async fn a_slow_reader_gets_what_queued_as_batches_and_loses_nothing() {
     gw.stop().await;
 }
 
+/// The socket polls its streams before the drain and the client's messages (issue 38: one poll an event), but not
+/// for ever: a socket catching up on a long held run, whose next frame is always ready, still hears the drain
+/// within a few frames (`FAIR_TURN`) and closes 1001 long before the run's end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_socket_catching_up_on_a_long_held_run_still_hears_the_drain() {
+    const LONG: usize = 24_000;
+    let (_up, gw) = setup(|s| {
+        s.resume.buffer_bytes = 64 << 20;
+        s.resume.max_total_bytes = 128 << 20;
+    })
+    .await;
+    let (mut sse, url) = start_run(gw.addr, &format!("/big/{LONG}"), &[]).await;
+    sse.read_to_end(Duration::from_secs(30))
+        .await
+        .expect("the SSE reader's end");
+    let mut ws = connect(gw.addr, &url, &[]).await;
+    let first = read_until(&mut ws, WAIT, |g| !g.events().is_empty()).await;
+    assert!(!first.events().is_empty(), "{}", first.ending());
+    let stopping = tokio::spawn(gw.stop());
+    let got = read_to_close(&mut ws, Duration::from_secs(30)).await;
+    let read = first.events().len() + got.events().len();
+    assert_eq!(got.close, Some(1001), "read {read} events: {}", got.ending());
+    assert!(
+        read < LONG,
+        "the whole run was read ({read} events) before the drain was heard"
+    );
+    let _ = stopping.await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_that_stops_reading_is_closed_past_max_queued_bytes_and_the_gateway_stays_healthy() {
     let (_up, gw, mut sse, url, mut stuck) = big_run_with_slow_socket(4096).await;

@@ -291,13 +291,17 @@ struct CpuRow {
     failures: Vec<String>,
 }
 
-/// One CPU row on `gw`: `PACED` streams started, their owners gone, each read by one reader of `via` from its
-/// start; CPU from the first paced delta to the last reader's end.
-async fn cpu_row(gw: &Gw, via: Via, window: Duration, tck: f64) -> Result<CpuRow, String> {
+/// `streams` streams on `gw` paced at `rate` events/s each for `window`, their owners gone, each read by one
+/// reader of `via` from its start: the readers and when the paced window begins (a second from now, time for
+/// the owners to come and go and the readers to attach).
+async fn paced_readers(
+    gw: &Gw,
+    via: Via,
+    window: Duration,
+    (streams, rate): (usize, f64),
+) -> Result<(Instant, Vec<Reader>), String> {
     let addr = procs::addr(gw.1);
-    let (streams, rate) = PACED;
     let interval_us = (1e6 / rate).round() as u64;
-    // Time for the owners to come and go and the readers to attach, then the paced window.
     let begin = Instant::now() + Duration::from_millis(1000);
     let (start_ns, until_ns) = (ns_at(begin), ns_at(begin + window));
     let mut readers = Vec::with_capacity(streams);
@@ -315,10 +319,11 @@ async fn cpu_row(gw: &Gw, via: Via, window: Duration, tck: f64) -> Result<CpuRow
         drop((body, owner));
         readers.push(attach(addr, &url, i, via).await?);
     }
-    tokio::time::sleep_until(begin.into()).await;
-    let pid = gw.0.pid();
-    let before = procs::usage(pid).ok_or("no /proc usage of the gateway")?;
-    let deadline = begin + window + GRACE;
+    Ok((begin, readers))
+}
+
+/// Reads every reader to its end (or `deadline`): the deltas they got and what failed.
+async fn read_all(readers: Vec<Reader>, via: Via, deadline: Instant) -> (u64, Vec<String>) {
     let mut set = JoinSet::new();
     for (i, r) in readers.into_iter().enumerate() {
         let what = format!("{} {i}", via.label());
@@ -328,24 +333,119 @@ async fn cpu_row(gw: &Gw, via: Via, window: Duration, tck: f64) -> Result<CpuRow
                 .unwrap_or_else(|_| Err(format!("{what}: not finished by the deadline")))
         });
     }
-    let mut row = CpuRow {
-        cpu: 0.0,
-        system: 0.0,
-        deltas: 0,
-        failures: Vec::new(),
-    };
+    let (mut deltas, mut failures) = (0, Vec::new());
     while let Some(r) = set.join_next().await {
         match r {
-            Ok(Ok(d)) => row.deltas += d,
-            Ok(Err(e)) => row.failures.push(e),
-            Err(e) => row.failures.push(format!("reader task: {e}")),
+            Ok(Ok(d)) => deltas += d,
+            Ok(Err(e)) => failures.push(e),
+            Err(e) => failures.push(format!("reader task: {e}")),
         }
     }
+    (deltas, failures)
+}
+
+/// One CPU row on `gw`: `PACED` streams read by readers of `via`; CPU from the first paced delta to the last
+/// reader's end.
+async fn cpu_row(gw: &Gw, via: Via, window: Duration, tck: f64) -> Result<CpuRow, String> {
+    let (begin, readers) = paced_readers(gw, via, window, PACED).await?;
+    tokio::time::sleep_until(begin.into()).await;
+    let pid = gw.0.pid();
+    let before = procs::usage(pid).ok_or("no /proc usage of the gateway")?;
+    let (deltas, failures) = read_all(readers, via, begin + window + GRACE).await;
     let spent = procs::usage(pid).ok_or("no /proc usage of the gateway")?.since(before);
-    let per = 1e6 / tck / row.deltas.max(1) as f64;
-    row.cpu = (spent.user + spent.system) as f64 * per;
-    row.system = spent.system as f64 * per;
-    Ok(row)
+    let per = 1e6 / tck / deltas.max(1) as f64;
+    Ok(CpuRow {
+        cpu: (spent.user + spent.system) as f64 * per,
+        system: spent.system as f64 * per,
+        deltas,
+        failures,
+    })
+}
+
+/// Streams and events per second each of the callgrind rows: low enough that callgrind keeps up (as
+/// `instructions`: 200 events/s in all).
+const COUNTED: (usize, f64) = (20, 10.0);
+
+/// `instructions --readers sse,socket`: the gateway's user-space instructions per event delivered to an SSE
+/// watcher and over a socket, under callgrind: `COUNTED` streams read as the CPU rows read them, two phases of
+/// `window` and twice that with the counters zeroed when the paced window begins and dumped after the last
+/// reader's end; per event = the phases' difference, so what a stream costs once (its start, its end, the
+/// close) cancels out.
+pub async fn instructions(opts: &Opts, up: &[u16], rep: &mut Report, ok: &mut bool) -> Result<(), String> {
+    let rounds = opts.rounds.unwrap_or(1).max(1);
+    let window = Duration::from_secs_f64(opts.secs.unwrap_or(if opts.quick { 3.0 } else { 10.0 }));
+    let dir = procs::scratch("callgrind-websocket");
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let wrapper = crate::instructions::callgrind(&dir);
+    let gw = procs::spawn_gateway(
+        &opts.gateway,
+        &procs::Place {
+            wrapper: &wrapper,
+            dir: &dir.join("gateway"),
+            upstream: up[crate::upstream::LISTENERS - 1],
+            cpus: None,
+            env: &[],
+        },
+    )?;
+    let (streams, rate) = COUNTED;
+    rep.line("## instructions: a socket against an SSE watcher, per event delivered\n");
+    rep.line(format!(
+        "One gateway (its defaults) under callgrind. {streams} streams paced at {rate:.0} events/s each, their owners \
+         gone, each read from its start by one SSE watcher or one socket (`sse-gateway.v1`); two phases of {:.0} s and \
+         {:.0} s, the counters zeroed as the paced window begins and dumped after the last reader's end; per event = \
+         (instructions₂ − instructions₁) / (deltas₂ − deltas₁). {rounds} interleaved round(s); the ratio is the median \
+         of (socket / SSE in the same round).\n",
+        window.as_secs_f64(),
+        2.0 * window.as_secs_f64()
+    ));
+    rep.line(
+        "| reader | instructions per event (by round) | deltas in the two phases | instructions in the two phases |",
+    );
+    rep.line("|---|---|---|---|");
+    let mut per = [Vec::new(), Vec::new()];
+    let mut failures = Vec::new();
+    for round in 0..rounds {
+        let order: [usize; 2] = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        for k in order {
+            let via = Via::BOTH[k];
+            let mut counted = [(0u64, 0u64); 2];
+            for (phase, w) in [window, 2 * window].into_iter().enumerate() {
+                let (begin, readers) = paced_readers(&gw, via, w, COUNTED).await?;
+                tokio::time::sleep_until(begin.into()).await;
+                crate::instructions::control("-z", gw.0.pid())?;
+                let (deltas, failed) = read_all(readers, via, begin + w + GRACE).await;
+                crate::instructions::control("-d", gw.0.pid())?;
+                failures.extend(failed);
+                counted[phase] = (crate::instructions::newest_dump(&dir, gw.0.pid())?, deltas);
+            }
+            let [(i1, d1), (i2, d2)] = counted;
+            let v = if d2 > d1 {
+                (i2 as f64 - i1 as f64) / (d2 - d1) as f64
+            } else {
+                f64::NAN
+            };
+            per[k].push(v);
+            rep.line(format!(
+                "| {} (round {}) | {} | {}, {} | {}, {} |",
+                via.label(),
+                round + 1,
+                n(v),
+                n(d1 as f64),
+                n(d2 as f64),
+                n(i1 as f64),
+                n(i2 as f64)
+            ));
+        }
+    }
+    readers_failed(rep, ok, &failures, "readers");
+    let r = crate::report::round_ratio(&per[1], &per[0]);
+    rep.line(format!(
+        "\n- socket / SSE watcher, instructions per event = {:.0} / {:.0} = **{r:.3}×** (median of same-round \
+         ratios)\n",
+        median(per[1].clone()),
+        median(per[0].clone())
+    ));
+    Ok(())
 }
 
 /// A metric of the gateway (0 when unreadable).

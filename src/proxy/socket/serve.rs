@@ -330,6 +330,11 @@ impl Socket {
         let mut ping =
             tokio::time::interval_at(tokio::time::Instant::now() + limits.ping_interval, limits.ping_interval);
         ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Made once: a wait made anew each turn of the loop (each event) would lock the watch and register its
+        // waker again (about 1,200 instructions an event); boxed, so the socket's task does not hold its room.
+        let mut drained = Box::pin(draining(drain));
+        // Frames taken from the streams since the rest was last polled first (see `FAIR_TURN`).
+        let mut streak = 0;
         loop {
             if let Some(c) = self.flush_queue() {
                 return c;
@@ -340,7 +345,6 @@ impl Socket {
             let room = pending.is_none() || self.queued_behind < limits.max_queued_bytes;
             tokio::select! {
                 biased;
-                () = draining(drain) => return Closing::GoingAway,
                 flushed = poll_fn(|cx| self.tx.poll_flush_unpin(cx)), if pending.is_some() => {
                     if flushed.is_err() {
                         return Closing::Error;
@@ -352,22 +356,8 @@ impl Socket {
                     self.shared.metrics.write_timeouts.inc();
                     return Closing::Behind;
                 }
-                heard = self.rx.next() => match self.heard(heard) {
-                    Heard::Nothing => {}
-                    Heard::Close(c) => return c,
-                    Heard::Cancel(which) => {
-                        let token = match (&which, open.first()) {
-                            (Some(hex), _) => Token::parse(hex),
-                            (None, Some(o)) if session.is_none() => Some(o.token),
-                            _ => None,
-                        };
-                        if let Some(token) = token {
-                            // The stream's own end (`stream_cancelled`) tells the socket, as any reader.
-                            let _ = Box::pin(r.cancel(&token, binding)).await;
-                        }
-                    }
-                },
-                polled = poll_fn(|cx| poll_streams(open, &mut next, cx)), if room && !open.is_empty() => {
+                polled = poll_fn(|cx| poll_streams(open, &mut next, cx)), if room && !open.is_empty() && streak < FAIR_TURN => {
+                    streak += 1;
                     match polled {
                         Polled::Frame(i, frame) => {
                             let before = self.queue.len_bytes();
@@ -393,6 +383,22 @@ impl Socket {
                         return Closing::Behind;
                     }
                 }
+                () = &mut drained => return Closing::GoingAway,
+                heard = self.rx.next() => match self.heard(heard) {
+                    Heard::Nothing => {}
+                    Heard::Close(c) => return c,
+                    Heard::Cancel(which) => {
+                        let token = match (&which, open.first()) {
+                            (Some(hex), _) => Token::parse(hex),
+                            (None, Some(o)) if session.is_none() => Some(o.token),
+                            _ => None,
+                        };
+                        if let Some(token) = token {
+                            // The stream's own end (`stream_cancelled`) tells the socket, as any reader.
+                            let _ = Box::pin(r.cancel(&token, binding)).await;
+                        }
+                    }
+                },
                 started = next_start(session), if session.is_some() => match started {
                     // Told twice (a listing racing an announcement): already carried.
                     Some(token) if open.iter().any(|o| o.token == token) => {}
@@ -420,6 +426,9 @@ impl Socket {
                         self.pending_since = Some(Instant::now());
                     }
                 }
+                // Every `FAIR_TURN` frames, the rest is polled first even when the streams have more (their
+                // wakers registered, a drain or a cancel seen), and this ends the turn if none of it is ready.
+                () = std::future::ready(()), if streak >= FAIR_TURN => streak = 0,
             }
         }
     }
@@ -715,6 +724,12 @@ async fn next_start(session: &mut Option<Box<crate::resume::sessions::Session>>)
         None => std::future::pending().await,
     }
 }
+
+/// The streams' frames are polled before the drain, the client's messages and the timers (only a pending write's
+/// flush and deadline come first), so an event wakes the socket to one poll, not to a poll of each of those too;
+/// at most this many in a row, then the rest is polled first once, so a stream that always has more cannot
+/// starve a drain, a cancel or a pong.
+const FAIR_TURN: u32 = 32;
 
 /// Until the drain starts (never, if its sender is gone).
 async fn draining(drain: &mut watch::Receiver<bool>) {
