@@ -4,12 +4,15 @@
 
 use std::collections::HashMap;
 use std::future::poll_fn;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::stream::{SplitSink, SplitStream};
+use futures_util::task::AtomicWaker;
 use futures_util::{SinkExt, StreamExt};
 use http::HeaderMap;
 use http_body::Body;
@@ -335,6 +338,10 @@ impl Socket {
         let mut drained = Box::pin(draining(drain));
         // Frames taken from the streams since the rest was last polled first (see `FAIR_TURN`).
         let mut streak = 0;
+        // The drain, the client's messages and the ping timer wake the task through `rare`, and are polled only
+        // after one of them did (or after one of them was ready: it may be again at once).
+        let rare = Arc::new(Rare::default());
+        let rare_waker = Waker::from(Arc::clone(&rare));
         loop {
             if let Some(c) = self.flush_queue() {
                 return c;
@@ -343,6 +350,7 @@ impl Socket {
             let write_deadline = pending.map(|p| tokio::time::Instant::from_std(p + limits.write_timeout));
             // The bound is on what queues behind a pending write; while the socket keeps up, nothing waits.
             let room = pending.is_none() || self.queued_behind < limits.max_queued_bytes;
+            let rare_due = rare.woke.load(Ordering::Acquire);
             tokio::select! {
                 biased;
                 flushed = poll_fn(|cx| self.tx.poll_flush_unpin(cx)), if pending.is_some() => {
@@ -383,22 +391,29 @@ impl Socket {
                         return Closing::Behind;
                     }
                 }
-                () = &mut drained => return Closing::GoingAway,
-                heard = self.rx.next() => match self.heard(heard) {
-                    Heard::Nothing => {}
-                    Heard::Close(c) => return c,
-                    Heard::Cancel(which) => {
-                        let token = match (&which, open.first()) {
-                            (Some(hex), _) => Token::parse(hex),
-                            (None, Some(o)) if session.is_none() => Some(o.token),
-                            _ => None,
-                        };
-                        if let Some(token) = token {
-                            // The stream's own end (`stream_cancelled`) tells the socket, as any reader.
-                            let _ = Box::pin(r.cancel(&token, binding)).await;
+                () = poll_fn(|cx| {
+                    rare.arm(cx);
+                    drained.as_mut().poll(&mut Context::from_waker(&rare_waker))
+                }), if rare_due => return Closing::GoingAway,
+                heard = poll_fn(|_| self.rx.poll_next_unpin(&mut Context::from_waker(&rare_waker))), if rare_due => {
+                    // More may be read already: polled again next turn.
+                    rare.woke.store(true, Ordering::Release);
+                    match self.heard(heard) {
+                        Heard::Nothing => {}
+                        Heard::Close(c) => return c,
+                        Heard::Cancel(which) => {
+                            let token = match (&which, open.first()) {
+                                (Some(hex), _) => Token::parse(hex),
+                                (None, Some(o)) if session.is_none() => Some(o.token),
+                                _ => None,
+                            };
+                            if let Some(token) = token {
+                                // The stream's own end (`stream_cancelled`) tells the socket, as any reader.
+                                let _ = Box::pin(r.cancel(&token, binding)).await;
+                            }
                         }
                     }
-                },
+                }
                 started = next_start(session), if session.is_some() => match started {
                     // Told twice (a listing racing an announcement): already carried.
                     Some(token) if open.iter().any(|o| o.token == token) => {}
@@ -412,7 +427,9 @@ impl Socket {
                     Some(_) => self.shared.metrics.session_full.inc(),
                     None => return Closing::GoingAway,
                 },
-                _ = ping.tick() => {
+                _ = poll_fn(|_| ping.poll_tick(&mut Context::from_waker(&rare_waker))), if rare_due => {
+                    // Polled again next turn, which arms the next tick.
+                    rare.woke.store(true, Ordering::Release);
                     if let Some(since) = self.awaiting_pong {
                         if since.elapsed() >= limits.pong_timeout {
                             self.shared.metrics.pong_timeouts.inc();
@@ -429,6 +446,8 @@ impl Socket {
                 // Every `FAIR_TURN` frames, the rest is polled first even when the streams have more (their
                 // wakers registered, a drain or a cancel seen), and this ends the turn if none of it is ready.
                 () = std::future::ready(()), if streak >= FAIR_TURN => streak = 0,
+                // Nothing rare is due: this ends the turn when one of them wakes the task.
+                () = poll_fn(|cx| rare.poll_woke(cx)), if !rare_due => {}
             }
         }
     }
@@ -730,6 +749,53 @@ async fn next_start(session: &mut Option<Box<crate::resume::sessions::Session>>)
 /// at most this many in a row, then the rest is polled first once, so a stream that always has more cannot
 /// starve a drain, a cancel or a pong.
 const FAIR_TURN: u32 = 32;
+
+/// Wakes a socket's task for its rare sources (the drain, the client's messages, the ping timer) and marks that
+/// one of them did: an event wakes the task through its stream instead, and is then not a reason to poll them
+/// (a poll of the client's half of the connection alone is about 2,000 instructions).
+struct Rare {
+    woke: AtomicBool,
+    task: AtomicWaker,
+}
+
+impl Default for Rare {
+    /// Due at first: the rare sources have not been polled yet.
+    fn default() -> Self {
+        Self {
+            woke: AtomicBool::new(true),
+            task: AtomicWaker::new(),
+        }
+    }
+}
+
+impl Rare {
+    /// Before the rare sources are polled: the task is to be woken, and what woke it is about to be seen.
+    fn arm(&self, cx: &Context<'_>) {
+        self.task.register(cx.waker());
+        self.woke.store(false, Ordering::Release);
+    }
+
+    /// Ready once a rare source woke the task.
+    fn poll_woke(&self, cx: &Context<'_>) -> Poll<()> {
+        self.task.register(cx.waker());
+        if self.woke.load(Ordering::Acquire) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+}
+
+impl std::task::Wake for Rare {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woke.store(true, Ordering::Release);
+        self.task.wake();
+    }
+}
 
 /// Until the drain starts (never, if its sender is gone).
 async fn draining(drain: &mut watch::Receiver<bool>) {
