@@ -7,7 +7,9 @@
 //! close codes, 1007 for invalid UTF-8, version and HTTP/1.0 handshakes refused, a ping before the auth message);
 //! a slow reader batched, one that reads nothing closed as behind (and told so) while the gateway stays healthy,
 //! one that floods pings and reads nothing closed with the gateway's memory bounded (the binary, for its RSS);
-//! two thousand idle sockets all served; the session socket; two instances on one real `redis-server`.
+//! two thousand idle sockets all served; the session socket; two instances on one real `redis-server`; a silent
+//! run kept by the gateway's pings and a client that never answers them closed 1008; a socket catching up on a
+//! long held run that still hears the drain.
 //!
 //! The third-party clients (npm `ws`, PyPI `websockets`, Chromium) are in tests/websocket_clients.rs.
 
@@ -181,6 +183,46 @@ async fn cancel_from_the_socket_ends_the_run_4002_and_closes_the_upstream() {
         "{}",
         String::from_utf8_lossy(&sse.body)
     );
+    gw.stop().await;
+}
+
+/// A socket on a run gone silent is kept by the gateway's pings (issue 38: the ping timer is polled only when it
+/// or the client woke the socket, so each tick must arm the next): a client that answers them is pinged again
+/// after each interval of silence (its pong is heard: the next ping comes on the tick after the one that finds a
+/// whole interval since) and stays open; one that never answers is closed 1008 once the pong timeout has passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_run_is_pinged_again_and_again_and_a_client_that_never_pongs_is_closed_1008() {
+    let (_up, gw) = setup(|s| {
+        s.websocket.ping_interval_secs = 1.0;
+        s.websocket.pong_timeout_secs = 1.0;
+        // The run never ends: the stop cuts it at once.
+        s.server.drain_timeout_secs = 0.5;
+    })
+    .await;
+    let (_sse, url) = start_run(gw.addr, "/hold", &[]).await;
+    // Never writes: no pong, nothing else heard.
+    let mut mute = raw_socket(gw.addr, &url, &[], None).await.expect("a socket");
+    let mute = tokio::spawn(async move { raw_read(&mut mute, Duration::from_secs(8), |e| e.close.is_some()).await });
+    // tokio-tungstenite answers each ping as it reads.
+    let mut ws = connect(gw.addr, &url, &[]).await;
+    let (mut pings, mut closed) = (0, None);
+    let until = tokio::time::Instant::now() + Duration::from_millis(4500);
+    while let Ok(Some(msg)) = tokio::time::timeout_at(until, ws.next()).await {
+        match msg {
+            Ok(Message::Ping(_)) => pings += 1,
+            Ok(Message::Close(c)) => closed = Some(c),
+            Ok(_) => {}
+            Err(e) => panic!("the answering socket failed after {pings} pings: {}", describe(&e)),
+        }
+    }
+    assert!(closed.is_none(), "the answering socket was closed: {closed:?}");
+    assert!(pings >= 2, "{pings} pings in 4.5 s at a 1 s interval");
+    // Already closed: its ping came at about 2 s, its close a tick later.
+    let mute = mute.await.expect("the mute reader");
+    assert_eq!(mute.close, Some(1008), "the mute socket: {mute:?}");
+    assert!(mute.opcodes.contains(&0x9), "closed without a ping first: {mute:?}");
+    assert_metric(&gw, "websocket_limited_total", &["limit=\"pong_timeout\""], 1.0).await;
+    drop(ws);
     gw.stop().await;
 }
 

@@ -17,8 +17,8 @@ use crate::report::{n, verdict, Report};
 use crate::Opts;
 
 /// Streams and events per second in all: low enough that callgrind keeps up, so no events batch.
-const STREAMS: usize = 20;
-const RATE: f64 = 200.0;
+pub const STREAMS: usize = 20;
+pub const RATE: f64 = 200.0;
 
 pub fn callgrind(dir: &Path) -> Vec<String> {
     vec![
@@ -75,7 +75,13 @@ async fn instructions_per_event(
         control("-d", proc.pid())?;
         counted[phase] = (newest_dump(dir, proc.pid())?, r.events);
     }
-    let [(i1, e1), (i2, e2)] = counted;
+    Ok(of_phases(counted))
+}
+
+/// From two phases' (instructions, events): instructions per event, (instructions₂ − instructions₁) /
+/// (events₂ − events₁) (NaN with no more events in the second), and the table cells `events₁, events₂ |
+/// instructions₁, instructions₂`.
+pub fn of_phases([(i1, e1), (i2, e2)]: [(u64, u64); 2]) -> (f64, String) {
     let v = if e2 > e1 {
         (i2 as f64 - i1 as f64) / (e2 - e1) as f64
     } else {
@@ -88,7 +94,7 @@ async fn instructions_per_event(
         n(i1 as f64),
         n(i2 as f64)
     );
-    Ok((v, cells))
+    (v, cells)
 }
 
 pub async fn instructions(opts: &Opts, up: &[u16], rep: &mut Report, ok: &mut bool) -> Result<(), String> {

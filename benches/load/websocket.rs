@@ -362,9 +362,12 @@ async fn cpu_row(gw: &Gw, via: Via, window: Duration, tck: f64) -> Result<CpuRow
     })
 }
 
-/// Streams and events per second each of the callgrind rows: low enough that callgrind keeps up (as
-/// `instructions`: 200 events/s in all).
-const COUNTED: (usize, f64) = (20, 10.0);
+/// Streams and events per second each of the callgrind rows: `instructions`' load, low enough that callgrind
+/// keeps up.
+const COUNTED: (usize, f64) = (
+    crate::instructions::STREAMS,
+    crate::instructions::RATE / crate::instructions::STREAMS as f64,
+);
 
 /// `instructions --readers sse,socket`: the gateway's user-space instructions per event delivered to an SSE
 /// watcher and over a socket, under callgrind: `COUNTED` streams read as the CPU rows read them, two phases of
@@ -418,22 +421,13 @@ pub async fn instructions(opts: &Opts, up: &[u16], rep: &mut Report, ok: &mut bo
                 failures.extend(failed);
                 counted[phase] = (crate::instructions::newest_dump(&dir, gw.0.pid())?, deltas);
             }
-            let [(i1, d1), (i2, d2)] = counted;
-            let v = if d2 > d1 {
-                (i2 as f64 - i1 as f64) / (d2 - d1) as f64
-            } else {
-                f64::NAN
-            };
+            let (v, phases) = crate::instructions::of_phases(counted);
             per[k].push(v);
             rep.line(format!(
-                "| {} (round {}) | {} | {}, {} | {}, {} |",
+                "| {} (round {}) | {} | {phases} |",
                 via.label(),
                 round + 1,
-                n(v),
-                n(d1 as f64),
-                n(d2 as f64),
-                n(i1 as f64),
-                n(i2 as f64)
+                n(v)
             ));
         }
     }

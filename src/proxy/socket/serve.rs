@@ -350,7 +350,7 @@ impl Socket {
             let write_deadline = pending.map(|p| tokio::time::Instant::from_std(p + limits.write_timeout));
             // The bound is on what queues behind a pending write; while the socket keeps up, nothing waits.
             let room = pending.is_none() || self.queued_behind < limits.max_queued_bytes;
-            let rare_due = rare.woke.load(Ordering::Acquire);
+            let rare_due = rare.due();
             tokio::select! {
                 biased;
                 flushed = poll_fn(|cx| self.tx.poll_flush_unpin(cx)), if pending.is_some() => {
@@ -391,13 +391,14 @@ impl Socket {
                         return Closing::Behind;
                     }
                 }
+                // The first of the rare sources' branches arms `rare` for all of them.
                 () = poll_fn(|cx| {
                     rare.arm(cx);
                     drained.as_mut().poll(&mut Context::from_waker(&rare_waker))
                 }), if rare_due => return Closing::GoingAway,
                 heard = poll_fn(|_| self.rx.poll_next_unpin(&mut Context::from_waker(&rare_waker))), if rare_due => {
-                    // More may be read already: polled again next turn.
-                    rare.woke.store(true, Ordering::Release);
+                    // More may be read already.
+                    rare.again();
                     match self.heard(heard) {
                         Heard::Nothing => {}
                         Heard::Close(c) => return c,
@@ -428,8 +429,8 @@ impl Socket {
                     None => return Closing::GoingAway,
                 },
                 _ = poll_fn(|_| ping.poll_tick(&mut Context::from_waker(&rare_waker))), if rare_due => {
-                    // Polled again next turn, which arms the next tick.
-                    rare.woke.store(true, Ordering::Release);
+                    // The next tick is armed by the next poll.
+                    rare.again();
                     if let Some(since) = self.awaiting_pong {
                         if since.elapsed() >= limits.pong_timeout {
                             self.shared.metrics.pong_timeouts.inc();
@@ -775,10 +776,20 @@ impl Rare {
         self.woke.store(false, Ordering::Release);
     }
 
+    /// After one of the rare sources was ready: they are polled again next turn.
+    fn again(&self) {
+        self.woke.store(true, Ordering::Release);
+    }
+
+    /// Whether a rare source woke the task (or was ready) since they were last polled.
+    fn due(&self) -> bool {
+        self.woke.load(Ordering::Acquire)
+    }
+
     /// Ready once a rare source woke the task.
     fn poll_woke(&self, cx: &Context<'_>) -> Poll<()> {
         self.task.register(cx.waker());
-        if self.woke.load(Ordering::Acquire) {
+        if self.due() {
             Poll::Ready(())
         } else {
             Poll::Pending
