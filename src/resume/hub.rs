@@ -22,7 +22,7 @@ use atomic_waker::AtomicWaker;
 use bytes::{Bytes, BytesMut};
 use smallvec::SmallVec;
 
-use super::id::{id_head, id_line_len, put_id_line, Decimal, Token, ID_FIELD};
+use super::id::{id_head, IdLine, Token, ID_FIELD};
 use super::metrics::{End, Held, Limit, ResumeMetrics};
 use super::redis::{unix_us, Mirrored, RedisStore};
 use super::sessions::{Listed, Sessions};
@@ -287,7 +287,7 @@ impl Hub {
                 cursors: 0,
                 watchers: 0,
                 grace_entry: None,
-                next_digits: Decimal::new(1),
+                id_line: IdLine::new(&token, 1),
                 block: BytesMut::new(),
                 block_cap: 0,
                 mirrored: self.shared.mirror.is_some(),
@@ -416,8 +416,8 @@ struct State {
     watchers: usize,
     /// Its place in the hub's `GraceIndex` while in grace.
     grace_entry: Option<u64>,
-    /// `next` in decimal, counted up with it (an event's `id:` line without formatting its number).
-    next_digits: Decimal,
+    /// The `id:` line of event `next`, counted up with it (an event's id is one copy, nothing formatted).
+    id_line: IdLine,
     /// Where the next events are written: the rest of the last block (see `FIRST_BLOCK`).
     block: BytesMut,
     /// The capacity the last block was made with.
@@ -425,6 +425,20 @@ struct State {
     /// Events still go to the mirror (false once it fell behind or failed: the stream is then resumable only
     /// here).
     mirrored: bool,
+}
+
+impl State {
+    /// Writes an event into the block: `lines` (its lines, each with its newline), its id line, `retry` (the
+    /// first event's `retry:` line, else empty), the blank line; the id line becomes the next event's.
+    fn put_event(&mut self, lines: &[u8], retry: &[u8]) {
+        self.block.extend_from_slice(lines);
+        self.block.extend_from_slice(self.id_line.as_bytes());
+        if !retry.is_empty() {
+            self.block.extend_from_slice(retry);
+        }
+        self.block.extend_from_slice(b"\n");
+        self.id_line.increment();
+    }
 }
 
 /// What the writer should do next (`Stream::writer_check`).
@@ -818,65 +832,79 @@ impl Stream {
         if frame.is_empty() {
             return Bytes::new();
         }
-        let retry = &self.shared.retry_line;
-        let head = &self.id_head;
-        let first = st.next;
         // Each event becomes its data line(s), its id line (the first event's `retry:` too), the blank line: the
         // id after the data, since fetch-event-source takes an id as the stream's position as soon as it reads
         // it, so an id first would let a cut between it and the data lose the event. A whole event loses its
         // blank line (one newline stays); a tail (a frame that does not end with a whole event) keeps what it
         // has and gets a newline if it has none.
+        let first = st.next;
+        let first_end = blank_line_end(frame);
+        let (out, count) = if first_end == Some(frame.len()) {
+            // One whole event, the usual frame: no list of where events end.
+            let retry = self.retry_of(first);
+            self.block_for(st, frame.len() + st.id_line.as_bytes().len() + retry.len());
+            st.put_event(&frame[..frame.len() - 1], retry);
+            let out = st.block.split().freeze();
+            self.mirror(st, first, &out, &[0]);
+            st.events.push_back(HeldEvent {
+                charge: out.len(),
+                event: out.clone(),
+            });
+            (out, 1)
+        } else {
+            self.push_many(st, frame, first_end)
+        };
+        st.next += count;
+        debug_assert_eq!(st.id_line.as_bytes(), IdLine::new(&self.token, st.next).as_bytes());
+        st.bytes += out.len();
+        self.shared.metrics.held_bytes.add(out.len() as i64);
+        // While the original body writes to its client, what it holds is what it sends.
+        if st.primary == Some(0) {
+            st.delivered = st.next;
+        }
+        wake_all(&mut st.readers);
+        out
+    }
+
+    /// `push` for a frame of several events, or with a tail (`first_end`: where its first event ends, if it
+    /// does): the frame as held, and how many events it has.
+    fn push_many(&self, st: &mut State, frame: &[u8], first_end: Option<usize>) -> (Bytes, u64) {
         let tail = !frame.ends_with(b"\n\n");
         let tail_newline = usize::from(!frame.ends_with(b"\n"));
         // Where each event ends, past its blank line, and the bytes they take held.
         let mut ends = SmallVec::<[u32; INLINE_EVENTS]>::new();
         let mut size = if tail { 1 + tail_newline } else { 0 };
-        let (mut from, mut seq) = (0, first);
+        let (mut from, mut end, mut seq) = (0, first_end, st.next);
         while from < frame.len() {
-            let end = blank_line_end(&frame[from..]).map_or(frame.len(), |end| from + end);
-            ends.push(end as u32);
-            size += end - from + id_line_len(head, seq) + if seq == 1 { retry.len() } else { 0 };
-            (from, seq) = (end, seq + 1);
+            let to = end.unwrap_or(frame.len());
+            ends.push(to as u32);
+            size += to - from + st.id_line.len_of(seq) + self.retry_of(seq).len();
+            (from, seq) = (to, seq + 1);
+            end = blank_line_end(&frame[from..]).map(|e| from + e);
         }
         let count = ends.len();
-        // Copied into the stream's block (the translator's buffer has room to spare, which held events would keep).
-        if st.block.capacity() < size {
-            let cap = size.max((st.block_cap * 2).clamp(FIRST_BLOCK, MAX_BLOCK));
-            self.retire_block(st);
-            st.block = BytesMut::with_capacity(cap);
-            st.block_cap = cap;
-        }
-        let (block, digits) = (&mut st.block, &mut st.next_digits);
+        self.block_for(st, size);
         let mut begin = 0;
         for (k, end) in ends.iter_mut().enumerate() {
-            let start = block.len();
+            let start = st.block.len();
+            let retry = self.retry_of(st.next + k as u64);
             if tail && k + 1 == count {
-                block.extend_from_slice(&frame[begin..]);
+                let mut last = &frame[begin..];
                 if tail_newline == 1 {
-                    block.extend_from_slice(b"\n");
+                    st.block.extend_from_slice(last);
+                    last = b"\n";
                 }
+                st.put_event(last, retry);
             } else {
-                block.extend_from_slice(&frame[begin..*end as usize - 1]);
+                st.put_event(&frame[begin..*end as usize - 1], retry);
             }
-            put_id_line(block, head, digits);
-            if first + k as u64 == 1 {
-                block.extend_from_slice(retry);
-            }
-            block.extend_from_slice(b"\n");
-            digits.increment();
             begin = *end as usize;
             *end = start as u32;
         }
-        debug_assert_eq!(block.len(), size);
+        debug_assert_eq!(st.block.len(), size);
         // The block's allocation is shared by its frames: split off, the rest of it stays for the next ones.
-        let out = block.split().freeze();
-        st.next += count as u64;
-        debug_assert_eq!(st.next_digits.as_bytes(), st.next.to_string().as_bytes());
-        if st.mirrored {
-            if let (Some(m), Some(handle)) = (&self.shared.mirror, &self.mirrored) {
-                st.mirrored = m.append_to(handle, first, out.clone(), &ends);
-            }
-        }
+        let out = st.block.split().freeze();
+        self.mirror(st, st.next, &out, &ends);
         ends.push(out.len() as u32);
         for w in ends.windows(2) {
             let event = out.slice(w[0] as usize..w[1] as usize);
@@ -885,14 +913,36 @@ impl Stream {
                 event,
             });
         }
-        st.bytes += size;
-        self.shared.metrics.held_bytes.add(size as i64);
-        // While the original body writes to its client, what it holds is what it sends.
-        if st.primary == Some(0) {
-            st.delivered = st.next;
+        (out, count as u64)
+    }
+
+    /// The `retry:` line event `seq` carries after its id: the first event's only.
+    fn retry_of(&self, seq: u64) -> &[u8] {
+        if seq == 1 {
+            &self.shared.retry_line
+        } else {
+            &[]
         }
-        wake_all(&mut st.readers);
-        out
+    }
+
+    /// Makes room for `size` more bytes in the stream's block: a new block when the rest of this one is too small
+    /// (the translator's buffer has room to spare, which held events would keep, so frames are copied into blocks).
+    fn block_for(&self, st: &mut State, size: usize) {
+        if st.block.capacity() < size {
+            let cap = size.max((st.block_cap * 2).clamp(FIRST_BLOCK, MAX_BLOCK));
+            self.retire_block(st);
+            st.block = BytesMut::with_capacity(cap);
+            st.block_cap = cap;
+        }
+    }
+
+    /// Sends the held frame `out` (events `first`… starting at `starts`) to the mirror, while it keeps up.
+    fn mirror(&self, st: &mut State, first: u64, out: &Bytes, starts: &[u32]) {
+        if st.mirrored {
+            if let (Some(m), Some(handle)) = (&self.shared.mirror, &self.mirrored) {
+                st.mirrored = m.append_to(handle, first, out.clone(), starts);
+            }
+        }
     }
 
     /// Drops the oldest delivered events while the stream holds more than `buffer_bytes`. Not while no primary is
@@ -1100,6 +1150,49 @@ mod tests {
                 Poll::Ready(Read::Behind) => return (out, true),
                 Poll::Ready(Read::End) | Poll::Pending => return (out, false),
             }
+        }
+    }
+
+    /// A stream's output and held events, its stem made `STEM` (streams' tokens differ).
+    fn held_of(s: &Stream, out: &[u8]) -> (String, String) {
+        let stem = String::from_utf8(s.stem().to_vec()).unwrap();
+        let mut c = s.attach(0, false).unwrap();
+        let (held, _) = read_all(s, &mut c);
+        let of = |b: &[u8]| String::from_utf8(b.to_vec()).unwrap().replace(&stem, "STEM");
+        (of(out), of(&held))
+    }
+
+    proptest::proptest! {
+        /// A frame of whole events is held and sent as its events appended one at a time would be (one event a
+        /// frame takes `push`'s path for one, several its path for many), across any grouping of them into frames.
+        #[test]
+        fn events_are_held_alike_whatever_frames_carry_them(
+            events in proptest::collection::vec(proptest::collection::vec("[a-z:{}\" ]{1,12}", 1..4), 1..40),
+            cuts in proptest::collection::vec(proptest::bool::ANY, 40),
+        ) {
+            let events: Vec<String> = events.iter().map(|lines| format!("data: {}\n\n", lines.join("\ndata: "))).collect();
+            let h = hub(1 << 20, 1000);
+            let (one, grouped) = (h.create([1; 32], "a").unwrap(), h.create([2; 32], "a").unwrap());
+            let mut out = (Vec::new(), Vec::new());
+            let mut frame = String::new();
+            for (k, e) in events.iter().enumerate() {
+                out.0.extend_from_slice(&one.append(e.as_bytes()));
+                frame.push_str(e);
+                if cuts[k] || k + 1 == events.len() {
+                    out.1.extend_from_slice(&grouped.append(std::mem::take(&mut frame).as_bytes()));
+                }
+            }
+            let (a, b) = (held_of(&one, &out.0), held_of(&grouped, &out.1));
+            proptest::prop_assert_eq!(&a, &b);
+            // Each event has its data lines, then its id (the first its retry too), then the blank line.
+            let retry = format!("retry: {}\n", Limits::defaults().retry_ms);
+            let want: String = events
+                .iter()
+                .enumerate()
+                .map(|(k, e)| format!("{}id: STEM{}\n{}\n", &e[..e.len() - 1], k + 1, if k == 0 { &retry } else { "" }))
+                .collect();
+            proptest::prop_assert_eq!(&a.0, &want);
+            proptest::prop_assert_eq!(&a.1, &a.0);
         }
     }
 

@@ -3,8 +3,6 @@
 
 use std::fmt;
 
-use bytes::BytesMut;
-
 /// What starts every id of ours; a `Last-Event-ID` without it is not ours and is forwarded.
 pub const PREFIX: &str = "sg1-";
 /// Longest id of ours: prefix, 32 hex digits, `-`, a u64.
@@ -87,17 +85,54 @@ impl EventId {
 /// What starts an `id:` line of ours.
 pub const ID_FIELD: &[u8] = b"id: ";
 
-/// Length of the `id:` line of event `seq`, newline included, after `head` (`id: ` and the stem).
-pub fn id_line_len(head: &[u8], seq: u64) -> usize {
-    head.len() + seq.checked_ilog10().map_or(1, |l| l as usize + 1) + 1
+/// A stream's next `id:` line (`id: sg1-<token>-<seq>\n`), kept whole and counted up in place: an event's id is
+/// one copy, with no number formatted or length computed per event.
+#[derive(Debug, Clone)]
+pub struct IdLine {
+    line: Vec<u8>,
+    /// Where the digits start (after `ID_FIELD` and the stem).
+    head: usize,
 }
 
-/// Appends the `id:` line (`id_line_len` bytes) of the event whose number `seq` holds to `dst`: `head` is `id: `
-/// and the stream's stem.
-pub fn put_id_line(dst: &mut BytesMut, head: &[u8], seq: &Decimal) {
-    dst.extend_from_slice(head);
-    dst.extend_from_slice(seq.as_bytes());
-    dst.extend_from_slice(b"\n");
+impl IdLine {
+    /// The line of event `seq` of the stream `token`.
+    pub fn new(token: &Token, seq: u64) -> Self {
+        let line = format!("id: {PREFIX}{}-{seq}\n", token.hex()).into_bytes();
+        let head = line.len() - 1 - Decimal::new(seq).as_bytes().len();
+        Self { line, head }
+    }
+
+    /// The line, newline included.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.line
+    }
+
+    /// `id: sg1-<token>-`.
+    pub fn head(&self) -> &[u8] {
+        &self.line[..self.head]
+    }
+
+    /// The length of event `seq`'s line.
+    pub fn len_of(&self, seq: u64) -> usize {
+        self.head + seq.checked_ilog10().map_or(1, |l| l as usize + 1) + 1
+    }
+
+    /// Becomes the next event's line. As `Decimal::increment`: past twenty nines it stays there.
+    pub fn increment(&mut self) {
+        let end = self.line.len() - 1;
+        for d in self.line[self.head..end].iter_mut().rev() {
+            if *d != b'9' {
+                *d += 1;
+                return;
+            }
+            *d = b'0';
+        }
+        if end - self.head == 20 {
+            self.line[self.head..end].fill(b'9');
+            return;
+        }
+        self.line.insert(self.head, b'1');
+    }
 }
 
 /// A number's decimal digits, written on the stack (once per event held or stored: no allocation), or kept and
@@ -162,14 +197,13 @@ mod tests {
         let t = Token::random().unwrap();
         let head = id_head(&t);
         for seq in [0, 1, 9, 10, 99, 100, u64::MAX] {
-            let mut line = BytesMut::from(&b"data: x\n"[..]);
-            put_id_line(&mut line, &head, &Decimal::new(seq));
-            assert_eq!(line.len(), "data: x\n".len() + id_line_len(&head, seq), "{seq}");
-            assert_eq!(&line[..], format!("data: x\nid: sg1-{}-{seq}\n", t.hex()).as_bytes());
+            let line = IdLine::new(&t, seq);
+            assert_eq!(line.as_bytes(), format!("id: sg1-{}-{seq}\n", t.hex()).as_bytes());
+            assert_eq!(line.head(), &head[..], "{seq}");
+            assert_eq!(line.len_of(seq), line.as_bytes().len(), "{seq}");
         }
-        let mut line = BytesMut::new();
-        put_id_line(&mut line, &head, &Decimal::new(u64::MAX));
-        let text = std::str::from_utf8(&line).unwrap();
+        let line = IdLine::new(&t, u64::MAX);
+        let text = std::str::from_utf8(line.as_bytes()).unwrap();
         let id = text.strip_prefix("id: ").unwrap().trim_end();
         assert_eq!(id.len(), MAX_ID_LEN);
         assert_eq!(
@@ -213,6 +247,31 @@ mod tests {
         let mut d = Decimal::new(u64::MAX);
         d.increment();
         assert_eq!(d.as_bytes(), b"18446744073709551616");
+    }
+
+    #[test]
+    fn an_id_line_counted_up_is_the_next_events_line() {
+        let t = Token::random().unwrap();
+        let line_of = |seq: &dyn std::fmt::Display| format!("id: sg1-{}-{seq}\n", t.hex()).into_bytes();
+        let mut line = IdLine::new(&t, 0);
+        for n in 1..=100_500u64 {
+            line.increment();
+            assert_eq!(line.as_bytes(), line_of(&n));
+            assert_eq!(line.head(), &id_head(&t)[..]);
+        }
+        for start in [9_999_999u64, 10u64.pow(19) - 1, u64::MAX - 1, u64::MAX] {
+            let mut line = IdLine::new(&t, start);
+            line.increment();
+            assert_eq!(line.as_bytes(), line_of(&(u128::from(start) + 1)), "{start}");
+        }
+        // Twenty nines, the most an id holds (as `Decimal`): it stays there.
+        let nines = line_of(&"99999999999999999999");
+        let mut line = IdLine {
+            head: nines.len() - 21,
+            line: nines.clone(),
+        };
+        line.increment();
+        assert_eq!(line.as_bytes(), nines);
     }
 
     #[test]
