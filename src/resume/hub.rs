@@ -587,6 +587,7 @@ impl Stream {
     fn stop(&self, st: &mut State, how: End, kind: &str, message: &str) -> Bytes {
         let out = self.push(st, &gateway_error(&st.agent, kind, message));
         self.end(st, how);
+        wake_all(&mut st.readers);
         out
     }
 
@@ -653,6 +654,13 @@ impl Stream {
         let mut st = self.state();
         let out = self.push(&mut st, frame);
         self.evict(&mut st);
+        if st.readers.is_empty() {
+            return out;
+        }
+        // Woken once the lock is let go: a reader on another thread woken under it would find it taken and spin.
+        let woken: SmallVec<[Waker; 4]> = st.readers.drain(..).map(|(_, w)| w).collect();
+        drop(st);
+        woken.into_iter().for_each(Waker::wake);
         out
     }
 
@@ -661,6 +669,7 @@ impl Stream {
         let mut st = self.state();
         let out = self.push(&mut st, last);
         self.end(&mut st, how);
+        wake_all(&mut st.readers);
         out
     }
 
@@ -827,7 +836,7 @@ impl Stream {
         Poll::Ready(Read::Events(bytes, taken as u64, replayed))
     }
 
-    /// Gives each event of `frame` its id (and the first its `retry:`), holds them, wakes the readers.
+    /// Gives each event of `frame` its id (and the first its `retry:`) and holds them; its caller wakes the readers.
     fn push(&self, st: &mut State, frame: &[u8]) -> Bytes {
         if frame.is_empty() {
             return Bytes::new();
@@ -862,7 +871,6 @@ impl Stream {
         if st.primary == Some(0) {
             st.delivered = st.next;
         }
-        wake_all(&mut st.readers);
         out
     }
 
