@@ -406,7 +406,7 @@ fn run_case(pads: &[usize], cuts: &[usize], buffer: usize, sessions: &[Session])
     let metrics = ResumeMetrics::register(&prometheus::Registry::new()).map_err(|e| e.to_string())?;
     let hub = Hub::new(limits, Arc::new(metrics), None);
     let s = hub.create([7; 32], "agent").ok_or("no token")?;
-    let stem = String::from_utf8(s.stem().to_vec()).map_err(|e| e.to_string())?;
+    let stem = s.stem();
     let mut w = Writer { frames, done: false };
     let mut cx = Context::from_waker(Waker::noop());
     let mut received: Got = Vec::new();

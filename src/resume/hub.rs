@@ -22,7 +22,7 @@ use atomic_waker::AtomicWaker;
 use bytes::{Bytes, BytesMut};
 use smallvec::SmallVec;
 
-use super::id::{id_head, IdLine, Token, ID_FIELD};
+use super::id::{IdLine, Token};
 use super::metrics::{End, Held, Limit, ResumeMetrics};
 use super::redis::{unix_us, Mirrored, RedisStore};
 use super::sessions::{Listed, Sessions};
@@ -259,7 +259,6 @@ impl Hub {
             token,
             hex,
             mirrored,
-            id_head: id_head(&token),
             binding,
             created_us: unix_us(),
             me: me.clone(),
@@ -362,8 +361,6 @@ pub struct Stream {
     pub hex: String,
     /// Its handle in the mirror, if there is one.
     mirrored: Option<Mirrored>,
-    /// `id: sg1-<token>-`: each `id:` line's start.
-    id_head: Vec<u8>,
     /// Keyed hash of the bound request headers of the original request.
     pub binding: [u8; 32],
     /// When it was created, in µs since the Unix epoch (a session's listing merges these with other instances').
@@ -524,9 +521,9 @@ impl Stream {
         &self.shared.limits
     }
 
-    /// `sg1-<token>-`.
-    pub fn stem(&self) -> &[u8] {
-        &self.id_head[ID_FIELD.len()..]
+    /// `sg1-<token>-`: what the stream's ids start with.
+    pub fn stem(&self) -> String {
+        format!("{}{}-", super::id::PREFIX, self.hex)
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -1163,7 +1160,7 @@ mod tests {
 
     /// A stream's output and held events, its stem made `STEM` (streams' tokens differ).
     fn held_of(s: &Stream, out: &[u8]) -> (String, String) {
-        let stem = String::from_utf8(s.stem().to_vec()).unwrap();
+        let stem = s.stem();
         let mut c = s.attach(0, false).unwrap();
         let (held, _) = read_all(s, &mut c);
         let of = |b: &[u8]| String::from_utf8(b.to_vec()).unwrap().replace(&stem, "STEM");
@@ -1208,7 +1205,7 @@ mod tests {
     fn each_event_gets_the_next_id_and_the_first_the_retry() {
         let h = hub(1 << 16, 1000);
         let s = h.create([0; 32], "a").unwrap();
-        let stem = String::from_utf8(s.stem().to_vec()).unwrap();
+        let stem = s.stem();
         let mut two = event(1);
         two.extend(event(2));
         let out = s.append(&two);
@@ -1225,7 +1222,7 @@ mod tests {
     fn a_frame_of_many_events_gives_each_its_id_across_a_new_digit() {
         let h = hub(1 << 20, 1000);
         let s = h.create([0; 32], "a").unwrap();
-        let stem = String::from_utf8(s.stem().to_vec()).unwrap();
+        let stem = s.stem();
         s.append(&event(1));
         // Events 2 to 101 in one frame: more than a frame's offsets kept on the stack, across 9 → 10 and 99 → 100.
         let frame: Vec<u8> = (2..=101).flat_map(event).collect();
@@ -1250,7 +1247,7 @@ mod tests {
     fn a_frame_that_does_not_end_with_a_whole_event_still_gets_ids() {
         let h = hub(1 << 16, 1000);
         let s = h.create([0; 32], "a").unwrap();
-        let stem = String::from_utf8(s.stem().to_vec()).unwrap();
+        let stem = s.stem();
         for seq in 1..12 {
             s.append(b"data: x\n\n");
             assert_eq!(s.state().next, seq + 1);

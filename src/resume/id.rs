@@ -85,53 +85,74 @@ impl EventId {
 /// What starts an `id:` line of ours.
 pub const ID_FIELD: &[u8] = b"id: ";
 
+/// The longest `id:` line of ours, newline included.
+const MAX_ID_LINE: usize = ID_FIELD.len() + MAX_ID_LEN + 1;
+
 /// A stream's next `id:` line (`id: sg1-<token>-<seq>\n`), kept whole and counted up in place: an event's id is
-/// one copy, with no number formatted or length computed per event.
+/// one copy, with no number formatted or length computed per event. Inline (no allocation of its own).
 #[derive(Debug, Clone)]
 pub struct IdLine {
-    line: Vec<u8>,
+    line: [u8; MAX_ID_LINE],
+    len: u8,
     /// Where the digits start (after `ID_FIELD` and the stem).
-    head: usize,
+    head: u8,
 }
 
 impl IdLine {
     /// The line of event `seq` of the stream `token`.
     pub fn new(token: &Token, seq: u64) -> Self {
-        let line = format!("id: {PREFIX}{}-{seq}\n", token.hex()).into_bytes();
-        let head = line.len() - 1 - Decimal::new(seq).as_bytes().len();
-        Self { line, head }
+        let mut line = [0; MAX_ID_LINE];
+        let mut len = 0;
+        for part in [ID_FIELD, PREFIX.as_bytes(), token.hex().as_bytes(), b"-"] {
+            line[len..len + part.len()].copy_from_slice(part);
+            len += part.len();
+        }
+        let head = len;
+        for part in [Decimal::new(seq).as_bytes(), b"\n"] {
+            line[len..len + part.len()].copy_from_slice(part);
+            len += part.len();
+        }
+        Self {
+            line,
+            len: len as u8,
+            head: head as u8,
+        }
     }
 
     /// The line, newline included.
     pub fn as_bytes(&self) -> &[u8] {
-        &self.line
+        &self.line[..usize::from(self.len)]
     }
 
-    /// `id: sg1-<token>-`.
-    pub fn head(&self) -> &[u8] {
-        &self.line[..self.head]
+    /// `sg1-<token>-`: what the stream's ids start with.
+    #[cfg(test)]
+    fn stem(&self) -> &[u8] {
+        &self.line[ID_FIELD.len()..usize::from(self.head)]
     }
 
     /// The length of event `seq`'s line.
     pub fn len_of(&self, seq: u64) -> usize {
-        self.head + seq.checked_ilog10().map_or(1, |l| l as usize + 1) + 1
+        usize::from(self.head) + seq.checked_ilog10().map_or(1, |l| l as usize + 1) + 1
     }
 
     /// Becomes the next event's line. As `Decimal::increment`: past twenty nines it stays there.
     pub fn increment(&mut self) {
-        let end = self.line.len() - 1;
-        for d in self.line[self.head..end].iter_mut().rev() {
+        let (head, end) = (usize::from(self.head), usize::from(self.len) - 1);
+        for d in self.line[head..end].iter_mut().rev() {
             if *d != b'9' {
                 *d += 1;
                 return;
             }
             *d = b'0';
         }
-        if end - self.head == 20 {
-            self.line[self.head..end].fill(b'9');
+        if end - head == 20 {
+            self.line[head..end].fill(b'9');
             return;
         }
-        self.line.insert(self.head, b'1');
+        // One digit more: `1` and the zeros, then the newline.
+        self.line.copy_within(head..=end, head + 1);
+        self.line[head] = b'1';
+        self.len += 1;
     }
 }
 
@@ -183,11 +204,6 @@ impl Decimal {
     }
 }
 
-/// `id: sg1-<token>-`: what every `id:` line of a stream starts with (its stem after `ID_FIELD`).
-pub fn id_head(token: &Token) -> Vec<u8> {
-    format!("id: {PREFIX}{}-", token.hex()).into_bytes()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,11 +211,11 @@ mod tests {
     #[test]
     fn an_id_round_trips_and_anything_else_is_not_ours() {
         let t = Token::random().unwrap();
-        let head = id_head(&t);
+        let stem = format!("sg1-{}-", t.hex());
         for seq in [0, 1, 9, 10, 99, 100, u64::MAX] {
             let line = IdLine::new(&t, seq);
             assert_eq!(line.as_bytes(), format!("id: sg1-{}-{seq}\n", t.hex()).as_bytes());
-            assert_eq!(line.head(), &head[..], "{seq}");
+            assert_eq!(line.stem(), stem.as_bytes(), "{seq}");
             assert_eq!(line.len_of(seq), line.as_bytes().len(), "{seq}");
         }
         let line = IdLine::new(&t, u64::MAX);
@@ -257,7 +273,7 @@ mod tests {
         for n in 1..=100_500u64 {
             line.increment();
             assert_eq!(line.as_bytes(), line_of(&n));
-            assert_eq!(line.head(), &id_head(&t)[..]);
+            assert_eq!(line.stem(), format!("sg1-{}-", t.hex()).as_bytes());
         }
         for start in [9_999_999u64, 10u64.pow(19) - 1, u64::MAX - 1, u64::MAX] {
             let mut line = IdLine::new(&t, start);
@@ -266,12 +282,12 @@ mod tests {
         }
         // Twenty nines, the most an id holds (as `Decimal`): it stays there.
         let nines = line_of(&"99999999999999999999");
-        let mut line = IdLine {
-            head: nines.len() - 21,
-            line: nines.clone(),
-        };
+        let mut line = IdLine::new(&t, 0);
+        line.line[..nines.len()].copy_from_slice(&nines);
+        (line.len, line.head) = (nines.len() as u8, (nines.len() - 21) as u8);
         line.increment();
         assert_eq!(line.as_bytes(), nines);
+        assert_eq!(line.as_bytes().len(), MAX_ID_LINE);
     }
 
     #[test]
