@@ -826,8 +826,13 @@ impl Stream {
             Bytes::from(out)
         };
         cursor.next += taken as u64;
-        if cursor.generation.is_some() && cursor.generation == st.primary {
+        let primary = cursor.generation.is_some() && cursor.generation == st.primary;
+        if primary {
             st.delivered = st.delivered.max(cursor.next);
+        }
+        drop(st);
+        // After the lock, as `append` wakes its readers: the writer, on another thread, takes it at once.
+        if primary {
             self.writer.wake();
         }
         Poll::Ready(Read::Events(bytes, taken as u64, replayed))
@@ -1085,7 +1090,8 @@ pub const CANCELLED: &str = "the run was cancelled";
 /// The `message` of the envelope that closes a watcher that fell behind.
 pub const BEHIND: &str = "this watcher fell behind what the stream holds; attach again to continue";
 
-/// Wakes the readers waiting for events (an empty list, the usual case, is left as it is).
+/// Wakes the readers waiting for events (an empty list, the usual case, is left as it is), under the stream's
+/// lock: for a run's end and a stream's removal, once each. An event's readers are woken after it (`append`).
 fn wake_all(readers: &mut Vec<(u64, Waker)>) {
     if !readers.is_empty() {
         for (_, w) in readers.drain(..) {
@@ -1446,6 +1452,50 @@ mod tests {
 
     fn limited(h: &Hub, l: Limit) -> u64 {
         h.shared.metrics.limited[l as usize].get()
+    }
+
+    /// A waker that notes, each time it is woken, whether its stream's lock was free then.
+    struct LockProbe {
+        stream: Weak<Stream>,
+        free: Mutex<Vec<bool>>,
+    }
+
+    impl std::task::Wake for LockProbe {
+        fn wake(self: Arc<Self>) {
+            self.wake_by_ref();
+        }
+        fn wake_by_ref(self: &Arc<Self>) {
+            let free = self.stream.upgrade().is_some_and(|s| s.state.try_lock().is_ok());
+            lock(&self.free).push(free);
+        }
+    }
+
+    #[test]
+    fn a_watcher_and_the_writer_are_woken_after_the_streams_lock_is_let_go() {
+        // Woken under it, a task on another thread would take the lock at once and spin while it is held.
+        let h = hub(1 << 16, 60_000);
+        let s = h.create([0; 32], "a").unwrap();
+        let probe = Arc::new(LockProbe {
+            stream: Arc::downgrade(&s),
+            free: Mutex::new(Vec::new()),
+        });
+        let waker = Waker::from(Arc::clone(&probe));
+        let mut cx = Context::from_waker(&waker);
+        // A watcher waiting for the next event: an append wakes it.
+        let mut w = s.attach(0, false).unwrap();
+        assert!(s.poll_read(&mut w, &mut cx).is_pending());
+        s.append(&event(10));
+        // A reconnection (the primary) reading: what it was sent may be evicted, so the writer is woken.
+        s.original_gone();
+        let mut p = s.attach(0, true).unwrap();
+        assert!(s.writer_waits(&mut cx));
+        let mut noop = Context::from_waker(Waker::noop());
+        assert!(matches!(s.poll_read(&mut p, &mut noop), Poll::Ready(Read::Events(..))));
+        assert_eq!(
+            *lock(&probe.free),
+            [true, true],
+            "woken while the stream's lock was held"
+        );
     }
 
     #[test]

@@ -135,7 +135,8 @@ impl IdLine {
         usize::from(self.head) + seq.checked_ilog10().map_or(1, |l| l as usize + 1) + 1
     }
 
-    /// Becomes the next event's line. As `Decimal::increment`: past twenty nines it stays there.
+    /// Becomes the next event's line: most steps change one digit. It counts on past `u64::MAX` (no stream gets
+    /// near it) and stays at twenty nines, the most an id holds.
     pub fn increment(&mut self) {
         let (head, end) = (usize::from(self.head), usize::from(self.len) - 1);
         for d in self.line[head..end].iter_mut().rev() {
@@ -156,8 +157,8 @@ impl IdLine {
     }
 }
 
-/// A number's decimal digits, written on the stack (once per event held or stored: no allocation), or kept and
-/// counted up (a stream's next seq: most steps change one digit).
+/// A number's decimal digits, written on the stack (once per event stored or id line made: no allocation). A
+/// stream's next id is counted up in place instead (`IdLine`).
 #[derive(Debug, Clone)]
 pub struct Decimal {
     digits: [u8; 20],
@@ -177,26 +178,6 @@ impl Decimal {
             }
         }
         Self { digits, at: at as u8 }
-    }
-
-    /// Becomes the digits of the next number. They count on past `u64::MAX` (no stream gets near it) and stay at
-    /// twenty nines, the most they hold.
-    pub fn increment(&mut self) {
-        let at = usize::from(self.at);
-        for d in self.digits[at..].iter_mut().rev() {
-            if *d != b'9' {
-                *d += 1;
-                return;
-            }
-            *d = b'0';
-        }
-        if at == 0 {
-            // Twenty nines: no room for a twenty-first digit.
-            self.digits = [b'9'; 20];
-            return;
-        }
-        self.at -= 1;
-        self.digits[at - 1] = b'1';
     }
 
     pub fn as_bytes(&self) -> &[u8] {
@@ -249,23 +230,6 @@ mod tests {
     }
 
     #[test]
-    fn counting_up_gives_each_numbers_digits() {
-        let mut d = Decimal::new(0);
-        for n in 1..=100_500u64 {
-            d.increment();
-            assert_eq!(d.as_bytes(), n.to_string().as_bytes());
-        }
-        for start in [9_999_999u64, 10u64.pow(19) - 1, u64::MAX - 1] {
-            let mut d = Decimal::new(start);
-            d.increment();
-            assert_eq!(d.as_bytes(), (start + 1).to_string().as_bytes());
-        }
-        let mut d = Decimal::new(u64::MAX);
-        d.increment();
-        assert_eq!(d.as_bytes(), b"18446744073709551616");
-    }
-
-    #[test]
     fn an_id_line_counted_up_is_the_next_events_line() {
         let t = Token::random().unwrap();
         let line_of = |seq: &dyn std::fmt::Display| format!("id: sg1-{}-{seq}\n", t.hex()).into_bytes();
@@ -280,7 +244,7 @@ mod tests {
             line.increment();
             assert_eq!(line.as_bytes(), line_of(&(u128::from(start) + 1)), "{start}");
         }
-        // Twenty nines, the most an id holds (as `Decimal`): it stays there.
+        // Twenty nines, the most an id holds: it stays there.
         let nines = line_of(&"99999999999999999999");
         let mut line = IdLine::new(&t, 0);
         line.line[..nines.len()].copy_from_slice(&nines);
