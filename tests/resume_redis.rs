@@ -250,6 +250,29 @@ async fn a_trimmed_position_is_a_gap() {
     }
 }
 
+/// An event that is not UTF-8 is no gateway's (they write their translator's text): a reader gets what came
+/// before it and then the store's failure, never the bytes (a socket would send them as a text message).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stored_event_that_is_not_utf8_ends_the_read() {
+    let Some(t) = two(opts()).await else { return };
+    let tok = t.created();
+    assert!(append(&t.a, &tok, 1..=2));
+    let bad = [
+        b"id: sg1-x-3\ndata: {\"type\":\"text\",\"delta\":\"".as_slice(),
+        b"\xff\xfe",
+        b"\"}\n\n",
+    ]
+    .concat();
+    assert!(t.a.append(&tok, 3, Bytes::from(bad), &[0]));
+    assert!(append(&t.a, &tok, 4..=4));
+    t.a.finish(&tok, 4, End::Completed);
+
+    let mut reader = open_when_visible(&t.b, &tok, binding(1), None).await;
+    let (text, _, end) = read_all(&mut reader).await;
+    assert_eq!(text, events(&tok, 1..=2), "what came before the bad event");
+    assert!(matches!(end, Err(ReadError::NotText { seq: 3 })), "{end:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_and_denied() {
     let Some(t) = two(opts()).await else { return };

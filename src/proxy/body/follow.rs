@@ -283,7 +283,7 @@ impl Body for RemoteFollow {
                         this.replay.metrics.watchers_closed.inc();
                         ("watcher_behind", BEHIND)
                     }
-                    ReadError::Store(_) => ("resume_store_failed", STORE_FAILED),
+                    ReadError::Store(_) | ReadError::NotText { .. } => ("resume_store_failed", STORE_FAILED),
                 };
                 tracing::warn!(kind, "remote stream read ended");
                 gateway_error(&this.agent, kind, message)

@@ -373,8 +373,8 @@ pub fn stream_end(proto: Subprotocol, token: &str, outcome: Outcome, out: &mut B
 }
 
 /// Messages waiting to be written, each a JSON object: one at a time while the socket keeps up, all together as
-/// one batch when they queued behind a pending write. A message goes out as a slice of the queue's buffer, not a
-/// copy of it.
+/// one batch when they queued behind a pending write. A message is written from the queue's buffer, lent
+/// (`first`), not split off or copied.
 pub struct Queue {
     proto: Subprotocol,
     /// The messages, separated by commas (so the batch is their bytes as they are).
@@ -416,26 +416,32 @@ impl Queue {
         }
     }
 
-    /// The first message alone.
-    pub fn take_one(&mut self) -> Option<Bytes> {
-        let end = self.ends.pop_front()? - self.taken;
-        let message = self.bytes.split_to(end).freeze();
-        self.taken += end;
+    /// The first message.
+    pub fn first(&self) -> Option<&[u8]> {
+        let end = *self.ends.front()? - self.taken;
+        Some(&self.bytes[..end])
+    }
+
+    /// Drops the first message (once written).
+    pub fn pop_first(&mut self) {
+        let Some(end) = self.ends.pop_front() else {
+            return;
+        };
         if self.ends.is_empty() {
             self.clear();
         } else {
-            // The comma before the next message.
-            self.bytes.advance(1);
-            self.taken += 1;
+            // The message and the comma before the next one.
+            let taken = end - self.taken + 1;
+            self.bytes.advance(taken);
+            self.taken += taken;
         }
-        Some(message)
     }
 
-    /// Every queued message as one text message (a batch when more than one), and how many it holds.
-    pub fn take_all(&mut self, session: &str) -> Option<(Bytes, usize)> {
+    /// Every queued message as one batch, and how many it holds; `None` unless there are two or more.
+    pub fn take_batch(&mut self, session: &str) -> Option<(Bytes, usize)> {
         let count = self.ends.len();
         if count <= 1 {
-            return self.take_one().map(|t| (t, 1));
+            return None;
         }
         let mut out = BytesMut::with_capacity(self.len_bytes() + 64);
         out.extend_from_slice(b"{\"type\":\"batch\",\"messages\":[");
@@ -615,19 +621,30 @@ mod tests {
             })
         };
         push(&mut q, 1);
-        assert_eq!(q.take_all("s").unwrap(), (Bytes::from_static(b"{\"a\":1}"), 1));
+        assert_eq!(q.take_batch("s"), None, "one message is no batch");
+        assert_eq!(q.first(), Some(&b"{\"a\":1}"[..]));
+        q.pop_first();
+        assert!(q.is_empty() && q.first().is_none());
         push(&mut q, 1);
         q.push(|_| false);
         push(&mut q, 2);
         push(&mut q, 3);
-        assert_eq!(q.take_one().as_deref(), Some(&b"{\"a\":1}"[..]));
-        let (text, n) = q.take_all("s").unwrap();
+        assert_eq!(q.first(), Some(&b"{\"a\":1}"[..]));
+        q.pop_first();
+        assert_eq!(
+            q.first(),
+            Some(&b"{\"a\":2}"[..]),
+            "the comma before the next message is dropped too"
+        );
+        q.pop_first();
+        push(&mut q, 5);
+        let (text, n) = q.take_batch("s").unwrap();
         assert_eq!(n, 2);
         let v: Value = serde_json::from_slice(&text).unwrap();
         assert_eq!(v["type"], "batch");
-        assert_eq!(v["messages"][0]["a"], 2);
-        assert_eq!(v["messages"][1]["a"], 3);
-        assert!(q.take_all("s").is_none() && q.is_empty() && q.len_bytes() == 0);
+        assert_eq!(v["messages"][0]["a"], 3);
+        assert_eq!(v["messages"][1]["a"], 5);
+        assert!(q.take_batch("s").is_none() && q.is_empty() && q.len_bytes() == 0);
     }
 
     #[test]

@@ -4,10 +4,12 @@
 //!
 //! `upgrade` checks and answers the handshake and spawns the socket; `serve` runs it (readers, backpressure,
 //! the client's messages, close codes); `messages` writes and reads what goes over it (the two subprotocols);
-//! `metrics` counts it; `cap` holds the sockets under `websocket.max_sockets`.
+//! `wire` writes the messages to the connection, one byte queue with tungstenite's control frames; `metrics`
+//! counts it; `cap` holds the sockets under `websocket.max_sockets`.
 
 pub mod cap;
 pub mod messages;
 pub mod metrics;
 pub mod serve;
 pub mod upgrade;
+pub mod wire;

@@ -6,29 +6,28 @@ use std::collections::HashMap;
 use std::future::poll_fn;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::task::AtomicWaker;
 use futures_util::{SinkExt, StreamExt};
 use http::HeaderMap;
 use http_body::Body;
-use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
 use tokio::sync::watch;
 use tokio_tungstenite::tungstenite::error::ProtocolError;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
-use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
+use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_tungstenite::WebSocketStream;
 
 use crate::proxy::body::follow::{Follow, RemoteFollow};
 use crate::proxy::socket::cap::Reserved;
 use crate::proxy::socket::messages::{self, Encoder, Event, FromClient, Outcome, Queue, Subprotocol};
 use crate::proxy::socket::metrics::{SocketKind, SocketMetrics};
+use crate::proxy::socket::wire::Wire;
 use crate::resume::id::Token;
 use crate::resume::metrics::Resumption;
 use crate::resume::sessions::{SessionError, SessionLimits};
@@ -195,12 +194,10 @@ pub async fn serve(
         .read_buffer_size(READ_BUFFER)
         // Written through at once: a buffer kept per socket would cost every idle socket its capacity.
         .write_buffer_size(0);
-    let ws = WebSocketStream::from_raw_socket(TokioIo::new(io), Role::Server, Some(config)).await;
+    let ws = WebSocketStream::from_raw_socket(Wire::new(TokioIo::new(io)), Role::Server, Some(config)).await;
     let _open = shared.metrics.opened(kind);
-    let (tx, rx) = ws.split();
     let mut socket = Socket {
-        tx,
-        rx,
+        ws: Box::new(Mutex::new(ws)),
         shared: Arc::clone(&shared),
         proto,
         queue: Queue::new(proto),
@@ -221,11 +218,12 @@ pub async fn serve(
     Box::pin(socket.close(closing, grace)).await;
 }
 
-type Ws = WebSocketStream<TokioIo<Upgraded>>;
-
 struct Socket {
-    tx: SplitSink<Ws, Message>,
-    rx: SplitStream<Ws>,
+    /// tungstenite reads the connection and writes the control frames; the socket writes its messages to the
+    /// wire under it (`Wire::send_text`). Locked only where two branches of one `select!` poll it (a pending
+    /// write's drain, the client's messages: both rare, never at once); elsewhere reached through `&mut`.
+    /// Boxed: an idle socket's task holds the box, not the stream's room.
+    ws: Box<Mutex<WebSocketStream<Wire>>>,
     shared: Arc<Shared>,
     proto: Subprotocol,
     queue: Queue,
@@ -261,6 +259,17 @@ struct Reading {
 }
 
 impl Socket {
+    /// The connection, from a branch of the loop's `select!`.
+    fn locked(&self) -> MutexGuard<'_, WebSocketStream<Wire>> {
+        // A panic under the lock ended the task that held it: this socket's own, which is gone with it.
+        self.ws.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The connection, held by `&mut`: no lock taken.
+    fn conn(&mut self) -> &mut WebSocketStream<Wire> {
+        self.ws.get_mut().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// The binding (waiting for the credential message if it is not known) and the streams the socket starts
     /// with. Rare and large: its caller boxes it.
     async fn start(&mut self, target: Target, binding: Binding) -> Result<Reading, Closing> {
@@ -353,7 +362,7 @@ impl Socket {
             let rare_due = rare.due();
             tokio::select! {
                 biased;
-                flushed = poll_fn(|cx| self.tx.poll_flush_unpin(cx)), if pending.is_some() => {
+                flushed = poll_fn(|cx| self.locked().poll_flush_unpin(cx)), if pending.is_some() => {
                     if flushed.is_err() {
                         return Closing::Error;
                     }
@@ -396,7 +405,7 @@ impl Socket {
                     rare.arm(cx);
                     drained.as_mut().poll(&mut Context::from_waker(&rare_waker))
                 }), if rare_due => return Closing::GoingAway,
-                heard = poll_fn(|_| self.rx.poll_next_unpin(&mut Context::from_waker(&rare_waker))), if rare_due => {
+                heard = poll_fn(|_| self.locked().poll_next_unpin(&mut Context::from_waker(&rare_waker))), if rare_due => {
                     // More may be read already.
                     rare.again();
                     match self.heard(heard) {
@@ -438,7 +447,7 @@ impl Socket {
                         }
                     } else if self.last_heard.elapsed() >= limits.ping_interval && self.pending_since.is_none() {
                         self.awaiting_pong = Some(Instant::now());
-                        if self.tx.feed(Message::Ping(Bytes::new())).await.is_err() {
+                        if self.conn().feed(Message::Ping(Bytes::new())).await.is_err() {
                             return Closing::Error;
                         }
                         self.pending_since = Some(Instant::now());
@@ -457,7 +466,7 @@ impl Socket {
     async fn auth(&mut self, mut headers: HeaderMap, timeout: Duration) -> Result<[u8; 32], Closing> {
         let deadline = tokio::time::Instant::now() + timeout;
         let text = loop {
-            let Ok(heard) = tokio::time::timeout_at(deadline, self.rx.next()).await else {
+            let Ok(heard) = tokio::time::timeout_at(deadline, self.conn().next()).await else {
                 self.shared.metrics.auth_timeouts.inc();
                 return Err(Closing::Policy);
             };
@@ -465,7 +474,7 @@ impl Socket {
                 Some(Ok(Message::Text(t))) => break t,
                 // A protocol ping is not the first message: its pong (queued by tungstenite) is written now, within
                 // the same deadline, so a client that pings and reads nothing gains neither time nor memory.
-                Some(Ok(Message::Ping(_))) => match tokio::time::timeout_at(deadline, self.tx.flush()).await {
+                Some(Ok(Message::Ping(_))) => match tokio::time::timeout_at(deadline, self.conn().flush()).await {
                     Ok(Ok(())) => {}
                     Ok(Err(_)) => return Err(Closing::Gone),
                     Err(_) => {
@@ -550,62 +559,35 @@ impl Socket {
         outcome
     }
 
-    /// Writes what queued as one message when no write is pending.
+    /// Writes what queued while no write is pending: each message on its own while the connection takes them,
+    /// what queued behind a pending write as one batch once it is written.
     fn flush_queue(&mut self) -> Option<Closing> {
         while self.pending_since.is_none() && !self.queue.is_empty() {
-            // What queued behind a pending write goes out as one batch; else each message on its own, all in
-            // one flush. A socket that takes no more meanwhile has a pending write: the rest waits, batched.
-            let mut stalled = false;
-            loop {
-                match self.ready() {
-                    Err(c) => return Some(c),
-                    Ok(false) => {
-                        stalled = true;
-                        break;
-                    }
-                    Ok(true) => {}
-                }
-                let (text, count) = if std::mem::take(&mut self.behind) {
-                    match self.queue.take_all(&self.session_id) {
-                        Some(batch) => batch,
-                        None => break,
-                    }
-                } else {
-                    match self.queue.take_one() {
-                        Some(text) => (text, 1),
-                        None => break,
-                    }
-                };
-                self.shared.metrics.sent(count);
-                let Ok(text) = Utf8Bytes::try_from(text) else {
-                    return Some(Closing::Error);
-                };
-                if self.tx.start_send_unpin(Message::Text(text)).is_err() {
-                    return Some(Closing::Error);
-                }
-            }
-            // Written at once if the socket takes it; else the write is pending and what comes meanwhile queues.
-            let flushed = poll_fn(|cx| Poll::Ready(self.tx.poll_flush_unpin(cx)));
-            match futures_util::FutureExt::now_or_never(flushed) {
-                Some(Poll::Ready(Ok(()))) if !stalled => {}
-                Some(Poll::Ready(Err(_))) => return Some(Closing::Error),
-                _ => {
+            let batch = if std::mem::take(&mut self.behind) {
+                self.queue.take_batch(&self.session_id)
+            } else {
+                None
+            };
+            let (text, count) = match &batch {
+                Some((b, n)) => (&b[..], *n),
+                None => (self.queue.first()?, 1),
+            };
+            self.shared.metrics.sent(count);
+            let wire = self.ws.get_mut().unwrap_or_else(PoisonError::into_inner).get_mut();
+            match wire.send_text(text) {
+                Ok(true) => {}
+                // The rest is pending; what comes meanwhile queues, and goes out as one batch after it.
+                Ok(false) => {
                     self.pending_since = Some(Instant::now());
                     self.behind = true;
                 }
+                Err(_) => return Some(Closing::Error),
+            }
+            if batch.is_none() {
+                self.queue.pop_first();
             }
         }
         None
-    }
-
-    /// Whether the socket takes another message now.
-    fn ready(&mut self) -> Result<bool, Closing> {
-        let ready = poll_fn(|cx| Poll::Ready(self.tx.poll_ready_unpin(cx)));
-        match futures_util::FutureExt::now_or_never(ready) {
-            Some(Poll::Ready(Ok(()))) => Ok(true),
-            Some(Poll::Ready(Err(_))) => Err(Closing::Error),
-            _ => Ok(false),
-        }
     }
 
     /// Writes everything still queued, after the pending write if there is one: a queue left behind a pending
@@ -614,7 +596,7 @@ impl Socket {
         let all = async {
             loop {
                 if self.pending_since.is_some() {
-                    self.tx.flush().await.map_err(|_| Closing::Error)?;
+                    self.conn().flush().await.map_err(|_| Closing::Error)?;
                     self.pending_since = None;
                 }
                 if self.queue.is_empty() {
@@ -708,9 +690,7 @@ impl Socket {
     /// connection is dropped first reports 1006). A client that takes nothing has `grace`.
     async fn close(self, closing: Closing, grace: Duration) {
         let peer_closed = self.peer_closed;
-        let Ok(mut ws) = self.tx.reunite(self.rx) else {
-            return;
-        };
+        let mut ws = (*self.ws).into_inner().unwrap_or_else(PoisonError::into_inner);
         if closing == Closing::Gone {
             return;
         }
@@ -728,6 +708,11 @@ impl Socket {
                 }
             }
             if ws.flush().await.is_err() {
+                return;
+            }
+            // tungstenite writes its answer to the client's close frame and ends without flushing it (a server
+            // closes the TCP connection first): it waits in the wire.
+            if poll_fn(|cx| ws.get_mut().poll_drain(cx)).await.is_err() {
                 return;
             }
             // The client's close frame (whatever it sent before it is read past), then the connection's end.

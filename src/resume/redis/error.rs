@@ -56,6 +56,10 @@ pub enum ReadError {
     /// The events after the reader's position were trimmed while it read.
     #[error("events {expected}.. trimmed: first stored event is {first}")]
     Gap { expected: u64, first: u64 },
+    /// A stored event is not UTF-8: no gateway wrote it (a gateway's events are its translator's text), and no
+    /// reader is given it.
+    #[error("stored event {seq} is not UTF-8")]
+    NotText { seq: u64 },
     /// Redis failed; the reader keeps its position, so `next` may be called again.
     #[error(transparent)]
     Store(#[from] StoreError),

@@ -234,13 +234,21 @@ impl RemoteReader {
         });
     }
 
-    /// Joins entries that follow `cursor` without a hole into one `Bytes`, and moves the cursor.
+    /// Joins entries that follow `cursor` without a hole into one `Bytes`, up to one that is not UTF-8, and moves
+    /// the cursor.
     pub(super) fn take(&mut self, cursor: u64, entries: Vec<(u64, Vec<u8>)>) -> Result<(Bytes, u64), ReadError> {
         let mut expected = cursor.saturating_add(1);
         let mut out = BytesMut::with_capacity(entries.iter().map(|(_, e)| e.len()).sum());
         for (seq, event) in entries {
             if seq != expected {
                 return Err(ReadError::Gap { expected, first: seq });
+            }
+            if std::str::from_utf8(&event).is_err() {
+                if out.is_empty() {
+                    return Err(ReadError::NotText { seq });
+                }
+                // What came before it is read first; the next read fails on it.
+                break;
             }
             out.extend_from_slice(&event);
             expected = seq.saturating_add(1);
