@@ -395,6 +395,22 @@ async fn a_clients_close_frame_gets_a_close_frame_back_and_an_invalid_code_gets_
     gw.stop().await;
 }
 
+/// A client's ping mid-run is answered with its payload (tungstenite's pong, written through the socket's one
+/// byte queue), and the socket stays open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_ping_mid_run_gets_its_pong_and_the_socket_stays_open() {
+    let (_up, gw) = setup(|_| {}).await;
+    let (_sse, mut tcp) = raw_on_hold(&gw).await;
+    for payload in [&b"first"[..], b"second"] {
+        tcp.write_all(&client_frame(0x89, payload, true)).await.expect("write");
+        let end = raw_read(&mut tcp, WAIT, |e| !e.pongs.is_empty()).await;
+        assert_eq!(end.pongs, [payload.to_vec()], "{end:?}");
+        assert_eq!((end.close, end.ended, end.timed_out), (None, false, false), "{end:?}");
+    }
+    drop(tcp);
+    gw.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn protocol_errors_close_1002_and_invalid_utf8_closes_1007() {
     let (_up, gw) = setup(|_| {}).await;

@@ -416,21 +416,25 @@ impl Queue {
         }
     }
 
-    /// The first message.
-    pub fn first(&self) -> Option<&[u8]> {
-        let end = *self.ends.front()? - self.taken;
-        Some(&self.bytes[..end])
+    /// The queued messages, in order.
+    pub fn messages(&self) -> impl Iterator<Item = &[u8]> {
+        let mut start = 0;
+        self.ends.iter().map(move |&end| {
+            let end = end - self.taken;
+            let message = &self.bytes[start..end];
+            // Past the comma before the next one.
+            start = end + 1;
+            message
+        })
     }
 
-    /// Drops the first message (once written).
-    pub fn pop_first(&mut self) {
-        let Some(end) = self.ends.pop_front() else {
-            return;
-        };
-        if self.ends.is_empty() {
+    /// Drops the first `n` messages (once written).
+    pub fn pop(&mut self, n: usize) {
+        if n >= self.ends.len() {
             self.clear();
-        } else {
-            // The message and the comma before the next one.
+        } else if let Some(end) = n.checked_sub(1).map(|last| self.ends[last]) {
+            self.ends.drain(..n);
+            // The messages and the comma before the next one.
             let taken = end - self.taken + 1;
             self.bytes.advance(taken);
             self.taken += taken;
@@ -622,21 +626,19 @@ mod tests {
         };
         push(&mut q, 1);
         assert_eq!(q.take_batch("s"), None, "one message is no batch");
-        assert_eq!(q.first(), Some(&b"{\"a\":1}"[..]));
-        q.pop_first();
-        assert!(q.is_empty() && q.first().is_none());
+        assert_eq!(q.messages().collect::<Vec<_>>(), [&b"{\"a\":1}"[..]]);
+        q.pop(1);
+        assert!(q.is_empty() && q.messages().next().is_none());
         push(&mut q, 1);
         q.push(|_| false);
         push(&mut q, 2);
         push(&mut q, 3);
-        assert_eq!(q.first(), Some(&b"{\"a\":1}"[..]));
-        q.pop_first();
-        assert_eq!(
-            q.first(),
-            Some(&b"{\"a\":2}"[..]),
-            "the comma before the next message is dropped too"
-        );
-        q.pop_first();
+        let all: Vec<&[u8]> = vec![b"{\"a\":1}", b"{\"a\":2}", b"{\"a\":3}"];
+        assert_eq!(q.messages().collect::<Vec<_>>(), all);
+        q.pop(0);
+        q.pop(2);
+        // The comma before the next message is dropped too.
+        assert_eq!(q.messages().collect::<Vec<_>>(), all[2..]);
         push(&mut q, 5);
         let (text, n) = q.take_batch("s").unwrap();
         assert_eq!(n, 2);

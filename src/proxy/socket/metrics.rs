@@ -143,6 +143,11 @@ impl SocketMetrics {
         self.closes.with_label_values(&[&code.to_string()]).inc();
     }
 
+    /// Messages written, each on its own.
+    pub fn sent_apart(&self, messages: usize) {
+        self.messages.inc_by(messages as u64);
+    }
+
     /// One message written, carrying `count` queued messages.
     pub fn sent(&self, count: usize) {
         self.messages.inc();

@@ -27,7 +27,7 @@ use crate::proxy::body::follow::{Follow, RemoteFollow};
 use crate::proxy::socket::cap::Reserved;
 use crate::proxy::socket::messages::{self, Encoder, Event, FromClient, Outcome, Queue, Subprotocol};
 use crate::proxy::socket::metrics::{SocketKind, SocketMetrics};
-use crate::proxy::socket::wire::Wire;
+use crate::proxy::socket::wire::{Wire, MAX_FRAMES};
 use crate::resume::id::Token;
 use crate::resume::metrics::Resumption;
 use crate::resume::sessions::{SessionError, SessionLimits};
@@ -559,8 +559,8 @@ impl Socket {
         outcome
     }
 
-    /// Writes what queued while no write is pending: each message on its own while the connection takes them,
-    /// what queued behind a pending write as one batch once it is written.
+    /// Writes what queued while no write is pending: each message on its own while the connection takes them
+    /// (up to `MAX_FRAMES` in one write), what queued behind a pending write as one batch once it is written.
     fn flush_queue(&mut self) -> Option<Closing> {
         while self.pending_since.is_none() && !self.queue.is_empty() {
             let batch = if std::mem::take(&mut self.behind) {
@@ -568,13 +568,21 @@ impl Socket {
             } else {
                 None
             };
-            let (text, count) = match &batch {
-                Some((b, n)) => (&b[..], *n),
-                None => (self.queue.first()?, 1),
+            let mut texts: [&[u8]; MAX_FRAMES] = [&[]; MAX_FRAMES];
+            let count = match &batch {
+                Some((b, n)) => {
+                    self.shared.metrics.sent(*n);
+                    texts[0] = b;
+                    1
+                }
+                None => {
+                    let n = texts.iter_mut().zip(self.queue.messages()).map(|(t, m)| *t = m).count();
+                    self.shared.metrics.sent_apart(n);
+                    n
+                }
             };
-            self.shared.metrics.sent(count);
             let wire = self.ws.get_mut().unwrap_or_else(PoisonError::into_inner).get_mut();
-            match wire.send_text(text) {
+            match wire.send_texts(&texts[..count]) {
                 Ok(true) => {}
                 // The rest is pending; what comes meanwhile queues, and goes out as one batch after it.
                 Ok(false) => {
@@ -584,7 +592,7 @@ impl Socket {
                 Err(_) => return Some(Closing::Error),
             }
             if batch.is_none() {
-                self.queue.pop_first();
+                self.queue.pop(count);
             }
         }
         None

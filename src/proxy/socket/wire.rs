@@ -18,6 +18,9 @@ use tokio_tungstenite::tungstenite::protocol::frame::FrameHeader;
 /// A server's frame header: two bytes, and eight more for the longest length (never masked).
 const MAX_HEADER: usize = 10;
 
+/// The most messages one write carries (a burst read at once from the streams goes out in few writes).
+pub const MAX_FRAMES: usize = 8;
+
 /// The upgraded connection and what it has not taken yet.
 pub struct Wire<I = TokioIo<Upgraded>> {
     io: I,
@@ -39,44 +42,57 @@ impl<I: AsyncWrite + Unpin> Wire<I> {
         !self.out.is_empty()
     }
 
-    /// Writes one text message: straight to the connection when nothing waits before it, the rest (or all of it)
-    /// queued. True when the connection took all of it.
+    /// Writes text messages, each its own frame: straight to the connection in one vectored write when nothing
+    /// waits before them, what it does not take (or all of it) queued. True when the connection took all of it.
     ///
-    /// `text` is UTF-8 (a text frame carries nothing else, RFC 6455 §5.6) without a check here: the socket's
-    /// messages are its own JSON around held events, and the held events are the translator's text (a store's
-    /// are checked as they are read, `ReadError::NotText`).
-    pub fn send_text(&mut self, text: &[u8]) -> io::Result<bool> {
-        debug_assert!(std::str::from_utf8(text).is_ok(), "a text message that is not UTF-8");
-        let mut head = [0u8; MAX_HEADER];
-        let head = header(text.len(), &mut head);
-        if self.pending() {
-            self.queue(head, text, 0);
-            return Ok(false);
+    /// The messages are UTF-8 (a text frame carries nothing else, RFC 6455 §5.6) without a check here: they are
+    /// the socket's own JSON around held events, and the held events are the translator's text (a store's are
+    /// checked as they are read, `ReadError::NotText`).
+    pub fn send_texts(&mut self, texts: &[&[u8]]) -> io::Result<bool> {
+        // Past `MAX_FRAMES` (callers pass no more), the rest is queued behind.
+        let (texts, more) = texts.split_at(texts.len().min(MAX_FRAMES));
+        let mut heads = [[0u8; MAX_HEADER]; MAX_FRAMES];
+        let mut parts = [IoSlice::new(&[]); 2 * MAX_FRAMES];
+        let mut total = 0;
+        for ((head, text), pair) in heads.iter_mut().zip(texts).zip(parts.chunks_exact_mut(2)) {
+            debug_assert!(std::str::from_utf8(text).is_ok(), "a text message that is not UTF-8");
+            let n = header(text.len(), head);
+            pair[0] = IoSlice::new(&head[..n]);
+            pair[1] = IoSlice::new(text);
+            total += n + text.len();
         }
-        // Not woken by this write: a socket left pending is polled with its task's waker (`poll_drain`).
-        let mut cx = Context::from_waker(Waker::noop());
-        let parts = [IoSlice::new(head), IoSlice::new(text)];
-        let written = match Pin::new(&mut self.io).poll_write_vectored(&mut cx, &parts) {
-            Poll::Ready(Ok(n)) => n,
-            Poll::Ready(Err(e)) => return Err(e),
-            Poll::Pending => 0,
-        };
-        if written == head.len() + text.len() {
+        let parts = &parts[..2 * texts.len()];
+        let mut written = 0;
+        if !self.pending() {
+            // Not woken by this write: a socket left pending is polled with its task's waker (`poll_drain`).
+            let mut cx = Context::from_waker(Waker::noop());
+            match Pin::new(&mut self.io).poll_write_vectored(&mut cx, parts) {
+                Poll::Ready(Ok(n)) => written = n,
+                Poll::Ready(Err(e)) => return Err(e),
+                Poll::Pending => {}
+            }
+        }
+        if written == total && more.is_empty() {
             return Ok(true);
         }
-        self.queue(head, text, written);
-        Ok(false)
-    }
-
-    /// Queues the frame `head` + `text` past its first `written` bytes.
-    fn queue(&mut self, head: &[u8], text: &[u8], written: usize) {
-        self.out.reserve(head.len() + text.len() - written);
-        if written < head.len() {
-            self.out.extend_from_slice(&head[written..]);
-            self.out.extend_from_slice(text);
-        } else {
-            self.out.extend_from_slice(&text[written - head.len()..]);
+        // The rest, in order, past what the connection took.
+        self.out.reserve(total - written);
+        let mut skip = written;
+        for part in parts {
+            if skip >= part.len() {
+                skip -= part.len();
+                continue;
+            }
+            self.out.extend_from_slice(&part[skip..]);
+            skip = 0;
         }
+        for text in more {
+            let mut head = [0u8; MAX_HEADER];
+            let n = header(text.len(), &mut head);
+            self.out.extend_from_slice(&head[..n]);
+            self.out.extend_from_slice(text);
+        }
+        Ok(false)
     }
 
     /// Writes what waits; ready once the connection took all of it.
@@ -96,8 +112,8 @@ impl<I: AsyncWrite + Unpin> Wire<I> {
     }
 }
 
-/// A final text frame's header for a payload of `len` bytes, written into `buf`.
-fn header(len: usize, buf: &mut [u8; MAX_HEADER]) -> &[u8] {
+/// Writes a final text frame's header for a payload of `len` bytes into `buf`; its length.
+fn header(len: usize, buf: &mut [u8; MAX_HEADER]) -> usize {
     let head = FrameHeader {
         opcode: OpCode::Data(Data::Text),
         ..FrameHeader::default()
@@ -105,8 +121,7 @@ fn header(len: usize, buf: &mut [u8; MAX_HEADER]) -> &[u8] {
     let mut rest = &mut buf[..];
     // Ten bytes hold any unmasked header: writing into them cannot fail.
     let _ = head.format(len as u64, &mut rest);
-    let n = MAX_HEADER - rest.len();
-    &buf[..n]
+    MAX_HEADER - rest.len()
 }
 
 impl<I: AsyncRead + Unpin> AsyncRead for Wire<I> {
@@ -143,7 +158,8 @@ mod tests {
     fn a_header_is_a_final_unmasked_text_frames() {
         for len in [0, 1, 125, 126, 65_535, 65_536, 1 << 20] {
             let mut buf = [0u8; MAX_HEADER];
-            let ours = header(len, &mut buf).to_vec();
+            let n = header(len, &mut buf);
+            let ours = buf[..n].to_vec();
             let mut theirs = Vec::new();
             let frame = Frame::message(vec![b'a'; len], OpCode::Data(Data::Text), true);
             frame.format(&mut theirs).expect("a frame formats");
@@ -158,56 +174,64 @@ mod tests {
         out
     }
 
-    /// A connection that takes a few bytes at a time: a data frame it does not take whole waits, later frames and
-    /// tungstenite's own writes queue behind it, and the connection gets every frame whole, in order.
+    /// A connection that takes a few bytes at a time: frames it does not take whole wait, later frames and
+    /// tungstenite's own writes queue behind them, and the connection gets every frame whole, in order.
     #[tokio::test]
     async fn frames_the_connection_does_not_take_go_out_whole_and_in_order() {
         use tokio::io::AsyncReadExt;
         let (near, mut far) = tokio::io::duplex(8);
         let mut wire = Wire::new(near);
-        let (first, second, pong) = (vec![b'x'; 300], b"{\"b\":2}".to_vec(), [0x8a_u8, 0]);
-        assert!(
-            !wire.send_text(&first).expect("the duplex is open"),
-            "8 bytes of room cannot take 304"
-        );
+        let (first, second, third) = (vec![b'x'; 300], b"{\"b\":2}".to_vec(), b"{\"c\":3}".to_vec());
+        let pong = [0x8a_u8, 0];
+        let sent = wire.send_texts(&[&first, &second]).expect("the duplex is open");
+        assert!(!sent, "8 bytes of room cannot take 313");
         assert!(wire.pending());
-        // Queued behind the first, not written into its middle.
-        assert!(!wire.send_text(&second).expect("the duplex is open"));
+        // The connection has room again, but the third frame is queued behind the first two, not written into
+        // their middle.
+        let mut head = [0u8; 8];
+        far.read_exact(&mut head).await.expect("the first bytes arrive");
+        assert!(!wire.send_texts(&[&third]).expect("the duplex is open"));
         let mut cx = Context::from_waker(Waker::noop());
-        assert!(matches!(
-            Pin::new(&mut wire).poll_write(&mut cx, &pong),
-            Poll::Ready(Ok(2))
-        ));
-        let want = [text_frame(&first), text_frame(&second), pong.to_vec()].concat();
+        let queued = Pin::new(&mut wire).poll_write(&mut cx, &pong);
+        assert!(matches!(queued, Poll::Ready(Ok(2))));
+        let want = [
+            text_frame(&first),
+            text_frame(&second),
+            text_frame(&third),
+            pong.to_vec(),
+        ]
+        .concat();
         let reading = tokio::spawn(async move {
             let mut got = vec![0u8; want.len()];
-            far.read_exact(&mut got).await.expect("every byte arrives");
+            got[..8].copy_from_slice(&head);
+            far.read_exact(&mut got[8..]).await.expect("every byte arrives");
             (got, want)
         });
-        std::future::poll_fn(|cx| wire.poll_drain(cx))
-            .await
-            .expect("the duplex takes the rest");
+        let drained = std::future::poll_fn(|cx| wire.poll_drain(cx)).await;
+        drained.expect("the duplex takes the rest");
         assert!(!wire.pending());
         assert_eq!(wire.out.capacity(), 0, "a drained wire holds no buffer");
         let (got, want) = reading.await.expect("the reader ends");
         assert_eq!(got, want);
     }
 
-    /// While nothing waits and the connection has room, a frame is written at once, whole.
+    /// While nothing waits and the connection has room, frames are written at once, whole, in one write.
     #[tokio::test]
-    async fn a_frame_the_connection_takes_is_written_at_once() {
+    async fn frames_the_connection_takes_are_written_at_once() {
         use tokio::io::AsyncReadExt;
         let (near, mut far) = tokio::io::duplex(4096);
         let mut wire = Wire::new(near);
-        assert!(
-            wire.send_text(b"hello").expect("the duplex is open"),
-            "header and text in one write"
-        );
+        let sent = wire.send_texts(&[b"hello"]).expect("the duplex is open");
+        assert!(sent, "header and text in one write");
         assert!(!wire.pending());
         assert_eq!(wire.out.capacity(), 0, "nothing was queued");
-        let frame = text_frame(b"hello");
-        let mut got = vec![0u8; frame.len()];
-        far.read_exact(&mut got).await.expect("the frame arrives");
-        assert_eq!(got, frame);
+        let many: Vec<Vec<u8>> = (0..MAX_FRAMES).map(|i| format!("{{\"n\":{i}}}").into_bytes()).collect();
+        let texts: Vec<&[u8]> = many.iter().map(Vec::as_slice).collect();
+        assert!(wire.send_texts(&texts).expect("the duplex is open"));
+        assert!(!wire.pending());
+        let want = [text_frame(b"hello"), many.iter().flat_map(|t| text_frame(t)).collect()].concat();
+        let mut got = vec![0u8; want.len()];
+        far.read_exact(&mut got).await.expect("the frames arrive");
+        assert_eq!(got, want);
     }
 }
