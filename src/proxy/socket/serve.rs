@@ -192,7 +192,8 @@ pub async fn serve(
         .max_message_size(Some(max_message))
         .max_frame_size(Some(max_message))
         .read_buffer_size(READ_BUFFER)
-        // Written through at once: a buffer kept per socket would cost every idle socket its capacity.
+        // Written through to the wire at once (only control frames go through tungstenite): a buffer kept per
+        // socket would cost every idle socket its capacity.
         .write_buffer_size(0);
     let ws = WebSocketStream::from_raw_socket(Wire::new(TokioIo::new(io)), Role::Server, Some(config)).await;
     let _open = shared.metrics.opened(kind);
@@ -678,9 +679,9 @@ impl Socket {
     }
 
     /// Counts the pong owed for a ping with `payload` bytes. tungstenite answers pings itself, writing each pong
-    /// with the next flush, and keeps what the socket does not take: pongs count against the bound of what queues
-    /// behind a pending write, as events do, or a client that pings and never reads would grow that buffer by
-    /// about one byte for each byte it sends.
+    /// with the next flush into the wire's queue, which keeps what the connection does not take: pongs count
+    /// against the bound of what queues behind a pending write, as events do, or a client that pings and never
+    /// reads would grow that queue by about one byte for each byte it sends.
     fn owe_pong(&mut self, payload: usize) -> Option<Closing> {
         // A control frame's payload is at most 125 bytes: its header is two.
         self.queued_behind += payload + 2;
