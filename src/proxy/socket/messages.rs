@@ -374,7 +374,7 @@ pub fn stream_end(proto: Subprotocol, token: &str, outcome: Outcome, out: &mut B
 
 /// Messages waiting to be written, each a JSON object: one at a time while the socket keeps up, all together as
 /// one batch when they queued behind a pending write. A message is written from the queue's buffer, lent
-/// (`first`), not split off or copied.
+/// (`messages`), not split off or copied.
 pub struct Queue {
     proto: Subprotocol,
     /// The messages, separated by commas (so the batch is their bytes as they are).
@@ -430,9 +430,13 @@ impl Queue {
 
     /// Drops the first `n` messages (once written).
     pub fn pop(&mut self, n: usize) {
+        if n == 0 {
+            return;
+        }
         if n >= self.ends.len() {
             self.clear();
-        } else if let Some(end) = n.checked_sub(1).map(|last| self.ends[last]) {
+        } else {
+            let end = self.ends[n - 1];
             self.ends.drain(..n);
             // The messages and the comma before the next one.
             let taken = end - self.taken + 1;

@@ -221,7 +221,7 @@ pub async fn serve(
 
 struct Socket {
     /// tungstenite reads the connection and writes the control frames; the socket writes its messages to the
-    /// wire under it (`Wire::send_text`). Locked only where two branches of one `select!` poll it (a pending
+    /// wire under it (`Wire::send_texts`). Locked only where two branches of one `select!` poll it (a pending
     /// write's drain, the client's messages: both rare, never at once); elsewhere reached through `&mut`.
     /// Boxed: an idle socket's task holds the box, not the stream's room.
     ws: Box<Mutex<WebSocketStream<Wire>>>,
@@ -719,8 +719,8 @@ impl Socket {
             if ws.flush().await.is_err() {
                 return;
             }
-            // tungstenite writes its answer to the client's close frame and ends without flushing it (a server
-            // closes the TCP connection first): it waits in the wire.
+            // Whatever waits in the wire goes out before the TCP close: tungstenite writes its answer to the
+            // client's close frame there and ends without flushing it (a server closes the connection first).
             if poll_fn(|cx| ws.get_mut().poll_drain(cx)).await.is_err() {
                 return;
             }

@@ -42,15 +42,21 @@ impl<I: AsyncWrite + Unpin> Wire<I> {
         !self.out.is_empty()
     }
 
-    /// Writes text messages, each its own frame: straight to the connection in one vectored write when nothing
-    /// waits before them, what it does not take (or all of it) queued. True when the connection took all of it.
+    /// Writes text messages, each its own frame: straight to the connection, `MAX_FRAMES` to a vectored write,
+    /// when nothing waits before them, what it does not take (or all of it) queued. True when the connection took all of it.
     ///
     /// The messages are UTF-8 (a text frame carries nothing else, RFC 6455 §5.6) without a check here: they are
     /// the socket's own JSON around held events, and the held events are the translator's text (a store's are
     /// checked as they are read, `ReadError::NotText`).
     pub fn send_texts(&mut self, texts: &[&[u8]]) -> io::Result<bool> {
-        // Past `MAX_FRAMES` (callers pass no more), the rest is queued behind.
-        let (texts, more) = texts.split_at(texts.len().min(MAX_FRAMES));
+        for chunk in texts.chunks(MAX_FRAMES) {
+            self.send_chunk(chunk)?;
+        }
+        Ok(!self.pending())
+    }
+
+    /// Writes at most `MAX_FRAMES` messages in one vectored write if nothing waits; queues the rest.
+    fn send_chunk(&mut self, texts: &[&[u8]]) -> io::Result<()> {
         let mut heads = [[0u8; MAX_HEADER]; MAX_FRAMES];
         let mut parts = [IoSlice::new(&[]); 2 * MAX_FRAMES];
         let mut total = 0;
@@ -72,8 +78,8 @@ impl<I: AsyncWrite + Unpin> Wire<I> {
                 Poll::Pending => {}
             }
         }
-        if written == total && more.is_empty() {
-            return Ok(true);
+        if written == total {
+            return Ok(());
         }
         // The rest, in order, past what the connection took.
         self.out.reserve(total - written);
@@ -86,13 +92,7 @@ impl<I: AsyncWrite + Unpin> Wire<I> {
             self.out.extend_from_slice(&part[skip..]);
             skip = 0;
         }
-        for text in more {
-            let mut head = [0u8; MAX_HEADER];
-            let n = header(text.len(), &mut head);
-            self.out.extend_from_slice(&head[..n]);
-            self.out.extend_from_slice(text);
-        }
-        Ok(false)
+        Ok(())
     }
 
     /// Writes what waits; ready once the connection took all of it.
@@ -225,7 +225,10 @@ mod tests {
         assert!(sent, "header and text in one write");
         assert!(!wire.pending());
         assert_eq!(wire.out.capacity(), 0, "nothing was queued");
-        let many: Vec<Vec<u8>> = (0..MAX_FRAMES).map(|i| format!("{{\"n\":{i}}}").into_bytes()).collect();
+        // More than one write carries: each chunk written in turn, in order.
+        let many: Vec<Vec<u8>> = (0..2 * MAX_FRAMES + 1)
+            .map(|i| format!("{{\"n\":{i}}}").into_bytes())
+            .collect();
         let texts: Vec<&[u8]> = many.iter().map(Vec::as_slice).collect();
         assert!(wire.send_texts(&texts).expect("the duplex is open"));
         assert!(!wire.pending());
