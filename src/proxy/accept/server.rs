@@ -31,6 +31,7 @@ use crate::proxy::accept::http1::{self, Service as _};
 use crate::proxy::accept::workers::Workers;
 use crate::proxy::base::drain::DrainSignal;
 use crate::proxy::base::flushes::Flushes;
+use crate::proxy::base::held::ClientStream;
 use crate::proxy::base::quiet::Quiet;
 use crate::proxy::decide::answers::Shared;
 use crate::proxy::decide::handler::handle;
@@ -312,6 +313,7 @@ async fn serve_connection(
     let flushes = Arc::new(Flushes::default());
     let seen_request = Arc::new(AtomicBool::new(false));
     let call = Call {
+        stream: Arc::clone(&stream),
         activity: Arc::clone(&activity),
         flushes: Arc::clone(&flushes),
         seen_request: Arc::clone(&seen_request),
@@ -425,6 +427,8 @@ async fn serve_with_hyper(
 
 /// The request service of one connection, for hyper and for `http1` alike.
 struct Call {
+    /// Given to what writes to the connection after its response (an upgraded socket).
+    stream: Arc<TcpStream>,
     activity: Arc<Activity>,
     flushes: Arc<Flushes>,
     seen_request: Arc<AtomicBool>,
@@ -441,6 +445,7 @@ impl http1::Service for Call {
         let in_flight = self.activity.begin();
         req.extensions_mut().insert(Arc::clone(&self.flushes));
         req.extensions_mut().insert(DrainSignal(self.drain.clone()));
+        req.extensions_mut().insert(ClientStream(Arc::downgrade(&self.stream)));
         let (shared, peer, cut) = (Arc::clone(&self.shared), self.peer, self.cut.clone());
         let flushes = Arc::clone(&self.flushes);
         // Boxed: an HTTP/2 stream's task holds its service future inline for as long as the stream lasts, so an

@@ -4,9 +4,10 @@
 //! to, as in nginx's worker processes: an event wakes that thread and no other. On tokio's multi-thread
 //! scheduler the worker woken by a socket woke a parked sibling to share the work, for every batch of events,
 //! and paced streams paid it in futex calls and context switches (~3 µs of system time per event on 2 cores).
-//! Accepting stays on the main runtime; a connection goes to the worker with the fewest open connections. As with
-//! nginx, the streams of one HTTP/2 connection share its worker: a load balancer multiplexing every stream over
-//! a single h2c connection uses one core (open a few connections, or use HTTP/1.1).
+//! Accepting stays on the main runtime; a connection goes to the worker with the fewest open connections (an
+//! upgraded WebSocket counted as one to its close, `Open::here`). As with nginx, the streams of one HTTP/2
+//! connection share its worker: a load balancer multiplexing every stream over a single h2c connection uses one
+//! core (open a few connections, or use HTTP/1.1).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -15,6 +16,8 @@ use std::sync::Arc;
 
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
+
+use crate::proxy::base::held::{self, Open};
 
 /// A connection's whole life on a worker, from registering its socket there on.
 type Job = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -38,19 +41,19 @@ impl Workers {
             .map(|i| {
                 let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
                 let (jobs, mut rx) = mpsc::unbounded_channel::<Job>();
+                let open = Arc::<AtomicUsize>::default();
+                let counted = Arc::clone(&open);
                 std::thread::Builder::new()
                     .name(format!("sse-gateway-worker-{i}"))
                     .spawn(move || {
+                        held::count_here(&counted);
                         runtime.block_on(async move {
                             while let Some(job) = rx.recv().await {
                                 tokio::spawn(job);
                             }
                         });
                     })?;
-                Ok(Worker {
-                    jobs,
-                    open: Arc::default(),
-                })
+                Ok(Worker { jobs, open })
             })
             .collect::<std::io::Result<_>>()?;
         Ok(Self { workers })
@@ -70,8 +73,7 @@ impl Workers {
         };
         // Counted now, so a burst of accepts spreads before the workers have picked them up; uncounted when the
         // job ends or is dropped unrun.
-        worker.open.fetch_add(1, Ordering::Relaxed);
-        let open = Open(Arc::clone(&worker.open));
+        let open = Open::on(&worker.open);
         let _ = worker.jobs.send(Box::pin(async move {
             let _open = open;
             // Registered on first poll, so with the worker's reactor: its readiness wakes the worker's thread.
@@ -79,15 +81,6 @@ impl Workers {
                 serve(stream).await;
             }
         }));
-    }
-}
-
-/// One open connection on a worker (counted by `Workers::serve`), uncounted when dropped.
-struct Open(Arc<AtomicUsize>);
-
-impl Drop for Open {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -153,6 +146,37 @@ mod tests {
         }
         assert_eq!(counts(&workers), [2, 1]);
         // Released, each worker's count goes back to zero.
+        drop(release_tx);
+        wait_for(|| counts(&workers) == [0, 0]).await;
+    }
+
+    /// An upgraded socket outlives the job its connection came in on: counted by `Open::here`, its worker keeps
+    /// its count after the job ends, and the next connection goes to the other worker (uncounted, every socket
+    /// went to the first).
+    #[tokio::test]
+    async fn a_connection_counted_here_keeps_its_worker_counted_after_its_job_ends() {
+        assert!(Open::here().is_none(), "off the workers nothing is counted");
+        let workers = Workers::start(2).unwrap();
+        let (mut servers, _clients) = accepted(2).await;
+        let counts = |w: &Workers| {
+            w.workers
+                .iter()
+                .map(|w| w.open.load(Ordering::Relaxed))
+                .collect::<Vec<_>>()
+        };
+        let (held_tx, held) = oneshot::channel::<Option<Open>>();
+        workers.serve(servers.remove(0), move |_stream| async move {
+            let _ = held_tx.send(Open::here());
+        });
+        let held = held.await.unwrap();
+        assert!(held.is_some(), "a worker's job counts here");
+        // The job has ended; what it counted stays until dropped.
+        wait_for(|| counts(&workers) == [1, 0]).await;
+        let (seen_tx, mut seen) = mpsc::unbounded_channel();
+        let (release_tx, release) = watch::channel(());
+        workers.serve(servers.remove(0), holding(seen_tx, release));
+        assert_eq!(seen.recv().await.unwrap(), "sse-gateway-worker-1");
+        drop(held);
         drop(release_tx);
         wait_for(|| counts(&workers) == [0, 0]).await;
     }

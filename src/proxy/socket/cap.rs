@@ -1,8 +1,10 @@
 //! The socket cap: sockets reserved or open against `websocket.max_sockets`, each place held by its socket's task
-//! from the handshake to the close.
+//! from the handshake to the close (with its place on its worker's count of open connections).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+
+use crate::proxy::base::held::Open;
 
 /// Sockets reserved or open, against `websocket.max_sockets`.
 pub struct Sockets {
@@ -10,12 +12,16 @@ pub struct Sockets {
     max: usize,
 }
 
-/// One reserved socket; released when its task ends.
-pub struct Reserved(Arc<Sockets>);
+/// One reserved socket, counted as an open connection of the worker it is reserved on; released when its task
+/// ends.
+pub struct Reserved {
+    sockets: Arc<Sockets>,
+    _worker: Option<Open>,
+}
 
 impl Drop for Reserved {
     fn drop(&mut self) {
-        self.0.open.fetch_sub(1, Ordering::AcqRel);
+        self.sockets.open.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -31,7 +37,10 @@ impl Sockets {
         self.open
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < self.max).then_some(n + 1))
             .ok()
-            .map(|_| Reserved(Arc::clone(self)))
+            .map(|_| Reserved {
+                sockets: Arc::clone(self),
+                _worker: Open::here(),
+            })
     }
 }
 

@@ -27,7 +27,7 @@ use crate::proxy::body::follow::{Follow, RemoteFollow};
 use crate::proxy::socket::cap::Reserved;
 use crate::proxy::socket::messages::{self, Encoder, Event, FromClient, Outcome, Queue, Subprotocol};
 use crate::proxy::socket::metrics::{SocketKind, SocketMetrics};
-use crate::proxy::socket::wire::{Wire, MAX_FRAMES};
+use crate::proxy::socket::wire::{Conn, Upgrading, Wire, MAX_FRAMES};
 use crate::resume::id::Token;
 use crate::resume::metrics::Resumption;
 use crate::resume::sessions::{SessionError, SessionLimits};
@@ -167,7 +167,7 @@ fn poll_streams(open: &mut [Open], next: &mut usize, cx: &mut Context<'_>) -> Po
 /// its largest state: every rare await (opening, cancelling, the close handshake) is boxed, and the socket's
 /// bounds are read from `shared`, not copied into it.
 pub async fn serve(
-    upgrade: hyper::upgrade::OnUpgrade,
+    upgrade: Upgrading,
     // Held to the socket's end: its place under `websocket.max_sockets`.
     _reserved: Reserved,
     shared: Arc<Shared>,
@@ -176,7 +176,7 @@ pub async fn serve(
     binding: Binding,
     mut drain: watch::Receiver<bool>,
 ) {
-    let io = match upgrade.await {
+    let io = match upgrade.on.await {
         Ok(io) => io,
         Err(e) => {
             tracing::debug!(error = %e, "the WebSocket upgrade did not complete");
@@ -195,7 +195,8 @@ pub async fn serve(
         // Written through to the wire at once (only control frames go through tungstenite): a buffer kept per
         // socket would cost every idle socket its capacity.
         .write_buffer_size(0);
-    let ws = WebSocketStream::from_raw_socket(Wire::new(TokioIo::new(io)), Role::Server, Some(config)).await;
+    let conn = Conn::new(TokioIo::new(io), upgrade.tcp);
+    let ws = WebSocketStream::from_raw_socket(Wire::new(conn), Role::Server, Some(config)).await;
     let _open = shared.metrics.opened(kind);
     let mut socket = Socket {
         ws: Box::new(Mutex::new(ws)),
@@ -370,7 +371,7 @@ impl Socket {
                     self.pending_since = None;
                     self.queued_behind = 0;
                 }
-                () = tokio::time::sleep_until(write_deadline.unwrap_or_else(tokio::time::Instant::now)), if write_deadline.is_some() => {
+                () = passed(write_deadline), if write_deadline.is_some() => {
                     self.shared.metrics.write_timeouts.inc();
                     return Closing::Behind;
                 }
@@ -732,6 +733,16 @@ impl Socket {
 }
 
 /// The next stream of a session's binding to start.
+/// Ready once `at` has passed (never without one). An async fn, not a `Sleep`: `select!` makes every branch's
+/// future each turn, also a disabled one's, and a `Sleep` made and dropped costs a turn (each event) a clock read
+/// and a clone of the runtime's handle.
+async fn passed(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 async fn next_start(session: &mut Option<Box<crate::resume::sessions::Session>>) -> Option<Token> {
     match session {
         Some(s) => s.next_start().await,
@@ -814,7 +825,7 @@ mod tests {
     use super::*;
 
     type Args = (
-        hyper::upgrade::OnUpgrade,
+        Upgrading,
         Reserved,
         Arc<Shared>,
         Subprotocol,

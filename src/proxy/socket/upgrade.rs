@@ -11,12 +11,14 @@ use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 
 use crate::cors::Cors;
 use crate::proxy::base::drain::DrainSignal;
+use crate::proxy::base::held::ClientStream;
 use crate::proxy::body::stack::ResponseBody;
 use crate::proxy::request::body::UpstreamBody;
 use crate::proxy::socket::cap::Sockets;
 use crate::proxy::socket::messages::Subprotocol;
 use crate::proxy::socket::metrics::Refused;
 use crate::proxy::socket::serve::{self, Binding, Shared, Target};
+use crate::proxy::socket::wire::Upgrading;
 use crate::resume::id::{EventId, Token};
 
 /// Why a handshake is answered without an upgrade; the edge writes it as its JSON error.
@@ -199,7 +201,13 @@ async fn answer(
             "websocket.max_sockets are open; try again later",
         ));
     };
-    let Some(DrainSignal(drain)) = req.extensions().get::<DrainSignal>().cloned() else {
+    // Both given by the gateway's own connections to every request they carry (the connection is open while its
+    // request is handled).
+    let ext = req.extensions();
+    let (Some(DrainSignal(drain)), Some(tcp)) = (
+        ext.get::<DrainSignal>().cloned(),
+        ext.get::<ClientStream>().and_then(|s| s.0.upgrade()),
+    ) else {
         return Err(refuse(
             Refused::Handshake,
             StatusCode::BAD_REQUEST,
@@ -207,11 +215,12 @@ async fn answer(
             "this connection cannot be upgraded",
         ));
     };
-    let on_upgrade = hyper::upgrade::on(&mut *req);
+    let upgrading = Upgrading {
+        on: hyper::upgrade::on(&mut *req),
+        tcp,
+    };
     let (shared, proto) = (Arc::clone(shared), chosen.unwrap_or(Subprotocol::Gateway));
-    tokio::spawn(serve::serve(
-        on_upgrade, reserved, shared, proto, target, binding, drain,
-    ));
+    tokio::spawn(serve::serve(upgrading, reserved, shared, proto, target, binding, drain));
     let mut resp = Response::new(ResponseBody::full(bytes::Bytes::new()));
     *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     let out = resp.headers_mut();

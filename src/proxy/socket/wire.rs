@@ -3,15 +3,20 @@
 //! straight to the connection, its header and payload in one vectored write (no copy, no lock), while nothing
 //! waits; what the connection does not take waits here, and so does whatever tungstenite writes after it.
 //! tungstenite keeps reading the connection and writing its control frames; it does not frame the data.
+//!
+//! The connection (`Conn`) is read through hyper's upgraded I/O and written straight to the client's TCP stream.
 
 use std::io::{self, IoSlice};
+use std::net::Shutdown;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{ready, Context, Poll, Waker};
 
 use bytes::{Buf, BytesMut};
-use hyper::upgrade::Upgraded;
+use hyper::upgrade::{OnUpgrade, Upgraded};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
 use tokio_tungstenite::tungstenite::protocol::frame::FrameHeader;
 
@@ -21,8 +26,76 @@ const MAX_HEADER: usize = 10;
 /// The most messages one write carries (a burst read at once from the streams goes out in few writes).
 pub const MAX_FRAMES: usize = 8;
 
+/// A connection being upgraded: hyper's upgrade, and the client's TCP stream under it.
+pub struct Upgrading {
+    pub on: OnUpgrade,
+    pub tcp: Arc<TcpStream>,
+}
+
+/// The upgraded connection: read through hyper's upgraded I/O (which holds what hyper read past the handshake),
+/// written straight to the TCP stream (hyper wrote its answer to the handshake whole before the upgrade and
+/// writes nothing after it): a write is one `writev`, not a call through the upgraded I/O's box and the layers
+/// under it.
+pub struct Conn<R = TokioIo<Upgraded>> {
+    read: R,
+    tcp: Arc<TcpStream>,
+}
+
+impl<R> Conn<R> {
+    pub fn new(read: R, tcp: Arc<TcpStream>) -> Self {
+        Self { read, tcp }
+    }
+
+    /// Runs `write` once the stream is writable; tried first, the readiness asked only when it would block.
+    fn poll_with(
+        &self,
+        cx: &mut Context<'_>,
+        write: impl Fn(&TcpStream) -> io::Result<usize>,
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            match write(&self.tcp) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => ready!(self.tcp.poll_write_ready(cx))?,
+                r => return Poll::Ready(r),
+            }
+        }
+    }
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for Conn<R> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.read).poll_read(cx, buf)
+    }
+}
+
+impl<R: Unpin> AsyncWrite for Conn<R> {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        self.poll_with(cx, |tcp| tcp.try_write(buf))
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        self.poll_with(cx, |tcp| tcp.try_write_vectored(bufs))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    /// A TCP stream keeps nothing to flush.
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(socket2::SockRef::from(&*self.tcp).shutdown(Shutdown::Write))
+    }
+}
+
 /// The upgraded connection and what it has not taken yet.
-pub struct Wire<I = TokioIo<Upgraded>> {
+pub struct Wire<I = Conn> {
     io: I,
     /// Bytes written to the socket and not yet to the connection, in order: empty (and holding no buffer) while
     /// the socket keeps up.
@@ -213,6 +286,71 @@ mod tests {
         assert_eq!(wire.out.capacity(), 0, "a drained wire holds no buffer");
         let (got, want) = reading.await.expect("the reader ends");
         assert_eq!(got, want);
+    }
+
+    /// A TCP pair: the server's end shared as the gateway holds it, and the client's.
+    async fn tcp_pair() -> (Arc<TcpStream>, TcpStream) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a port");
+        let client = TcpStream::connect(listener.local_addr().expect("an address"));
+        let (client, accepted) = tokio::join!(client, listener.accept());
+        (Arc::new(accepted.expect("accepted").0), client.expect("connected"))
+    }
+
+    /// The connection reads through its reader (hyper's upgraded I/O in the gateway) and writes to the TCP stream.
+    #[tokio::test]
+    async fn a_conn_reads_through_its_reader_and_writes_to_the_tcp_stream() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (tcp, mut client) = tcp_pair().await;
+        let (read, mut feed) = tokio::io::duplex(64);
+        let mut conn = Conn::new(read, tcp);
+        feed.write_all(b"read ahead").await.expect("the duplex is open");
+        let mut got = [0u8; 10];
+        conn.read_exact(&mut got).await.expect("read through the reader");
+        assert_eq!(&got, b"read ahead");
+        let parts = [IoSlice::new(b"one "), IoSlice::new(b"write")];
+        let n = conn.write_vectored(&parts).await.expect("the stream is open");
+        conn.write_all(&b"one write"[n..]).await.expect("the stream is open");
+        conn.write_all(b", then another").await.expect("the stream is open");
+        conn.shutdown().await.expect("the stream shuts down");
+        let mut out = String::new();
+        client
+            .read_to_string(&mut out)
+            .await
+            .expect("the client reads to the end");
+        assert_eq!(out, "one write, then another");
+    }
+
+    /// A TCP stream that cannot take a frame whole: the rest waits in the wire, the drain is woken when the
+    /// stream has room again (tokio's readiness, registered by the would-block write), and the frame arrives whole.
+    #[tokio::test]
+    async fn a_frame_the_tcp_stream_cannot_take_whole_is_drained_when_it_has_room() {
+        use tokio::io::AsyncReadExt;
+        let (tcp, mut client) = tcp_pair().await;
+        let (read, _feed) = tokio::io::duplex(64);
+        let mut wire = Wire::new(Conn::new(read, tcp));
+        // Far more than the kernel's buffers take while the client reads nothing.
+        let big = vec![b'x'; 32 << 20];
+        let sent = wire.send_texts(&[&big, b"{\"after\":1}"]).expect("the stream is open");
+        assert!(!sent, "32 MiB went out at once: the test's premise is gone");
+        assert!(wire.pending());
+        let want = [text_frame(&big), text_frame(b"{\"after\":1}")].concat();
+        let reading = tokio::spawn(async move {
+            let mut got = vec![0u8; want.len()];
+            client.read_exact(&mut got).await.expect("every byte arrives");
+            got == want
+        });
+        let drained = tokio::time::timeout(
+            std::time::Duration::from_secs(20),
+            std::future::poll_fn(|cx| wire.poll_drain(cx)),
+        )
+        .await
+        .expect("the drain was woken as the client read");
+        drained.expect("the stream takes the rest");
+        assert!(!wire.pending());
+        assert!(
+            reading.await.expect("the reader ends"),
+            "the frames arrived whole and in order"
+        );
     }
 
     /// While nothing waits and the connection has room, frames are written at once, whole, in one write.
