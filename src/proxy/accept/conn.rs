@@ -2,9 +2,9 @@
 //! leaves while hyper is not reading, idleness between requests), and the flushes a failing body waits for.
 
 use crate::proxy::base::flushes::Flushes;
+use crate::proxy::base::held;
 use std::future::Future;
 use std::io;
-use std::net::Shutdown;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -84,13 +84,7 @@ pub fn read_some(stream: &TcpStream, buf: &mut impl bytes::BufMut) -> io::Result
 
 impl AsyncWrite for ClientIo {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        loop {
-            ready!(self.stream.poll_write_ready(cx))?;
-            match self.stream.try_write(buf) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                r => return Poll::Ready(r),
-            }
-        }
+        held::poll_write_with(&self.stream, cx, |tcp| tcp.try_write(buf))
     }
 
     fn poll_write_vectored(
@@ -98,13 +92,7 @@ impl AsyncWrite for ClientIo {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        loop {
-            ready!(self.stream.poll_write_ready(cx))?;
-            match self.stream.try_write_vectored(bufs) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                r => return Poll::Ready(r),
-            }
-        }
+        held::poll_write_with(&self.stream, cx, |tcp| tcp.try_write_vectored(bufs))
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -119,7 +107,7 @@ impl AsyncWrite for ClientIo {
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(socket2::SockRef::from(&*self.stream).shutdown(Shutdown::Write))
+        Poll::Ready(held::shutdown_write(&self.stream))
     }
 }
 

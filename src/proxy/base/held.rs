@@ -1,9 +1,13 @@
-//! What an upgraded connection takes past its response: the client's TCP stream (`ClientStream`), and its place
-//! on the count of open connections of the worker it runs on (`Open`), by which new connections are spread.
+//! What an upgraded connection takes past its response: the client's TCP stream (`ClientStream`, written by
+//! hyper's I/O and then the socket alike through `poll_write_with`), and its place on the count of open
+//! connections of the worker it runs on (`Open`), by which new connections are spread.
 
 use std::cell::OnceCell;
+use std::io;
+use std::net::Shutdown;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
+use std::task::{ready, Context, Poll};
 
 use tokio::net::TcpStream;
 
@@ -12,6 +16,26 @@ use tokio::net::TcpStream;
 /// request's extensions does not keep the connection open.
 #[derive(Clone)]
 pub struct ClientStream(pub Weak<TcpStream>);
+
+/// Runs `write` on a TCP stream shared by `&` (the client's, by hyper's I/O and by an upgraded socket): tried
+/// first, the readiness asked only when it would block.
+pub fn poll_write_with(
+    tcp: &TcpStream,
+    cx: &mut Context<'_>,
+    write: impl Fn(&TcpStream) -> io::Result<usize>,
+) -> Poll<io::Result<usize>> {
+    loop {
+        match write(tcp) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => ready!(tcp.poll_write_ready(cx))?,
+            r => return Poll::Ready(r),
+        }
+    }
+}
+
+/// Shuts the stream's writing half (a shared stream cannot be shut by its owner's `poll_shutdown`).
+pub fn shutdown_write(tcp: &TcpStream) -> io::Result<()> {
+    socket2::SockRef::from(tcp).shutdown(Shutdown::Write)
+}
 
 thread_local! {
     /// The open connections of the worker this thread is (unset off the workers).

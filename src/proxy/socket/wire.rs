@@ -7,7 +7,6 @@
 //! The connection (`Conn`) is read through hyper's upgraded I/O and written straight to the client's TCP stream.
 
 use std::io::{self, IoSlice};
-use std::net::Shutdown;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll, Waker};
@@ -19,6 +18,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
 use tokio_tungstenite::tungstenite::protocol::frame::FrameHeader;
+
+use crate::proxy::base::held;
 
 /// A server's frame header: two bytes, and eight more for the longest length (never masked).
 const MAX_HEADER: usize = 10;
@@ -45,20 +46,6 @@ impl<R> Conn<R> {
     pub fn new(read: R, tcp: Arc<TcpStream>) -> Self {
         Self { read, tcp }
     }
-
-    /// Runs `write` once the stream is writable; tried first, the readiness asked only when it would block.
-    fn poll_with(
-        &self,
-        cx: &mut Context<'_>,
-        write: impl Fn(&TcpStream) -> io::Result<usize>,
-    ) -> Poll<io::Result<usize>> {
-        loop {
-            match write(&self.tcp) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => ready!(self.tcp.poll_write_ready(cx))?,
-                r => return Poll::Ready(r),
-            }
-        }
-    }
 }
 
 impl<R: AsyncRead + Unpin> AsyncRead for Conn<R> {
@@ -69,7 +56,7 @@ impl<R: AsyncRead + Unpin> AsyncRead for Conn<R> {
 
 impl<R: Unpin> AsyncWrite for Conn<R> {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        self.poll_with(cx, |tcp| tcp.try_write(buf))
+        held::poll_write_with(&self.tcp, cx, |tcp| tcp.try_write(buf))
     }
 
     fn poll_write_vectored(
@@ -77,7 +64,7 @@ impl<R: Unpin> AsyncWrite for Conn<R> {
         cx: &mut Context<'_>,
         bufs: &[IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        self.poll_with(cx, |tcp| tcp.try_write_vectored(bufs))
+        held::poll_write_with(&self.tcp, cx, |tcp| tcp.try_write_vectored(bufs))
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -90,7 +77,7 @@ impl<R: Unpin> AsyncWrite for Conn<R> {
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(socket2::SockRef::from(&*self.tcp).shutdown(Shutdown::Write))
+        Poll::Ready(held::shutdown_write(&self.tcp))
     }
 }
 
