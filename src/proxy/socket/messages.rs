@@ -188,10 +188,22 @@ struct Joined {
     delta: String,
 }
 
+/// The parts of a default subprotocol's message lent to the wire (`Encoder::event_parts`, `Wire::send_text_parts`).
+pub const PARTS: usize = 6;
+
+/// A default subprotocol's message, before and after the stream's token, up to the event's id.
+const HEAD_OPEN: &str = "{\"type\":\"event\",\"stream\":\"";
+const HEAD_CLOSE: &str = "\",\"id\":";
+
+/// What comes between an event's id and its envelope.
+const ENVELOPE: &[u8] = b",\"envelope\":";
+
 /// Turns one stream's events into one subprotocol's messages.
 pub struct Encoder {
     proto: Subprotocol,
-    token: String,
+    /// The default subprotocol's message up to the event's id (the same for every event of the stream), which
+    /// holds the stream's token.
+    head: Box<str>,
     /// agent-sdk: blocks split over envelopes, by kind and id; at most `max_joined` bytes in all.
     joined: HashMap<(String, String), Joined>,
     joined_bytes: usize,
@@ -205,7 +217,7 @@ impl Encoder {
     pub fn new(proto: Subprotocol, token: &str, max_joined: usize) -> Self {
         Self {
             proto,
-            token: token.to_owned(),
+            head: [HEAD_OPEN, token, HEAD_CLOSE].concat().into_boxed_str(),
             joined: HashMap::new(),
             joined_bytes: 0,
             max_joined,
@@ -214,32 +226,47 @@ impl Encoder {
         }
     }
 
+    fn token(&self) -> &str {
+        &self.head[HEAD_OPEN.len()..self.head.len() - HEAD_CLOSE.len()]
+    }
+
+    /// The default subprotocol's message for `ev` as its parts, borrowed from the encoder and the event: the
+    /// envelope's bytes are embedded as they are (the gateway's own encoder wrote them, one JSON object per
+    /// `data:` line). `None` for agent-sdk, and for an id that needs escaping (the gateway's own, `sg1-<hex>-<seq>`,
+    /// never does).
+    pub fn event_parts<'a>(&'a self, ev: &Event<'a>) -> Option<[&'a [u8]; PARTS]> {
+        if self.proto != Subprotocol::Gateway {
+            return None;
+        }
+        let (open, id, close): (&[u8], &[u8], &[u8]) = match ev.id {
+            Some(id)
+                if id
+                    .bytes()
+                    .fold(true, |plain, b| plain & (b.is_ascii_alphanumeric() | (b == b'-'))) =>
+            {
+                (b"\"", id.as_bytes(), b"\",\"envelope\":")
+            }
+            Some(_) => return None,
+            None => (b"null", b"", ENVELOPE),
+        };
+        Some([self.head.as_bytes(), open, id, close, ev.data, b"}"])
+    }
+
     /// Appends the message (a JSON object) `ev` makes to `out`; false when it makes none.
     pub fn event(&mut self, ev: &Event<'_>, out: &mut BytesMut) -> bool {
         match self.proto {
             Subprotocol::Gateway => {
-                // The envelope's bytes are embedded as they are: the gateway's own encoder wrote them, one JSON
-                // object per `data:` line.
-                out.extend_from_slice(b"{\"type\":\"event\",\"stream\":\"");
-                out.extend_from_slice(self.token.as_bytes());
-                out.extend_from_slice(b"\",\"id\":");
-                match ev.id {
-                    // The gateway's own ids (`sg1-<hex>-<seq>`) need no escaping: copied as they are.
-                    Some(id)
-                        if id
-                            .bytes()
-                            .fold(true, |plain, b| plain & (b.is_ascii_alphanumeric() | (b == b'-'))) =>
-                    {
-                        out.put_u8(b'"');
-                        out.extend_from_slice(id.as_bytes());
-                        out.put_u8(b'"');
+                match self.event_parts(ev) {
+                    Some(parts) => parts.iter().for_each(|p| out.extend_from_slice(p)),
+                    // An id that needs escaping.
+                    None => {
+                        out.extend_from_slice(self.head.as_bytes());
+                        push_str(out, ev.id.unwrap_or_default());
+                        out.extend_from_slice(ENVELOPE);
+                        out.extend_from_slice(ev.data);
+                        out.put_u8(b'}');
                     }
-                    Some(id) => push_str(out, id),
-                    None => out.extend_from_slice(b"null"),
                 }
-                out.extend_from_slice(b",\"envelope\":");
-                out.extend_from_slice(ev.data);
-                out.put_u8(b'}');
                 true
             }
             Subprotocol::AgentSdk => self.sdk_event(ev, out),
@@ -337,7 +364,7 @@ impl Encoder {
         out.extend_from_slice(b",\"payload\":");
         out.extend_from_slice(payload.as_bytes());
         out.extend_from_slice(format!(",\"timestamp\":{},\"sessionId\":", now_ms()).as_bytes());
-        push_str(out, &self.token);
+        push_str(out, self.token());
         if let Some(id) = id {
             out.extend_from_slice(b",\"id\":");
             push_str(out, id);
@@ -554,6 +581,36 @@ mod tests {
         assert_eq!(v["id"], "sg1-ab-1");
         assert_eq!(v["stream"], "ab");
         assert_eq!(v["envelope"]["delta"], "Hel");
+    }
+
+    /// The parts lent to the wire join to the message the queue would hold; an id that needs escaping and
+    /// seed 004's messages have no parts (they are queued).
+    #[test]
+    fn a_default_message_in_parts_joins_to_the_queued_message() {
+        let mut enc = Encoder::new(Subprotocol::Gateway, "ab", 1 << 20);
+        for (frame, id) in [
+            (&b"data: {\"x\":1}\nid: sg1-0f-12\n\n"[..], Value::from("sg1-0f-12")),
+            (b"data: {\"x\":1}\n\n", Value::Null),
+        ] {
+            let ev = events(frame).next().unwrap();
+            let joined = enc
+                .event_parts(&ev)
+                .expect("an id of ours, or none, needs no escaping")
+                .concat();
+            let mut queued = BytesMut::new();
+            assert!(enc.event(&ev, &mut queued));
+            assert_eq!(joined, queued);
+            let v: Value = serde_json::from_slice(&joined).unwrap();
+            assert_eq!(
+                (&v["type"], &v["stream"], &v["id"]),
+                (&"event".into(), &"ab".into(), &id)
+            );
+            assert_eq!(v["envelope"]["x"], 1);
+        }
+        let escaped = events(b"data: {}\nid: a\"b\n\n").next().unwrap();
+        assert!(enc.event_parts(&escaped).is_none());
+        let sdk = Encoder::new(Subprotocol::AgentSdk, "ab", 1 << 20);
+        assert!(sdk.event_parts(&events(FRAME).next().unwrap()).is_none());
     }
 
     #[test]

@@ -362,104 +362,130 @@ impl Socket {
             // The bound is on what queues behind a pending write; while the socket keeps up, nothing waits.
             let room = pending.is_none() || self.queued_behind < limits.max_queued_bytes;
             let rare_due = rare.due();
-            tokio::select! {
-                biased;
-                flushed = poll_fn(|cx| self.locked().poll_flush_unpin(cx)), if pending.is_some() => {
-                    if flushed.is_err() {
-                        return Closing::Error;
-                    }
-                    self.pending_since = None;
-                    self.queued_behind = 0;
-                }
-                () = passed(write_deadline), if write_deadline.is_some() => {
-                    self.shared.metrics.write_timeouts.inc();
-                    return Closing::Behind;
-                }
-                polled = poll_fn(|cx| poll_streams(open, &mut next, cx)), if room && !open.is_empty() && streak < FAIR_TURN => {
-                    streak += 1;
-                    match polled {
-                        Polled::Frame(i, frame) => {
-                            let before = self.queue.len_bytes();
-                            self.frame(&mut open[i], &frame);
-                            if self.pending_since.is_some() {
-                                self.queued_behind += self.queue.len_bytes().saturating_sub(before);
-                            }
-                        }
-                        Polled::Ended(i) => {
-                            let ended = open.swap_remove(i);
-                            let outcome = self.ended(ended, session.is_some());
-                            if session.is_none() {
-                                // The last messages go out before the close.
-                                if let Err(c) = self.finish_writes(limits.write_timeout).await {
-                                    return c;
-                                }
-                                return closing_of_outcome(outcome);
-                            }
-                        }
-                    }
-                    if self.queued_behind >= limits.max_queued_bytes {
-                        self.shared.metrics.queue_full.inc();
-                        return Closing::Behind;
-                    }
-                }
-                // The first of the rare sources' branches arms `rare` for all of them.
-                () = poll_fn(|cx| {
-                    rare.arm(cx);
-                    drained.as_mut().poll(&mut Context::from_waker(&rare_waker))
-                }), if rare_due => return Closing::GoingAway,
-                heard = poll_fn(|_| self.locked().poll_next_unpin(&mut Context::from_waker(&rare_waker))), if rare_due => {
-                    // More may be read already.
-                    rare.again();
-                    match self.heard(heard) {
-                        Heard::Nothing => {}
-                        Heard::Close(c) => return c,
-                        Heard::Cancel(which) => {
-                            let token = match (&which, open.first()) {
-                                (Some(hex), _) => Token::parse(hex),
-                                (None, Some(o)) if session.is_none() => Some(o.token),
-                                _ => None,
-                            };
-                            if let Some(token) = token {
-                                // The stream's own end (`stream_cancelled`) tells the socket, as any reader.
-                                let _ = Box::pin(r.cancel(&token, binding)).await;
-                            }
-                        }
-                    }
-                }
-                started = next_start(session), if session.is_some() => match started {
-                    // Told twice (a listing racing an announcement): already carried.
-                    Some(token) if open.iter().any(|o| o.token == token) => {}
-                    Some(token) if open.len() < limits.max_streams_per_session => {
-                        let at = after.remove(&token).unwrap_or(0);
-                        if let Ok(o) = self.open(r, token, binding, at).await {
-                            self.announce(&o.token);
-                            open.push(o);
-                        }
-                    }
-                    Some(_) => self.shared.metrics.session_full.inc(),
-                    None => return Closing::GoingAway,
-                },
-                _ = poll_fn(|_| ping.poll_tick(&mut Context::from_waker(&rare_waker))), if rare_due => {
-                    // The next tick is armed by the next poll.
-                    rare.again();
-                    if let Some(since) = self.awaiting_pong {
-                        if since.elapsed() >= limits.pong_timeout {
-                            self.shared.metrics.pong_timeouts.inc();
-                            return Closing::Policy;
-                        }
-                    } else if self.last_heard.elapsed() >= limits.ping_interval && self.pending_since.is_none() {
-                        self.awaiting_pong = Some(Instant::now());
-                        if self.conn().feed(Message::Ping(Bytes::new())).await.is_err() {
+            let streams = room && !open.is_empty() && streak < FAIR_TURN;
+            // A quiet turn (a stream's socket, no write pending, nothing rare due): only the stream can be ready
+            // and only `rare` wakes the task for the rest, so nothing else is polled. The `select!` makes and drops
+            // every branch's future each turn, disabled ones too: at the wall-clock load that was a fifth of the
+            // socket's own time (BENCHMARKS.md, 2026-11-29 tenth session).
+            let polled = if streams && pending.is_none() && !rare_due && session.is_none() {
+                poll_fn(|cx| match poll_streams(open, &mut next, cx) {
+                    Poll::Ready(polled) => Poll::Ready(Some(polled)),
+                    Poll::Pending => rare.poll_woke(cx).map(|()| None),
+                })
+                .await
+            } else {
+                tokio::select! {
+                    biased;
+                    flushed = poll_fn(|cx| self.locked().poll_flush_unpin(cx)), if pending.is_some() => {
+                        if flushed.is_err() {
                             return Closing::Error;
                         }
-                        self.pending_since = Some(Instant::now());
+                        self.pending_since = None;
+                        self.queued_behind = 0;
+                        None
+                    }
+                    () = passed(write_deadline), if write_deadline.is_some() => {
+                        self.shared.metrics.write_timeouts.inc();
+                        return Closing::Behind;
+                    }
+                    polled = poll_fn(|cx| poll_streams(open, &mut next, cx)), if streams => Some(polled),
+                    // The first of the rare sources' branches arms `rare` for all of them.
+                    () = poll_fn(|cx| {
+                        rare.arm(cx);
+                        drained.as_mut().poll(&mut Context::from_waker(&rare_waker))
+                    }), if rare_due => return Closing::GoingAway,
+                    heard = poll_fn(|_| self.locked().poll_next_unpin(&mut Context::from_waker(&rare_waker))), if rare_due => {
+                        // More may be read already.
+                        rare.again();
+                        match self.heard(heard) {
+                            Heard::Nothing => {}
+                            Heard::Close(c) => return c,
+                            Heard::Cancel(which) => {
+                                let token = match (&which, open.first()) {
+                                    (Some(hex), _) => Token::parse(hex),
+                                    (None, Some(o)) if session.is_none() => Some(o.token),
+                                    _ => None,
+                                };
+                                if let Some(token) = token {
+                                    // The stream's own end (`stream_cancelled`) tells the socket, as any reader.
+                                    let _ = Box::pin(r.cancel(&token, binding)).await;
+                                }
+                            }
+                        }
+                        None
+                    }
+                    started = next_start(session), if session.is_some() => {
+                        match started {
+                            // Told twice (a listing racing an announcement): already carried.
+                            Some(token) if open.iter().any(|o| o.token == token) => {}
+                            Some(token) if open.len() < limits.max_streams_per_session => {
+                                let at = after.remove(&token).unwrap_or(0);
+                                if let Ok(o) = self.open(r, token, binding, at).await {
+                                    self.announce(&o.token);
+                                    open.push(o);
+                                }
+                            }
+                            Some(_) => self.shared.metrics.session_full.inc(),
+                            None => return Closing::GoingAway,
+                        }
+                        None
+                    }
+                    _ = poll_fn(|_| ping.poll_tick(&mut Context::from_waker(&rare_waker))), if rare_due => {
+                        // The next tick is armed by the next poll.
+                        rare.again();
+                        if let Some(since) = self.awaiting_pong {
+                            if since.elapsed() >= limits.pong_timeout {
+                                self.shared.metrics.pong_timeouts.inc();
+                                return Closing::Policy;
+                            }
+                        } else if self.last_heard.elapsed() >= limits.ping_interval && self.pending_since.is_none() {
+                            self.awaiting_pong = Some(Instant::now());
+                            if self.conn().feed(Message::Ping(Bytes::new())).await.is_err() {
+                                return Closing::Error;
+                            }
+                            self.pending_since = Some(Instant::now());
+                        }
+                        None
+                    }
+                    // Every `FAIR_TURN` frames, the rest is polled first even when the streams have more (their
+                    // wakers registered, a drain or a cancel seen), and this ends the turn if none of it is ready.
+                    () = std::future::ready(()), if streak >= FAIR_TURN => {
+                        streak = 0;
+                        None
+                    }
+                    // Nothing rare is due: this ends the turn when one of them wakes the task.
+                    () = poll_fn(|cx| rare.poll_woke(cx)), if !rare_due => None,
+                }
+            };
+            let Some(polled) = polled else {
+                continue;
+            };
+            streak += 1;
+            match polled {
+                Polled::Frame(i, frame) => {
+                    let before = self.queue.len_bytes();
+                    if let Err(c) = self.frame(&mut open[i], &frame) {
+                        return c;
+                    }
+                    if self.pending_since.is_some() {
+                        self.queued_behind += self.queue.len_bytes().saturating_sub(before);
                     }
                 }
-                // Every `FAIR_TURN` frames, the rest is polled first even when the streams have more (their
-                // wakers registered, a drain or a cancel seen), and this ends the turn if none of it is ready.
-                () = std::future::ready(()), if streak >= FAIR_TURN => streak = 0,
-                // Nothing rare is due: this ends the turn when one of them wakes the task.
-                () = poll_fn(|cx| rare.poll_woke(cx)), if !rare_due => {}
+                Polled::Ended(i) => {
+                    let ended = open.swap_remove(i);
+                    let outcome = self.ended(ended, session.is_some());
+                    if session.is_none() {
+                        // The last messages go out before the close.
+                        if let Err(c) = self.finish_writes(limits.write_timeout).await {
+                            return c;
+                        }
+                        return closing_of_outcome(outcome);
+                    }
+                }
+            }
+            if self.queued_behind >= limits.max_queued_bytes {
+                self.shared.metrics.queue_full.inc();
+                return Closing::Behind;
             }
         }
     }
@@ -532,14 +558,40 @@ impl Socket {
         self.queue.push(|out| messages::stream_start(proto, &hex, &url, out));
     }
 
-    /// Queues the messages of a frame of held events.
-    fn frame(&mut self, open: &mut Open, frame: &[u8]) {
-        for ev in messages::events(frame) {
+    /// A frame's messages: one event alone while nothing is queued or pending (the paced stream) written straight
+    /// to the wire, the held envelope not copied to join the message around it; otherwise queued (a burst goes out
+    /// `MAX_FRAMES` to a write, or as a batch behind a pending write).
+    fn frame(&mut self, open: &mut Open, frame: &[u8]) -> Result<(), Closing> {
+        let mut events = messages::events(frame).peekable();
+        while let Some(ev) = events.next() {
             if let Some(o) = Outcome::of_error(ev.data) {
                 open.outcome = o;
             }
+            if self.pending_since.is_none() && self.queue.is_empty() && events.peek().is_none() {
+                if let Some(parts) = open.encoder.event_parts(&ev) {
+                    self.shared.metrics.sent_apart(1);
+                    let sent = self.conn().get_mut().send_text_parts(&parts);
+                    self.wrote(sent)?;
+                    continue;
+                }
+            }
             self.event(open, &ev);
         }
+        Ok(())
+    }
+
+    /// After a write: the rest of one the connection did not take whole is pending; what comes meanwhile queues,
+    /// and goes out as one batch after it.
+    fn wrote(&mut self, sent: std::io::Result<bool>) -> Result<(), Closing> {
+        match sent {
+            Ok(true) => {}
+            Ok(false) => {
+                self.pending_since = Some(Instant::now());
+                self.behind = true;
+            }
+            Err(_) => return Err(Closing::Error),
+        }
+        Ok(())
     }
 
     fn event(&mut self, open: &mut Open, ev: &Event<'_>) {
@@ -583,15 +635,15 @@ impl Socket {
                     n
                 }
             };
-            let wire = self.ws.get_mut().unwrap_or_else(PoisonError::into_inner).get_mut();
-            match wire.send_texts(&texts[..count]) {
-                Ok(true) => {}
-                // The rest is pending; what comes meanwhile queues, and goes out as one batch after it.
-                Ok(false) => {
-                    self.pending_since = Some(Instant::now());
-                    self.behind = true;
-                }
-                Err(_) => return Some(Closing::Error),
+            // The queue's messages are lent to the write: the connection reached by its field, not `conn()`.
+            let sent = self
+                .ws
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get_mut()
+                .send_texts(&texts[..count]);
+            if let Err(c) = self.wrote(sent) {
+                return Some(c);
             }
             if batch.is_none() {
                 self.queue.pop(count);

@@ -1,7 +1,8 @@
 //! The connection under a socket, with one outgoing byte queue for the socket's data frames and tungstenite's own
 //! (pongs, pings, the close frame), so no frame is ever written into the middle of another. A data frame goes
-//! straight to the connection, its header and payload in one vectored write (no copy, no lock), while nothing
-//! waits; what the connection does not take waits here, and so does whatever tungstenite writes after it.
+//! straight to the connection, its header and payload in one vectored write (no lock), while nothing waits; what
+//! the connection does not take waits here, and so does whatever tungstenite writes after it. A paced event's
+//! message comes in parts, joined with its header in a buffer on the stack (one slice for the kernel to walk).
 //! tungstenite keeps reading the connection and writing its control frames; it does not frame the data.
 //!
 //! The connection (`Conn`) is read through hyper's upgraded I/O and written straight to the client's TCP stream.
@@ -20,9 +21,14 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
 use tokio_tungstenite::tungstenite::protocol::frame::FrameHeader;
 
 use crate::proxy::base::held;
+use crate::proxy::socket::messages::PARTS;
 
 /// A server's frame header: two bytes, and eight more for the longest length (never masked).
 const MAX_HEADER: usize = 10;
+
+/// Room for a frame's header and the parts of its message joined to it (`Wire::send_text_parts`): the socket's
+/// JSON before a held envelope (~200 bytes with the gateway's own ids), and a short envelope with it.
+const JOINED: usize = 512;
 
 /// The most messages one write carries (a burst read at once from the streams goes out in few writes).
 pub const MAX_FRAMES: usize = 8;
@@ -127,7 +133,45 @@ impl<I: AsyncWrite + Unpin> Wire<I> {
             pair[1] = IoSlice::new(text);
             total += n + text.len();
         }
-        let parts = &parts[..2 * texts.len()];
+        self.write_or_queue(&parts[..2 * texts.len()], total)
+    }
+
+    /// Writes one text message given in parts (the socket's JSON around a held envelope, not joined in a queue
+    /// first) as one frame, as `send_texts` writes a message. True when the connection took all of it.
+    ///
+    /// The parts that fit go into one buffer with the frame's header, the rest as they are: each slice of a
+    /// vectored write is walked on its own by the kernel, which costs more than copying a short one.
+    pub fn send_text_parts(&mut self, text: &[&[u8]; PARTS]) -> io::Result<bool> {
+        let len = text.iter().map(|p| p.len()).sum();
+        let mut head = [0u8; MAX_HEADER];
+        let n = header(len, &mut head);
+        let mut joined = [0u8; JOINED];
+        joined[..n].copy_from_slice(&head[..n]);
+        let mut at = n;
+        let mut rest = &text[..];
+        while let Some((part, after)) = rest.split_first() {
+            let Some(room) = joined.get_mut(at..at + part.len()) else {
+                break;
+            };
+            room.copy_from_slice(part);
+            at += part.len();
+            rest = after;
+        }
+        let mut parts = [IoSlice::new(&joined[..at]); PARTS + 1];
+        for (slot, part) in parts[1..].iter_mut().zip(rest) {
+            *slot = IoSlice::new(part);
+        }
+        debug_assert!(
+            std::str::from_utf8(&text.concat()).is_ok(),
+            "a text message that is not UTF-8"
+        );
+        self.write_or_queue(&parts[..1 + rest.len()], n + len)?;
+        Ok(!self.pending())
+    }
+
+    /// Writes `parts` (`total` bytes) in one vectored write if nothing waits; queues what the connection does not
+    /// take, or all of it.
+    fn write_or_queue(&mut self, parts: &[IoSlice<'_>], total: usize) -> io::Result<()> {
         let mut written = 0;
         if !self.pending() {
             // Not woken by this write: a socket left pending is polled with its task's waker (`poll_drain`).
@@ -338,6 +382,43 @@ mod tests {
             reading.await.expect("the reader ends"),
             "the frames arrived whole and in order"
         );
+    }
+
+    /// A message in parts is one frame of their bytes (joined to the header whole, or in part when it is long):
+    /// written at once while the connection has room, queued in order behind what waits when it does not.
+    #[tokio::test]
+    async fn a_message_in_parts_is_one_frame_of_their_bytes() {
+        use tokio::io::AsyncReadExt;
+        for long in [200, JOINED, 70_000] {
+            let envelope = vec![b'x'; long];
+            let parts: [&[u8]; PARTS] = [b"{\"id\":", b"\"", b"sg1-1", b"\",\"e\":", &envelope, b"}"];
+            let text = parts.concat();
+            let (near, mut far) = tokio::io::duplex(1 << 20);
+            let mut wire = Wire::new(near);
+            assert!(wire.send_text_parts(&parts).expect("the duplex is open"), "{long}");
+            let want = text_frame(&text);
+            let mut got = vec![0u8; want.len()];
+            far.read_exact(&mut got).await.expect("the frame arrives");
+            assert_eq!(got, want, "{long}");
+            // Room for 8 bytes: the rest waits, and the next message queues behind it.
+            let (near, mut far) = tokio::io::duplex(8);
+            let mut wire = Wire::new(near);
+            assert!(!wire.send_text_parts(&parts).expect("the duplex is open"));
+            assert!(!wire.send_texts(&[b"{}"]).expect("the duplex is open"));
+            let want = [text_frame(&text), text_frame(b"{}")].concat();
+            let reading = tokio::spawn(async move {
+                let mut got = vec![0u8; want.len()];
+                far.read_exact(&mut got).await.expect("every byte arrives");
+                got == want
+            });
+            std::future::poll_fn(|cx| wire.poll_drain(cx))
+                .await
+                .expect("the duplex takes the rest");
+            assert!(
+                reading.await.expect("the reader ends"),
+                "both frames whole and in order ({long})"
+            );
+        }
     }
 
     /// While nothing waits and the connection has room, frames are written at once, whole, in one write.
