@@ -569,6 +569,9 @@ impl Socket {
             }
             if self.pending_since.is_none() && self.queue.is_empty() && events.peek().is_none() {
                 if let Some(parts) = open.encoder.event_parts(&ev) {
+                    // Nothing queued behind a pending write: what comes after this one is not a batch (as the
+                    // queue's one message would have reset it).
+                    self.behind = false;
                     self.shared.metrics.sent_apart(1);
                     let sent = self.conn().get_mut().send_text_parts(&parts);
                     self.wrote(sent)?;
