@@ -569,9 +569,6 @@ impl Socket {
             }
             if self.pending_since.is_none() && self.queue.is_empty() && events.peek().is_none() {
                 if let Some(parts) = open.encoder.event_parts(&ev) {
-                    // Nothing queued behind a pending write: what comes after this one is not a batch (as the
-                    // queue's one message would have reset it).
-                    self.behind = false;
                     self.shared.metrics.sent_apart(1);
                     let sent = self.conn().get_mut().send_text_parts(&parts);
                     self.wrote(sent)?;
@@ -583,16 +580,13 @@ impl Socket {
         Ok(())
     }
 
-    /// After a write: the rest of one the connection did not take whole is pending; what comes meanwhile queues,
-    /// and goes out as one batch after it.
+    /// After a write: the rest of one the connection did not take whole is pending, and what comes meanwhile
+    /// queues and goes out as one batch after it; a write taken whole leaves nothing to batch.
     fn wrote(&mut self, sent: std::io::Result<bool>) -> Result<(), Closing> {
-        match sent {
-            Ok(true) => {}
-            Ok(false) => {
-                self.pending_since = Some(Instant::now());
-                self.behind = true;
-            }
-            Err(_) => return Err(Closing::Error),
+        let whole = sent.map_err(|_| Closing::Error)?;
+        self.behind = !whole;
+        if !whole {
+            self.pending_since = Some(Instant::now());
         }
         Ok(())
     }

@@ -384,14 +384,18 @@ mod tests {
         );
     }
 
-    /// A message in parts is one frame of their bytes (joined to the header whole, or in part when it is long):
-    /// written at once while the connection has room, queued in order behind what waits when it does not.
+    /// A message in parts is one frame of their bytes, joined to the header whole, whole to the last byte of the
+    /// room, all but its last part, or in part when it is long: written at once while the connection has room,
+    /// queued in order behind what waits when it does not.
     #[tokio::test]
     async fn a_message_in_parts_is_one_frame_of_their_bytes() {
         use tokio::io::AsyncReadExt;
-        for long in [200, JOINED, 70_000] {
+        const BEFORE: &[&[u8]] = &[b"{\"id\":", b"\"", b"sg1-1", b"\",\"e\":"];
+        // A 4-byte header (payloads of 126 to 65,535 bytes), the parts before the envelope, and the closing `}`.
+        let edge = JOINED - 4 - BEFORE.concat().len() - 1;
+        for long in [200, edge, edge + 1, 70_000] {
             let envelope = vec![b'x'; long];
-            let parts: [&[u8]; PARTS] = [b"{\"id\":", b"\"", b"sg1-1", b"\",\"e\":", &envelope, b"}"];
+            let parts: [&[u8]; PARTS] = [BEFORE[0], BEFORE[1], BEFORE[2], BEFORE[3], &envelope, b"}"];
             let text = parts.concat();
             let (near, mut far) = tokio::io::duplex(1 << 20);
             let mut wire = Wire::new(near);
