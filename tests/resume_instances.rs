@@ -113,7 +113,8 @@ impl Setup {
         self.redis.wait_visible(token, WAIT).await;
     }
 
-    /// The events the store holds for a stream, in order: (seq, bytes).
+    /// The events the store holds for a stream, in order: (seq, bytes). An entry `0-<last>` holds one event
+    /// (field `e`) or several (fields `es`), the last `last`.
     async fn stored(&self, token: &str) -> Vec<(u64, String)> {
         let mut conn = self.redis_conn().await;
         let reply: Value = redis::cmd("XRANGE")
@@ -128,22 +129,29 @@ impl Setup {
         };
         entries
             .into_iter()
-            .map(|entry| {
+            .flat_map(|entry| {
                 let Value::Array(pair) = entry else {
                     panic!("entry {entry:?}")
                 };
                 let (Value::BulkString(id), Value::Array(fields)) = (&pair[0], &pair[1]) else {
                     panic!("entry {pair:?}")
                 };
-                let seq = std::str::from_utf8(id)
+                let last: u64 = std::str::from_utf8(id)
                     .ok()
                     .and_then(|id| id.strip_prefix("0-"))
                     .and_then(|s| s.parse().ok())
                     .expect("entry id 0-<seq>");
-                let Value::BulkString(event) = &fields[1] else {
-                    panic!("fields {fields:?}")
-                };
-                (seq, String::from_utf8(event.clone()).expect("utf-8 event"))
+                let events: Vec<String> = fields
+                    .chunks(2)
+                    .map(|kv| match kv {
+                        [Value::BulkString(k), Value::BulkString(v)] if k == b"e" || k == b"es" => {
+                            String::from_utf8(v.clone()).expect("utf-8 event")
+                        }
+                        _ => panic!("fields {fields:?}"),
+                    })
+                    .collect();
+                let first = last + 1 - events.len() as u64;
+                (first..).zip(events).collect::<Vec<_>>()
             })
             .collect()
     }

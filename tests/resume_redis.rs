@@ -569,6 +569,49 @@ async fn events_within_the_write_linger_share_one_round_trip() {
     assert!(rounds[0] > rounds[1], "no linger: {} round trips", rounds[0]);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rounds_events_of_a_stream_are_a_few_entries_read_from_any_position() {
+    // Forty events queued within one linger, each its own frame (as a paced stream's): written as entries of
+    // several events, each within `entry_bounds`, not an entry (and a command) per event; a reader elsewhere
+    // gets exactly what follows any position, inside an entry or at its edge.
+    const N: u64 = 40;
+    let o = RedisOptions {
+        write_linger: Duration::from_millis(100),
+        ..opts()
+    };
+    let (most_events, _) = o.entry_bounds();
+    let Some(t) = two(o).await else { return };
+    let mut conn = redis_conn(&t.server).await;
+    let tok = t.created();
+    for seq in 1..=N {
+        assert!(append(&t.a, &tok, seq..=seq));
+    }
+    t.a.finish(&tok, N, End::Completed);
+    wait_finished(&t.b, &tok, N).await;
+    let raw: Vec<RawEntry> = redis::cmd("XRANGE")
+        .arg(format!("sse-gateway:{{{tok}}}:events"))
+        .arg("-")
+        .arg("+")
+        .query_async(&mut conn)
+        .await
+        .expect("XRANGE");
+    let sizes: Vec<usize> = raw.iter().map(|(_, fields)| fields.len()).collect();
+    eprintln!("{N} events queued in one linger: entries of {sizes:?} events (at most {most_events})");
+    assert!(
+        sizes.len() <= 2 * N.div_ceil(most_events as u64) as usize,
+        "entries {sizes:?}"
+    );
+    assert!(sizes.iter().all(|n| *n <= most_events), "entries {sizes:?}");
+    let seqs: Vec<u64> = stored(&mut conn, &tok).await.iter().map(|e| e.0).collect();
+    assert_eq!(seqs, (1..=N).collect::<Vec<_>>());
+    for after in 0..=N {
+        let mut r = t.b.open(&tok, binding(1), Some(after)).await.expect("open");
+        let (text, _, end) = read_all(&mut r).await;
+        end.expect("ends");
+        assert_eq!(text, events(&tok, after + 1..=N), "after {after}");
+    }
+}
+
 // ---- issue 26: bounds, refusals, stalls, a lost store, followers, the agent ----
 
 /// A plain connection to the server, to look at what the store holds.
@@ -593,7 +636,8 @@ async fn two_watched(change: impl FnOnce(&mut RedisOptions)) -> Option<(Two, red
 /// One Stream entry as `XRANGE` returns it: its id and its fields.
 type RawEntry = (String, Vec<(String, Vec<u8>)>);
 
-/// The events (seq, bytes) stored for `token`.
+/// The events (seq, bytes) stored for `token`: an entry `0-<last>` holds one event (field `e`) or several
+/// (fields `es`), the last `last`.
 async fn stored(conn: &mut redis::aio::MultiplexedConnection, token: &str) -> Vec<(u64, usize)> {
     let reply: Vec<RawEntry> = redis::cmd("XRANGE")
         .arg(format!("sse-gateway:{{{token}}}:events"))
@@ -604,9 +648,18 @@ async fn stored(conn: &mut redis::aio::MultiplexedConnection, token: &str) -> Ve
         .expect("XRANGE");
     reply
         .into_iter()
-        .map(|(id, fields)| {
-            let seq = id.strip_prefix("0-").and_then(|s| s.parse().ok()).expect("0-<seq>");
-            (seq, fields.iter().map(|(_, v)| v.len()).sum())
+        .flat_map(|(id, fields)| {
+            let last: u64 = id.strip_prefix("0-").and_then(|s| s.parse().ok()).expect("0-<seq>");
+            let names: Vec<&str> = fields.iter().map(|(k, _)| k.as_str()).collect();
+            assert!(
+                names == ["e"] || (names.len() > 1 && names.iter().all(|k| *k == "es")),
+                "entry {id}: fields {names:?}"
+            );
+            let first = last + 1 - fields.len() as u64;
+            fields
+                .into_iter()
+                .enumerate()
+                .map(move |(i, (_, v))| (first + i as u64, v.len()))
         })
         .collect()
 }

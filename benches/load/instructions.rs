@@ -19,6 +19,8 @@ use crate::Opts;
 /// Streams and events per second in all: low enough that callgrind keeps up, so no events batch.
 pub const STREAMS: usize = 20;
 pub const RATE: f64 = 200.0;
+/// Streams of the Redis store's count in the paced load's shape (`redis_store`): fewer, faster streams.
+const PACED_STREAMS: usize = 4;
 
 pub fn callgrind(dir: &Path) -> Vec<String> {
     vec![
@@ -61,6 +63,7 @@ async fn instructions_per_event(
     proc: &Proc,
     dir: &Path,
     t: &Target,
+    streams: usize,
     window: Duration,
     rep: &mut Report,
     ok: &mut bool,
@@ -69,7 +72,7 @@ async fn instructions_per_event(
     let mut counted = [(0, 0); 2];
     for (phase, window) in [window, 2 * window].into_iter().enumerate() {
         control("-z", proc.pid())?;
-        let plan = crate::scenarios::rated_plan(STREAMS, RATE, window, Proto::H1);
+        let plan = crate::scenarios::rated_plan(streams, RATE, window, Proto::H1);
         let r = run_phase(t, &plan, Arc::new(AtomicUsize::new(0))).await;
         crate::scenarios::report_failures(&r, t, &plan, rep, ok);
         control("-d", proc.pid())?;
@@ -194,7 +197,7 @@ pub async fn instructions(opts: &Opts, up: &[u16], rep: &mut Report, ok: &mut bo
     rep.line("|---|---|---|---|");
     let mut per_event = Vec::new();
     for (c, t) in &runs {
-        let (v, phases) = instructions_per_event(c, &dir, t, window, rep, ok).await?;
+        let (v, phases) = instructions_per_event(c, &dir, t, STREAMS, window, rep, ok).await?;
         per_event.push(v);
         rep.line(format!("| {} | **{}** | {phases} |", t.name, n(v)));
     }
@@ -212,7 +215,7 @@ pub async fn instructions(opts: &Opts, up: &[u16], rep: &mut Report, ok: &mut bo
     for _ in 1..opts.rounds.unwrap_or(1) {
         for (k, into) in [(1, &mut on), (2, &mut off)] {
             let (c, t) = &runs[k];
-            into.push(instructions_per_event(c, &dir, t, window, rep, ok).await?.0);
+            into.push(instructions_per_event(c, &dir, t, STREAMS, window, rep, ok).await?.0);
         }
     }
     let on_off = crate::report::round_ratio(&on, &off);
@@ -271,7 +274,7 @@ pub async fn frontend(opts: &Opts, up: &[u16], rep: &mut Report, ok: &mut bool) 
             format: Some(format),
             translated: true,
         };
-        let (v, phases) = instructions_per_event(&gateway, &dir, &t, window, rep, ok).await?;
+        let (v, phases) = instructions_per_event(&gateway, &dir, &t, STREAMS, window, rep, ok).await?;
         per_event.push(v);
         let to_json = if per_event.len() == 1 {
             "1.00".to_owned()
@@ -321,6 +324,7 @@ pub async fn otel(opts: &Opts, up: &[u16], sink: &str, rep: &mut Report, ok: &mu
         ),
         "traces",
         &[("off", Vec::new()), ("exported", traced)],
+        STREAMS,
         window,
         rep,
         ok,
@@ -336,7 +340,7 @@ pub async fn otel(opts: &Opts, up: &[u16], sink: &str, rep: &mut Report, ok: &mu
 }
 
 /// One gateway process under callgrind per case (`name`, its settings), each in front of the last upstream
-/// listener in turn: how they were counted (between `about`'s two parts), then the table of their instructions per
+/// listener in turn, `streams` streams sharing [`RATE`]: how they were counted (between `about`'s two parts), then the table of their instructions per
 /// event (the first case the one the others are divided by) under a header whose first column is `what`; the
 /// per-event figures in the cases' order.
 #[allow(clippy::too_many_arguments)]
@@ -347,12 +351,13 @@ async fn per_case(
     about: (&str, &str),
     what: &str,
     cases: &[(&'static str, Vec<(String, String)>)],
+    streams: usize,
     window: Duration,
     rep: &mut Report,
     ok: &mut bool,
 ) -> Result<Vec<f64>, String> {
     rep.line(format!(
-        "{}: {STREAMS} streams over HTTP/1.1, {RATE:.0} events/s in all, one gateway process under callgrind per \
+        "{}: {streams} streams over HTTP/1.1, {RATE:.0} events/s in all, one gateway process under callgrind per \
          case, two phases of {:.0} s and {:.0} s, counters zeroed before and dumped after each; per event = \
          (instructions₂ − instructions₁) / (events₂ − events₁){}\n",
         about.0,
@@ -385,7 +390,7 @@ async fn per_case(
             format: None,
             translated: true,
         };
-        let (v, phases) = instructions_per_event(&gateway, &dir, &t, window, rep, ok).await?;
+        let (v, phases) = instructions_per_event(&gateway, &dir, &t, streams, window, rep, ok).await?;
         per_event.push(v);
         let ratio = if per_event.len() == 1 {
             "1.00".to_owned()
@@ -400,7 +405,8 @@ async fn per_case(
 /// `redis`'s deterministic half (issue 38): instructions per event under callgrind of the gateway with the memory
 /// store and with the Redis store on `redis_port` (`store_env`: its settings besides the store's), the latter with
 /// its default write linger (at this rate about one event a round) and with a 100 ms one (about one event per
-/// stream a round, as a paced load's rounds hold).
+/// stream a round); then both stores in the paced load's shape (a few events per stream a round, the per-stream
+/// work of each second spread over many events).
 pub async fn redis_store(
     opts: &Opts,
     up: &[u16],
@@ -423,15 +429,18 @@ pub async fn redis_store(
             "### Instructions per event, Redis store against memory store\n\nUnder callgrind (the gateway's user \
              space only; `redis-server`'s work is not counted)",
             ". `redis` has the default write linger (5 ms: about one event a round at this rate), \
-             `redis-linger-100` (a 100 ms linger) about one event per stream a round, as the paced 50 × 400 ev/s \
-             load's rounds (the writer's per-round work spread as there).",
+             `redis-linger-100` (a 100 ms linger) about one event per stream a round. At 10 events/s a stream, a \
+             stream's work of each second (its heartbeat's commands, its owner's remote-state poll) weighs 40 times \
+             what it does per event at the paced 50 × 400 ev/s load: the table after this one has that load's \
+             shape.",
         ),
         "store",
         &[
-            ("memory", memory_env),
-            ("redis", redis_env),
+            ("memory", memory_env.clone()),
+            ("redis", redis_env.clone()),
             ("redis-linger-100", lingering),
         ],
+        STREAMS,
         window,
         rep,
         ok,
@@ -444,6 +453,41 @@ pub async fn redis_store(
         per_event[1] - per_event[0],
         per_event[2] / per_event[0],
         per_event[2] - per_event[0],
+    ));
+    // The paced load's rounds: 50 streams × 400 ev/s with the 5 ms linger are about 150 events a round, 3 a
+    // stream. Here: PACED_STREAMS streams share RATE, their writer lingering for about 3 events of each.
+    let per_stream = RATE / PACED_STREAMS as f64;
+    let linger_ms = (3.0 * 1000.0 / per_stream).round();
+    let mut paced = redis_env;
+    paced.push((
+        "SSE_GATEWAY__RESUME__REDIS_WRITE_LINGER_MS".into(),
+        format!("{linger_ms}"),
+    ));
+    let per_event = per_case(
+        opts,
+        up,
+        "redis-paced",
+        (
+            &format!(
+                "### Instructions per event in the paced load's shape\n\nThe same count with {PACED_STREAMS} \
+                 streams of {per_stream:.0} events/s each and the Redis store's write linger at {linger_ms} ms: \
+                 about 3 events per stream a round, as the paced 50 × 400 ev/s load's rounds hold, and a stream's \
+                 work of each second spread over {per_stream:.0} events"
+            ),
+            ".",
+        ),
+        "store",
+        &[("memory", memory_env), ("redis-paced", paced)],
+        PACED_STREAMS,
+        window,
+        rep,
+        ok,
+    )
+    .await?;
+    rep.line(format!(
+        "\n- Redis store / memory store in the paced shape, instructions per event: {:.3}× ({:+.0})\n",
+        per_event[1] / per_event[0],
+        per_event[1] - per_event[0],
     ));
     Ok(())
 }

@@ -6,8 +6,11 @@ use std::fmt::Write as _;
 
 /// The field of a stream's meta hash that holds its CORS answer (`cors::Grant` as JSON).
 pub(super) const CORS_FIELD: &str = "cors";
-/// The field of a Stream entry that holds the event's bytes.
+/// The field of a Stream entry of one event that holds the event's bytes.
 pub(super) const EVENT_FIELD: &str = "e";
+/// The field of each event of a Stream entry of several, in order. Not `e`: a gateway from before entries held
+/// several events finds no `e` in one and fails the read, where it would take one event of it and skip the rest.
+pub(super) const EVENTS_FIELD: &str = "es";
 /// Streams kept in a binding's index (`<prefix>bind:<binding>`), the newest: no listing asks for more (the
 /// ceiling of `websocket.max_streams_per_session`).
 pub const BINDING_INDEX_MAX: usize = 1024;

@@ -1,11 +1,14 @@
-//! The Redis/Valkey store of resumable streams: the owning instance mirrors each event to a Stream entry
-//! `0-<seq>` through one batching writer task; any instance replays (`XRANGE`) and follows (a few follower
-//! tasks per instance, each one blocking `XREAD` over every waiting reader's stream).
+//! The Redis/Valkey store of resumable streams: the owning instance mirrors its events to Stream entries
+//! `0-<last seq>` (a write round's events of a stream together) through one batching writer task; any instance
+//! replays (`XRANGE`) and follows (a few follower tasks per instance, each one blocking `XREAD` over every waiting
+//! reader's stream).
 //!
 //! Keys of one stream share the hash tag `{<token>}`, so a cluster keeps them on one slot:
 //!
 //! ```text
-//! <prefix>{<token>}:events   Stream, one entry per event: id 0-<seq>, field "e" = the event's bytes
+//! <prefix>{<token>}:events   Stream of the events: entry 0-<seq> of one event, field "e" = its bytes; or
+//!                            0-<last> of n events (a round's of the stream), n fields "es", in order
+//!                            (events last-n+1 ..= last); see `RedisOptions::entry_bounds`
 //! <prefix>{<token>}:meta     hash: binding (hex), agent, state live|finished|lost, last_seq, end
 //! <prefix>{<token>}:owner    the owner's liveness: PX 3 x heartbeat, refreshed every heartbeat
 //! <prefix>{<token>}:primary  the cursor of a primary reader on another instance: SET PX 3 x heartbeat
@@ -36,9 +39,10 @@
 //! Bounds: the owner knows each stored event's seq and size; once a stream holds more than `buffer_bytes` plus
 //! [`RedisOptions::trim_slack`] (a sixteenth of it), or more than `max_events` plus
 //! [`RedisOptions::events_slack`] (a sixteenth, at most 100), it trims it
-//! with `XTRIM MINID` back to both (plus the newest frame): a stream holds at most `buffer_bytes` +
-//! `buffer_bytes / 16` and its newest frame, trimmed once per that slack rather than every round (an `XADD`
-//! carries no `MAXLEN`). Everything this instance has in Redis (live streams, and
+//! with `XTRIM MINID` back to both (plus the newest frame), whole entries at a time (an entry holds at most half
+//! of either slack, [`RedisOptions::entry_bounds`], so it keeps at least its bounds and less than an entry more):
+//! a stream holds at most `buffer_bytes` + `buffer_bytes / 16` and its newest frame, trimmed once per that slack
+//! rather than every round (an `XADD` carries no `MAXLEN`). Everything this instance has in Redis (live streams, and
 //! finished ones until their keys expire) to `max_total_bytes`: the oldest finished streams' events go first,
 //! then live streams are trimmed down to [`LIVE_FLOOR_BYTES`].
 //!

@@ -20,6 +20,11 @@ pub const MAX_WRITE_LINGER: Duration = Duration::from_millis(crate::config::MAX_
 pub const TRIM_SLACK_FRACTION: usize = 16;
 /// The most events past `max_events` a stream may hold before it is trimmed.
 pub const MAX_EVENTS_SLACK: usize = 100;
+/// The most events one Stream entry holds (also at most half the stream's events slack).
+pub const ENTRY_EVENTS_MAX: usize = 16;
+/// The most event bytes one Stream entry holds (also at most half the stream's bytes slack; one larger event is an
+/// entry alone).
+pub const ENTRY_BYTES_MAX: usize = 16 << 10;
 
 /// Settings of the Redis store.
 #[derive(Clone, Debug)]
@@ -123,6 +128,16 @@ impl RedisOptions {
     /// bound, and at most [`MAX_EVENTS_SLACK`] (what `XADD MAXLEN ~` allowed, a Stream node's default entries).
     pub fn events_slack(&self) -> usize {
         (self.max_events / TRIM_SLACK_FRACTION).min(MAX_EVENTS_SLACK)
+    }
+
+    /// The events and event bytes one Stream entry holds at most (an event larger than that is an entry alone):
+    /// within half the slacks, so a trim, which takes whole entries, still brings a stream back under its
+    /// bounds plus half a slack (the next trim is a slack away), and a reader's `XRANGE` stays bounded.
+    pub fn entry_bounds(&self) -> (usize, usize) {
+        (
+            (self.events_slack() / 2).clamp(1, ENTRY_EVENTS_MAX),
+            (self.trim_slack() / 2).clamp(1, ENTRY_BYTES_MAX),
+        )
     }
 
     /// How long a liveness key (owner, primary cursor) lives without a refresh.

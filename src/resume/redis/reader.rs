@@ -234,12 +234,16 @@ impl RemoteReader {
         });
     }
 
-    /// Joins entries that follow `cursor` without a hole into one `Bytes`, up to one that is not UTF-8, and moves
+    /// Joins the events that follow `cursor` without a hole into one `Bytes`, up to one that is not UTF-8, and moves
     /// the cursor.
     pub(super) fn take(&mut self, cursor: u64, entries: Vec<(u64, Vec<u8>)>) -> Result<(Bytes, u64), ReadError> {
         let mut expected = cursor.saturating_add(1);
         let mut out = BytesMut::with_capacity(entries.iter().map(|(_, e)| e.len()).sum());
         for (seq, event) in entries {
+            // The first entry may begin at or before the cursor (an entry holds several events).
+            if seq < expected {
+                continue;
+            }
             if seq != expected {
                 return Err(ReadError::Gap { expected, first: seq });
             }

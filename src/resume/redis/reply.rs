@@ -4,9 +4,10 @@
 use redis::Value;
 
 use super::error::StoreError;
-use super::keys::{parse_entry_id, EVENT_FIELD};
+use super::keys::{parse_entry_id, EVENTS_FIELD, EVENT_FIELD};
 
-/// The entries of an `XRANGE` reply (or of one stream of an `XREAD` reply): `(seq, event bytes)`.
+/// The events of an `XRANGE` reply (or of one stream of an `XREAD` reply), in order: `(seq, event bytes)`. An
+/// entry `0-<last>` of `n` events holds events `last - n + 1 ..= last`.
 pub(super) fn parse_entries(op: &'static str, v: Value) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
     let bad = |what: &str| StoreError::Reply {
         op,
@@ -27,7 +28,7 @@ pub(super) fn parse_entries(op: &'static str, v: Value) -> Result<Vec<(u64, Vec<
             return Err(bad("entry not [id, fields]"));
         }
         let fields = pair.pop();
-        let id = match pair.pop() {
+        let last = match pair.pop() {
             Some(Value::BulkString(id)) => parse_entry_id(&id).ok_or_else(|| bad("entry id not 0-<seq>"))?,
             Some(Value::SimpleString(id)) => {
                 parse_entry_id(id.as_bytes()).ok_or_else(|| bad("entry id not 0-<seq>"))?
@@ -39,16 +40,25 @@ pub(super) fn parse_entries(op: &'static str, v: Value) -> Result<Vec<(u64, Vec<
             Some(Value::Map(m)) => m.into_iter().flat_map(|(k, v)| [k, v]).collect(),
             _ => return Err(bad("entry fields not an array")),
         };
-        let mut data = None;
+        let first = out.len();
         let mut it = fields.into_iter();
         while let (Some(k), Some(v)) = (it.next(), it.next()) {
-            if matches!(&k, Value::BulkString(k) if k == EVENT_FIELD.as_bytes()) {
-                if let Value::BulkString(v) = v {
-                    data = Some(v);
-                }
+            let event =
+                matches!(&k, Value::BulkString(k) if k == EVENT_FIELD.as_bytes() || k == EVENTS_FIELD.as_bytes());
+            if let (true, Value::BulkString(v)) = (event, v) {
+                out.push((0, v));
             }
         }
-        out.push((id, data.ok_or_else(|| bad("entry without its event"))?));
+        let n = (out.len() - first) as u64;
+        if n == 0 {
+            return Err(bad("entry without its event"));
+        }
+        if n > last {
+            return Err(bad("entry id below its events' count"));
+        }
+        for (i, e) in out[first..].iter_mut().enumerate() {
+            e.0 = last - n + 1 + i as u64;
+        }
     }
     Ok(out)
 }
@@ -103,6 +113,37 @@ mod tests {
             Value::Array(vec![Value::BulkString(b"x".to_vec()), Value::BulkString(b"y".to_vec())]),
         ])]);
         assert!(parse_entries("read", no_event).is_err());
+    }
+
+    #[test]
+    fn an_entry_of_several_events_gives_each_its_seq() {
+        let field = |k: &str, v: &[u8]| [Value::BulkString(k.as_bytes().to_vec()), Value::BulkString(v.to_vec())];
+        let several = |last: u64, events: &[&[u8]]| {
+            Value::Array(vec![
+                Value::BulkString(entry_id(last).as_bytes().to_vec()),
+                Value::Array(events.iter().flat_map(|e| field("es", e)).collect()),
+            ])
+        };
+        let v = Value::Array(vec![entry(3, b"c"), several(6, &[b"d", b"e", b"f"]), entry(7, b"g")]);
+        let want: Vec<(u64, Vec<u8>)> = (3..=7)
+            .zip([b"c", b"d", b"e", b"f", b"g"])
+            .map(|(s, e)| (s, e.to_vec()))
+            .collect();
+        assert_eq!(parse_entries("read", v).unwrap(), want);
+        // RESP3 gives an entry's fields as a map: its events keep their order.
+        let map = Value::Array(vec![Value::Array(vec![
+            Value::BulkString(b"0-9".to_vec()),
+            Value::Map(vec![
+                (Value::BulkString(b"es".to_vec()), Value::BulkString(b"h".to_vec())),
+                (Value::BulkString(b"es".to_vec()), Value::BulkString(b"i".to_vec())),
+            ]),
+        ])]);
+        assert_eq!(
+            parse_entries("read", map).unwrap(),
+            vec![(8, b"h".to_vec()), (9, b"i".to_vec())]
+        );
+        // More events than the id leaves room for: not an entry of ours.
+        assert!(parse_entries("read", Value::Array(vec![several(1, &[b"a", b"b"])])).is_err());
     }
 
     #[test]

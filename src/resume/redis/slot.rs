@@ -40,8 +40,10 @@ pub(super) struct Stored {
     pub(super) written: u64,
     /// The last seq counted in `entries` (counted when sent, so a retry does not count twice).
     pub(super) counted: u64,
-    /// Stored events, oldest first: (seq, bytes).
-    pub(super) entries: VecDeque<(u64, usize)>,
+    /// Stored entries, oldest first: what the bounds trim, a whole entry at a time.
+    pub(super) entries: VecDeque<Entry>,
+    /// Their events.
+    pub(super) events: usize,
     /// Their bytes.
     pub(super) bytes: usize,
     /// The first seq of its newest frame, which the per-stream bound never trims.
@@ -51,6 +53,14 @@ pub(super) struct Stored {
     pub(super) events_expire: bool,
     /// When it finished or was given up: its keys expire `ttl` after, and then it no longer counts.
     pub(super) ended: Option<Instant>,
+}
+
+/// One stored Stream entry, as the writer counts it: events `last - events + 1 ..= last`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Entry {
+    pub(super) last: u64,
+    pub(super) events: usize,
+    pub(super) bytes: usize,
 }
 
 /// The streams this instance owns and has not finished: `append` looks them up, the heartbeat refreshes them.
@@ -132,7 +142,7 @@ pub(super) fn starts_fit(len: usize, starts: &[u32]) -> bool {
 
 /// The byte range of each event of a frame of `len` bytes whose events start at `starts`, for starts that fit
 /// ([`starts_fit`]).
-pub(super) fn event_ranges(len: usize, starts: &[u32]) -> impl Iterator<Item = Range<usize>> + '_ {
+pub(super) fn event_ranges(len: usize, starts: &[u32]) -> impl Iterator<Item = Range<usize>> + Clone + '_ {
     starts
         .iter()
         .enumerate()

@@ -117,6 +117,7 @@ impl RedisStore {
             stalled_since: None,
             refused_since: None,
             next_sweep: None,
+            run: Vec::new(),
         };
         tokio::spawn(writer.run(rx));
         let followers = (0..opts.follow_connections)

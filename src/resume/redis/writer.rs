@@ -1,6 +1,7 @@
 //! The write path: the one task that writes every stream this instance owns, a pipeline per round, and keeps the
 //! per-stream and per-instance bounds.
 
+use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -9,9 +10,11 @@ use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::{Pipeline, Value};
 use tokio::sync::mpsc;
 
-use super::keys::{binding_index, entry_id, hex, start_channel, unix_us, BINDING_INDEX_MAX, CORS_FIELD, EVENT_FIELD};
+use super::keys::{
+    binding_index, entry_id, hex, start_channel, unix_us, BINDING_INDEX_MAX, CORS_FIELD, EVENTS_FIELD, EVENT_FIELD,
+};
 use super::options::{millis, RedisOptions};
-use super::slot::{event_ranges, fail, starts_fit, Op, Owned, Slot};
+use super::slot::{event_ranges, fail, starts_fit, Entry, Op, Owned, Slot};
 use super::trip::{round_trip, StoreObserver, RETRY_PAUSE};
 use crate::resume::metrics::{Bound, StoreOp};
 
@@ -19,9 +22,12 @@ use crate::resume::metrics::{Bound, StoreOp};
 pub const MAX_BATCH_FRAMES: usize = 1024;
 /// Event bytes taken into one writer round trip at most (a batch closes once it has reached this).
 pub const MAX_BATCH_BYTES: usize = 4 << 20;
-/// Arguments of an event's `XADD` at most (`NOMKSTREAM` included), and its bytes besides the key and the event.
-const XADD_ARGS: usize = 6;
+/// Arguments of an entry's `XADD` at most besides its events' (`NOMKSTREAM` included), and its bytes besides the
+/// key and the events'.
+const XADD_ARGS: usize = 4;
 const XADD_BYTES: usize = 48;
+/// Events of a stream's run whose list `Writer::add_entries` keeps for the next (a paced round lists a few).
+const RUN_KEPT: usize = 1024;
 /// How far live streams are trimmed when this instance's total in Redis is over `max_total_bytes`.
 pub const LIVE_FLOOR_BYTES: usize = 64 << 10;
 
@@ -33,7 +39,7 @@ pub(super) enum Tag {
     MetaAlive(Arc<Slot>),
     /// A command of the stream's create.
     Create(Arc<Slot>),
-    /// The `XADD` of event `seq`.
+    /// The `XADD` of an entry whose last event is `seq`.
     Add(Arc<Slot>, u64),
     /// A `PEXPIRE` of the events key: 1 means the key has its expiry, which the heartbeat refreshes from then on.
     EventsExpire(Arc<Slot>),
@@ -110,6 +116,9 @@ pub(super) struct Writer {
     /// When `held` is next swept of the streams whose keys expired: once a heartbeat (a sweep looks at every
     /// stream of the last `ttl`, too many for every round), and before anything is evicted.
     pub(super) next_sweep: Option<Instant>,
+    /// A stream's events of one round not yet in Redis, as `add_entries` splits them into entries: (seq, the
+    /// op's index in the round's run, the event's bytes in its frame). Kept to be reused, round after round.
+    pub(super) run: Vec<(u64, usize, Range<usize>)>,
 }
 
 impl Writer {
@@ -212,6 +221,9 @@ impl Writer {
             .map(|(slot, drop_events)| Op::Lost { slot, drop_events })
             .collect();
         ops.splice(0..0, lost);
+        // Each stream's ops together, in their order: its appends of the round are then one run, written as
+        // entries of several events. The order between streams does not matter (each has its own keys).
+        ops.sort_by_key(|op| Arc::as_ptr(op.slot()) as usize);
         // Streams whose meta hash a command of this round wrote (their create, agent, end): their keys' expiry
         // is set after it. An append alone sets none: the heartbeat refreshes a live stream's keys, and a new
         // events key gets its expiry once, in the round of its first `XADD` (`unexpiring`).
@@ -223,7 +235,9 @@ impl Writer {
             }
         };
         let mut added: Vec<Arc<Slot>> = Vec::new();
-        for op in &ops {
+        let mut next = 0;
+        while let Some(op) = ops.get(next) {
+            next += 1;
             match op {
                 // Written even for a stream already given up: readers elsewhere then see it, lost.
                 Op::Create {
@@ -259,49 +273,19 @@ impl Writer {
                     }
                     touch(&mut touched, slot);
                 }
-                Op::Append {
-                    slot,
-                    first_seq,
-                    frame,
-                    starts,
-                } => {
+                Op::Append { slot, .. } => {
+                    // The stream's appends that follow this one in the round join it.
+                    let run = next - 1;
+                    while matches!(ops.get(next), Some(Op::Append { slot: s, .. }) if Arc::ptr_eq(s, slot)) {
+                        next += 1;
+                    }
                     if slot.failed.load(Ordering::Acquire) {
                         continue;
                     }
-                    let mut st = slot.stored();
-                    st.newest_frame = *first_seq;
-                    // `append` queued only frames whose starts fit; checked again, as a range past the frame
-                    // would panic the slicing below.
-                    let ranges = starts_fit(frame.len(), starts).then(|| event_ranges(frame.len(), starts));
-                    for (seq, range) in (*first_seq..).zip(ranges.into_iter().flatten()) {
-                        if seq <= st.written {
-                            continue;
-                        }
-                        let len = range.len();
-                        // Sized once: the command's buffers do not grow arg by arg (this is the write path's
-                        // one allocation per event besides Redis's reply).
-                        let mut xadd = redis::Cmd::with_capacity(XADD_ARGS, XADD_BYTES + slot.keys.events.len() + len);
-                        xadd.arg("XADD").arg(&slot.keys.events);
-                        if st.events_expire {
-                            // The key has its expiry: one gone since (Redis flushed, failed over) is not made again
-                            // without it, which would outlive an owner that dies before its next heartbeat.
-                            xadd.arg("NOMKSTREAM");
-                        }
-                        // No `MAXLEN`: the count bound is kept below with the byte bound, by one `XTRIM`
-                        // (three arguments less per event, for Redis to parse too).
-                        xadd.arg(entry_id(seq)).arg(EVENT_FIELD).arg(&frame[range]);
-                        r.add(xadd, Tag::Add(slot.clone(), seq));
-                        if seq > st.counted {
-                            st.entries.push_back((seq, len));
-                            st.bytes += len;
-                            st.counted = seq;
-                            self.total += len;
-                        }
-                    }
-                    if !st.events_expire {
+                    self.add_entries(&mut r, slot, &ops[run..next]);
+                    if !slot.stored().events_expire {
                         touch(&mut unexpiring, slot);
                     }
-                    drop(st);
                     touch(&mut added, slot);
                 }
                 Op::Agent { slot, agent } => {
@@ -352,22 +336,24 @@ impl Writer {
             // Trimmed once it holds its slack more than a bound (bytes or events), back down to the bounds: one
             // `XTRIM` for that many events, not one a round.
             if st.bytes <= max_bytes.saturating_add(self.opts.trim_slack())
-                && st.entries.len() <= max_events.saturating_add(self.opts.events_slack())
+                && st.events <= max_events.saturating_add(self.opts.events_slack())
             {
                 continue;
             }
             let mut freed = 0;
             let mut keep_from = None;
-            while st.bytes > max_bytes || st.entries.len() > max_events {
-                match st.entries.front().copied() {
-                    Some((seq, len)) if seq < st.newest_frame => {
-                        st.entries.pop_front();
-                        st.bytes -= len;
-                        freed += len;
-                        keep_from = Some(seq + 1);
-                    }
-                    _ => break,
+            // Whole entries, while the stream holds a bound's worth without them: it keeps at least its bounds
+            // (an entry of one event: exactly the bound it was over), and less than an entry (half a slack) more.
+            while let Some(e) = st.entries.front().copied() {
+                let over = st.bytes - e.bytes >= max_bytes || st.events - e.events >= max_events;
+                if !over || e.last >= st.newest_frame {
+                    break;
                 }
+                st.entries.pop_front();
+                st.events -= e.events;
+                st.bytes -= e.bytes;
+                freed += e.bytes;
+                keep_from = Some(e.last + 1);
             }
             drop(st);
             if let Some(first) = keep_from {
@@ -394,6 +380,88 @@ impl Writer {
         }
         r.ops = ops;
         r
+    }
+
+    /// The `XADD`s of one stream's appends of a round (`run`, in order): its events not yet in Redis, several to
+    /// an entry `0-<its last seq>` within [`RedisOptions::entry_bounds`]. A paced stream has an event or two a
+    /// round: one command for them, where a command per event was most of what this store cost the gateway.
+    fn add_entries(&mut self, r: &mut Round, slot: &Arc<Slot>, run: &[Op]) {
+        let (most_events, most_bytes) = self.opts.entry_bounds();
+        let mut st = slot.stored();
+        let mut events = std::mem::take(&mut self.run);
+        events.clear();
+        for (i, op) in run.iter().enumerate() {
+            let Op::Append {
+                first_seq,
+                frame,
+                starts,
+                ..
+            } = op
+            else {
+                continue;
+            };
+            st.newest_frame = *first_seq;
+            // `append` queued only frames whose starts fit; checked again, as a range past the frame would panic
+            // the slicing below.
+            if !starts_fit(frame.len(), starts) {
+                continue;
+            }
+            let ranges = event_ranges(frame.len(), starts);
+            events.extend(
+                (*first_seq..)
+                    .zip(ranges)
+                    .filter(|(seq, _)| *seq > st.written)
+                    .map(|(seq, range)| (seq, i, range)),
+            );
+        }
+        let mut at = 0;
+        while at < events.len() {
+            // The entry's extent first: its id (the last seq) comes before its events.
+            let (end, bytes) = entry_end(&events, at, most_events, most_bytes);
+            let entry = &events[at..end];
+            at = end;
+            let last = entry[entry.len() - 1].0;
+            // Sized once: the command's buffers do not grow arg by arg (the write path's one allocation per
+            // entry besides Redis's reply).
+            let key = &slot.keys.events;
+            let n = entry.len();
+            let mut xadd = redis::Cmd::with_capacity(XADD_ARGS + 2 * n, XADD_BYTES + key.len() + bytes + 2 * n);
+            xadd.arg("XADD").arg(key);
+            if st.events_expire {
+                // The key has its expiry: one gone since (Redis flushed, failed over) is not made again without
+                // it, which would outlive an owner that dies before its next heartbeat.
+                xadd.arg("NOMKSTREAM");
+            }
+            // No `MAXLEN`: the bounds are kept below, by one `XTRIM` (three arguments less, for Redis to parse
+            // too).
+            xadd.arg(entry_id(last));
+            let field = if n == 1 { EVENT_FIELD } else { EVENTS_FIELD };
+            let (mut new, mut new_bytes) = (0, 0);
+            for e in entry {
+                xadd.arg(field).arg(event_bytes(run, e));
+                // Counted when first sent: a round sent again counts nothing twice.
+                if e.0 > st.counted {
+                    new += 1;
+                    new_bytes += e.2.len();
+                }
+            }
+            r.add(xadd, Tag::Add(slot.clone(), last));
+            if new > 0 {
+                st.entries.push_back(Entry {
+                    last,
+                    events: new,
+                    bytes: new_bytes,
+                });
+                st.events += new;
+                st.bytes += new_bytes;
+                st.counted = last;
+                self.total += new_bytes;
+            }
+        }
+        // A burst's list is not kept for good.
+        if events.capacity() <= RUN_KEPT {
+            self.run = events;
+        }
     }
 
     /// Indexes a new stream under its binding, then announces it (after its meta hash: an instance told of it can
@@ -425,6 +493,7 @@ impl Writer {
         let mut st = slot.stored();
         self.total = self.total.saturating_sub(st.bytes);
         st.bytes = 0;
+        st.events = 0;
         st.entries.clear();
     }
 
@@ -484,12 +553,13 @@ impl Writer {
             let mut freed = 0;
             let mut keep_from = None;
             while st.bytes > LIVE_FLOOR_BYTES && st.entries.len() > 1 {
-                let Some((seq, len)) = st.entries.pop_front() else {
+                let Some(e) = st.entries.pop_front() else {
                     break;
                 };
-                st.bytes -= len;
-                freed += len;
-                keep_from = Some(seq + 1);
+                st.events -= e.events;
+                st.bytes -= e.bytes;
+                freed += e.bytes;
+                keep_from = Some(e.last + 1);
             }
             drop(st);
             self.total = self.total.saturating_sub(freed);
@@ -676,9 +746,82 @@ impl Writer {
     }
 }
 
+/// Where the entry that starts at `events[at]` ends (exclusive), and its bytes: at most `most_events` events and
+/// `most_bytes` bytes (its first event alone may be larger), whose seqs follow each other (readers number an
+/// entry's events back from its id).
+fn entry_end(
+    events: &[(u64, usize, Range<usize>)],
+    at: usize,
+    most_events: usize,
+    most_bytes: usize,
+) -> (usize, usize) {
+    let (mut end, mut bytes) = (at, 0);
+    while let Some((seq, _, range)) = events.get(end) {
+        let joins =
+            end == at || (end - at < most_events && bytes + range.len() <= most_bytes && *seq == events[end - 1].0 + 1);
+        if !joins {
+            break;
+        }
+        bytes += range.len();
+        end += 1;
+    }
+    (end, bytes)
+}
+
+/// The bytes of an event of `run` that `Writer::add_entries` listed: (seq, its op's index, its range in the frame).
+fn event_bytes<'a>(run: &'a [Op], (_, i, range): &(u64, usize, Range<usize>)) -> &'a [u8] {
+    match &run[*i] {
+        Op::Append { frame, .. } => &frame[range.clone()],
+        _ => &[],
+    }
+}
+
 /// `XTRIM <events> MINID 0-<first>`: drops the events before `first`.
 pub(super) fn trim(events: &str, first: u64) -> redis::Cmd {
     let mut cmd = redis::cmd("XTRIM");
     cmd.arg(events).arg("MINID").arg(entry_id(first));
     cmd
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The entries `entry_end` splits events of these (seq, bytes) into, as their seqs.
+    fn split(events: &[(u64, usize)], most_events: usize, most_bytes: usize) -> Vec<Vec<u64>> {
+        let listed: Vec<(u64, usize, Range<usize>)> = events.iter().map(|&(seq, len)| (seq, 0, 0..len)).collect();
+        let mut entries = Vec::new();
+        let mut at = 0;
+        while at < listed.len() {
+            let (end, bytes) = entry_end(&listed, at, most_events, most_bytes);
+            assert_eq!(bytes, listed[at..end].iter().map(|e| e.2.len()).sum::<usize>());
+            entries.push(listed[at..end].iter().map(|e| e.0).collect());
+            at = end;
+        }
+        entries
+    }
+
+    #[test]
+    fn an_entry_holds_events_that_follow_each_other_within_its_bounds() {
+        let ten: Vec<(u64, usize)> = (1..=10).map(|seq| (seq, 10)).collect();
+        assert_eq!(
+            split(&ten, 4, 1000),
+            vec![vec![1, 2, 3, 4], vec![5, 6, 7, 8], vec![9, 10]]
+        );
+        assert_eq!(
+            split(&ten, 16, 35),
+            vec![vec![1, 2, 3], vec![4, 5, 6], vec![7, 8, 9], vec![10]]
+        );
+        // An event larger than the bytes bound is an entry alone.
+        assert_eq!(
+            split(&[(1, 10), (2, 100), (3, 10)], 16, 50),
+            vec![vec![1], vec![2], vec![3]]
+        );
+        // A seq missing (a frame skipped): the entry ends before it, as its id numbers its events.
+        assert_eq!(
+            split(&[(1, 1), (2, 1), (4, 1), (5, 1)], 16, 1000),
+            vec![vec![1, 2], vec![4, 5]]
+        );
+        assert_eq!(split(&[(7, 1)], 1, 1), vec![vec![7]]);
+    }
 }
