@@ -20,7 +20,8 @@ use super::reply::parse_entries;
 use super::trip::{round_trip, StoreObserver, RETRY_PAUSE};
 use crate::resume::metrics::StoreOp;
 
-/// Events returned by one [`RemoteReader::next`] at most (one `XRANGE` `COUNT`).
+/// Entries read by one [`RemoteReader::next`] at most (one `XRANGE` `COUNT`; each of at most
+/// [`RedisOptions::entry_bounds`] events and bytes).
 pub const READ_COUNT: usize = 256;
 
 /// One open remote reader, counted against `max_readers` until dropped.
