@@ -15,6 +15,8 @@ use harness::redis_server::RedisServer;
 use serde_json::{json, Value};
 
 const KEY: &str = "frontends-instances-binding-key-0123456789";
+/// How long the other instance may take to see a thread's record in Redis.
+const RECORD_WAIT: Duration = Duration::from_secs(10);
 
 /// Redis, the backend and two gateways on them.
 struct Setup {
@@ -91,12 +93,12 @@ async fn an_ag_ui_thread_awaiting_a_frontend_tool_is_continued_on_the_other_inst
     let messages = json!([user, {"id": "a1", "role": "assistant", "toolCalls": [search, call]}, search_result, answer]);
     let second = json!({"threadId": "thread-1", "runId": "run-2", "messages": messages, "tools": [], "context": []});
     let url_b = format!("http://{}/agui", s.b.addr);
-    // The first instance writes the thread's record to Redis as its stream ends: give it the moment it takes.
-    let mut tries = 0;
+    // The first instance writes the thread's record to Redis as its stream ends: give it the moment it takes,
+    // which a loaded CI machine stretches past 2 s.
+    let deadline = std::time::Instant::now() + RECORD_WAIT;
     let (parts, body) = loop {
         let (parts, body) = send("POST", &url_b, &headers, second.to_string()).await;
-        tries += 1;
-        if parts.status != 400 || tries == 20 {
+        if parts.status != 400 || std::time::Instant::now() >= deadline {
             break (parts, body);
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -13,7 +13,6 @@ use harness::legacy::text_block;
 use harness::prelude::*;
 use harness::redis_server::RedisServer;
 use harness::sse::split_id;
-use redis::Value;
 use sse_gateway::translate::{translate_all, Options};
 
 /// The binding key both instances share (at least 32 characters).
@@ -113,46 +112,13 @@ impl Setup {
         self.redis.wait_visible(token, WAIT).await;
     }
 
-    /// The events the store holds for a stream, in order: (seq, bytes). An entry `0-<last>` holds one event
-    /// (field `e`) or several (fields `es`), the last `last`.
+    /// The events the store holds for a stream, in order: (seq, text).
     async fn stored(&self, token: &str) -> Vec<(u64, String)> {
         let mut conn = self.redis_conn().await;
-        let reply: Value = redis::cmd("XRANGE")
-            .arg(format!("sse-gateway:{{{token}}}:events"))
-            .arg("-")
-            .arg("+")
-            .query_async(&mut conn)
-            .await
-            .expect("XRANGE");
-        let Value::Array(entries) = reply else {
-            panic!("XRANGE reply {reply:?}")
-        };
-        entries
+        let events = harness::redis_server::stored_events(&mut conn, token).await;
+        events
             .into_iter()
-            .flat_map(|entry| {
-                let Value::Array(pair) = entry else {
-                    panic!("entry {entry:?}")
-                };
-                let (Value::BulkString(id), Value::Array(fields)) = (&pair[0], &pair[1]) else {
-                    panic!("entry {pair:?}")
-                };
-                let last: u64 = std::str::from_utf8(id)
-                    .ok()
-                    .and_then(|id| id.strip_prefix("0-"))
-                    .and_then(|s| s.parse().ok())
-                    .expect("entry id 0-<seq>");
-                let events: Vec<String> = fields
-                    .chunks(2)
-                    .map(|kv| match kv {
-                        [Value::BulkString(k), Value::BulkString(v)] if k == b"e" || k == b"es" => {
-                            String::from_utf8(v.clone()).expect("utf-8 event")
-                        }
-                        _ => panic!("fields {fields:?}"),
-                    })
-                    .collect();
-                let first = last + 1 - events.len() as u64;
-                (first..).zip(events).collect::<Vec<_>>()
-            })
+            .map(|(seq, e)| (seq, String::from_utf8(e).expect("utf-8 event")))
             .collect()
     }
 

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use redis_server::RedisServer;
+use redis_server::{RawEntry, RedisServer};
 use sse_gateway::resume::redis::{
     Bound, End, OpenError, ReadError, RedisOptions, RedisStore, RemoteReader, RemoteState, StoreObserver, StoreOp,
 };
@@ -633,35 +633,10 @@ async fn two_watched(change: impl FnOnce(&mut RedisOptions)) -> Option<(Two, red
     Some((t, conn))
 }
 
-/// One Stream entry as `XRANGE` returns it: its id and its fields.
-type RawEntry = (String, Vec<(String, Vec<u8>)>);
-
-/// The events (seq, bytes) stored for `token`: an entry `0-<last>` holds one event (field `e`) or several
-/// (fields `es`), the last `last`.
+/// The events (seq, size) stored for `token`.
 async fn stored(conn: &mut redis::aio::MultiplexedConnection, token: &str) -> Vec<(u64, usize)> {
-    let reply: Vec<RawEntry> = redis::cmd("XRANGE")
-        .arg(format!("sse-gateway:{{{token}}}:events"))
-        .arg("-")
-        .arg("+")
-        .query_async(conn)
-        .await
-        .expect("XRANGE");
-    reply
-        .into_iter()
-        .flat_map(|(id, fields)| {
-            let last: u64 = id.strip_prefix("0-").and_then(|s| s.parse().ok()).expect("0-<seq>");
-            let names: Vec<&str> = fields.iter().map(|(k, _)| k.as_str()).collect();
-            assert!(
-                names == ["e"] || (names.len() > 1 && names.iter().all(|k| *k == "es")),
-                "entry {id}: fields {names:?}"
-            );
-            let first = last + 1 - fields.len() as u64;
-            fields
-                .into_iter()
-                .enumerate()
-                .map(move |(i, (_, v))| (first + i as u64, v.len()))
-        })
-        .collect()
+    let events = redis_server::stored_events(conn, token).await;
+    events.into_iter().map(|(seq, e)| (seq, e.len())).collect()
 }
 
 /// An event of about `size` bytes.

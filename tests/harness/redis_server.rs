@@ -173,3 +173,36 @@ impl Drop for RedisServer {
         self.kill();
     }
 }
+
+/// One Stream entry as `XRANGE` returns it: its id and its fields.
+#[allow(dead_code)]
+pub type RawEntry = (String, Vec<(String, Vec<u8>)>);
+
+/// The events (seq, bytes) Redis holds for stream `token`, read as any reader would: an entry `0-<last>` holds
+/// one event (field `e`) or several (fields `es`), the last of them `last`.
+#[allow(dead_code)]
+pub async fn stored_events(conn: &mut redis::aio::MultiplexedConnection, token: &str) -> Vec<(u64, Vec<u8>)> {
+    let reply: Vec<RawEntry> = redis::cmd("XRANGE")
+        .arg(format!("sse-gateway:{{{token}}}:events"))
+        .arg("-")
+        .arg("+")
+        .query_async(conn)
+        .await
+        .expect("XRANGE");
+    reply
+        .into_iter()
+        .flat_map(|(id, fields)| {
+            let last: u64 = id
+                .strip_prefix("0-")
+                .and_then(|s| s.parse().ok())
+                .expect("entry id 0-<seq>");
+            let names: Vec<&str> = fields.iter().map(|(k, _)| k.as_str()).collect();
+            assert!(
+                names == ["e"] || (names.len() > 1 && names.iter().all(|k| *k == "es")),
+                "entry {id}: fields {names:?}"
+            );
+            let first = last + 1 - fields.len() as u64;
+            (first..).zip(fields.into_iter().map(|(_, v)| v)).collect::<Vec<_>>()
+        })
+        .collect()
+}

@@ -282,8 +282,7 @@ impl Writer {
                     if slot.failed.load(Ordering::Acquire) {
                         continue;
                     }
-                    self.add_entries(&mut r, slot, &ops[run..next]);
-                    if !slot.stored().events_expire {
+                    if !self.add_entries(&mut r, slot, &ops[run..next]) {
                         touch(&mut unexpiring, slot);
                     }
                     touch(&mut added, slot);
@@ -385,7 +384,8 @@ impl Writer {
     /// The `XADD`s of one stream's appends of a round (`run`, in order): its events not yet in Redis, several to
     /// an entry `0-<its last seq>` within [`RedisOptions::entry_bounds`]. A paced stream has an event or two a
     /// round: one command for them, where a command per event was most of what this store cost the gateway.
-    fn add_entries(&mut self, r: &mut Round, slot: &Arc<Slot>, run: &[Op]) {
+    /// Returns whether the stream's events key has its expiry (read under the lock this takes anyway).
+    fn add_entries(&mut self, r: &mut Round, slot: &Arc<Slot>, run: &[Op]) -> bool {
         let (most_events, most_bytes) = self.opts.entry_bounds();
         let mut st = slot.stored();
         let mut events = std::mem::take(&mut self.run);
@@ -462,6 +462,7 @@ impl Writer {
         if events.capacity() <= RUN_KEPT {
             self.run = events;
         }
+        st.events_expire
     }
 
     /// Indexes a new stream under its binding, then announces it (after its meta hash: an instance told of it can
