@@ -8,6 +8,8 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::resume::id::PREFIX;
+
 /// The messages a socket speaks, chosen by `Sec-WebSocket-Protocol`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Subprotocol {
@@ -70,8 +72,16 @@ pub struct NotSpoken;
 /// One held event: its id (none for the gateway's own last words) and its envelope's JSON text.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Event<'a> {
-    pub id: Option<&'a str>,
+    /// As the line holds it: read as text only where a message escapes it (the gateway's own never needs it).
+    pub id: Option<&'a [u8]>,
     pub data: &'a [u8],
+}
+
+impl<'a> Event<'a> {
+    /// The id as text; none when it is not UTF-8.
+    fn id_str(&self) -> Option<&'a str> {
+        self.id.and_then(|id| std::str::from_utf8(id).ok())
+    }
 }
 
 /// The events of a frame of held events, as the gateway's own SSE encoder wrote them (`data:`, `id:`, `retry:`
@@ -79,7 +89,7 @@ pub struct Event<'a> {
 /// joined.
 pub fn events(frame: &[u8]) -> impl Iterator<Item = Event<'_>> {
     lines(frame)
-        .scan((None::<&[u8]>, None::<&str>), |(data, id), line| {
+        .scan((None::<&[u8]>, None::<&[u8]>), |(data, id), line| {
             if line.is_empty() {
                 let event = data.take().map(|d| Event { id: id.take(), data: d });
                 *id = None;
@@ -88,7 +98,7 @@ pub fn events(frame: &[u8]) -> impl Iterator<Item = Event<'_>> {
             if let Some(rest) = line.strip_prefix(b"data:") {
                 *data = Some(rest.strip_prefix(b" ").unwrap_or(rest));
             } else if let Some(rest) = line.strip_prefix(b"id:") {
-                *id = std::str::from_utf8(rest.strip_prefix(b" ").unwrap_or(rest)).ok();
+                *id = Some(rest.strip_prefix(b" ").unwrap_or(rest));
             }
             Some(None)
         })
@@ -239,17 +249,25 @@ impl Encoder {
             return None;
         }
         let (open, id, close): (&[u8], &[u8], &[u8]) = match ev.id {
-            Some(id)
-                if id
-                    .bytes()
-                    .fold(true, |plain, b| plain & (b.is_ascii_alphanumeric() | (b == b'-'))) =>
-            {
-                (b"\"", id.as_bytes(), b"\",\"envelope\":")
-            }
-            Some(_) => return None,
-            None => (b"null", b"", ENVELOPE),
+            Some(id) if self.plain(id) => (b"\"", id, b"\",\"envelope\":"),
+            Some(_) if ev.id_str().is_some() => return None,
+            // Not UTF-8: no id, as before the stream's id was read as text.
+            _ => (b"null", b"", ENVELOPE),
         };
         Some([self.head.as_bytes(), open, id, close, ev.data, b"}"])
+    }
+
+    /// Whether `id` goes into JSON as it is: the stream's own (`sg1-<its token>-<seq>`) is known by its prefix,
+    /// which saves walking every byte of every event's id; any other is checked byte by byte.
+    fn plain(&self, id: &[u8]) -> bool {
+        let seq = id
+            .strip_prefix(PREFIX.as_bytes())
+            .and_then(|r| r.strip_prefix(self.token().as_bytes()))
+            .and_then(|r| r.strip_prefix(b"-"));
+        match seq {
+            Some(seq) if seq.iter().all(u8::is_ascii_digit) => true,
+            _ => id.iter().all(|&b| b.is_ascii_alphanumeric() || b == b'-'),
+        }
     }
 
     /// Appends the message (a JSON object) `ev` makes to `out`; false when it makes none.
@@ -261,7 +279,7 @@ impl Encoder {
                     // An id that needs escaping.
                     None => {
                         out.extend_from_slice(self.head.as_bytes());
-                        push_str(out, ev.id.unwrap_or_default());
+                        push_str(out, ev.id_str().unwrap_or_default());
                         out.extend_from_slice(ENVELOPE);
                         out.extend_from_slice(ev.data);
                         out.put_u8(b'}');
@@ -280,7 +298,7 @@ impl Encoder {
         match env.ty.as_ref() {
             "text" if !env.delta.is_empty() => {
                 let payload = serde_json::json!({"text": env.delta});
-                self.sdk_message("agent:stream", &payload.to_string(), ev.id, out);
+                self.sdk_message("agent:stream", &payload.to_string(), ev.id_str(), out);
                 true
             }
             "tool_call" | "server_tool_call" | "tool_result" | "server_tool_result" | "meta_final" => {
@@ -322,20 +340,20 @@ impl Encoder {
                         serde_json::json!({"result": {"tool_use_id": key.1, "name": whole.name, "content": whole.delta}}),
                     ),
                 };
-                self.sdk_message(ty, &payload.to_string(), ev.id, out);
+                self.sdk_message(ty, &payload.to_string(), ev.id_str(), out);
                 true
             }
             "error" => {
                 let delta: Value = serde_json::from_str(&env.delta).unwrap_or_else(|_| Value::from(env.delta.as_ref()));
                 if delta.get("type").and_then(Value::as_str) == Some("stream_cancelled") {
-                    self.sdk_message("agent:cancelled", "{}", ev.id, out);
+                    self.sdk_message("agent:cancelled", "{}", ev.id_str(), out);
                 } else {
                     let message = delta
                         .get("message")
                         .and_then(Value::as_str)
                         .map_or_else(|| delta.to_string(), str::to_owned);
                     let payload = serde_json::json!({"message": message});
-                    self.sdk_message("agent:error", &payload.to_string(), ev.id, out);
+                    self.sdk_message("agent:error", &payload.to_string(), ev.id_str(), out);
                 }
                 true
             }
@@ -557,9 +575,9 @@ mod tests {
     fn the_held_events_are_read_back_with_their_ids() {
         let evs: Vec<_> = events(FRAME).collect();
         assert_eq!(evs.len(), 2);
-        assert_eq!(evs[0].id, Some("sg1-ab-1"));
+        assert_eq!(evs[0].id, Some(&b"sg1-ab-1"[..]));
         assert!(evs[0].data.starts_with(b"{\"type\":\"text\""));
-        assert_eq!(evs[1].id, Some("sg1-ab-2"));
+        assert_eq!(evs[1].id, Some(&b"sg1-ab-2"[..]));
         let no_id: Vec<_> = events(b"data: {\"x\":1}\n\n").collect();
         assert_eq!(
             no_id,
@@ -628,6 +646,37 @@ mod tests {
             let v: Value = serde_json::from_slice(&out).unwrap();
             assert_eq!(v["id"], id);
         }
+    }
+
+    /// The stream's own ids are known by their prefix; whatever follows it, or any other id, is copied only when
+    /// it needs no escaping, and an id that is not text is none, as when ids were read as text first.
+    #[test]
+    fn an_id_is_copied_only_when_it_needs_no_escaping() {
+        let enc = Encoder::new(Subprotocol::Gateway, "ab", 1 << 20);
+        for (id, plain) in [
+            (&b"sg1-ab-12"[..], true),
+            (b"sg1-ab-", true),
+            (b"sg1-ab-1\"2", false),
+            (b"sg1-ab-1\\", false),
+            (b"sg1-abc-1", true),
+            (b"sg1-ab-1 2", false),
+            (b"other-id-7", true),
+            (b"a/b", false),
+        ] {
+            assert_eq!(enc.plain(id), plain, "{}", String::from_utf8_lossy(id));
+            let ev = Event {
+                id: Some(id),
+                data: b"{}",
+            };
+            assert_eq!(enc.event_parts(&ev).is_some(), plain, "{}", String::from_utf8_lossy(id));
+        }
+        let not_text = Event {
+            id: Some(b"sg1-\xff-1"),
+            data: b"{}",
+        };
+        let joined = enc.event_parts(&not_text).expect("no id: nothing to escape").concat();
+        let v: Value = serde_json::from_slice(&joined).unwrap();
+        assert!(v["id"].is_null());
     }
 
     #[test]

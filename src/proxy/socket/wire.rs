@@ -143,10 +143,8 @@ impl<I: AsyncWrite + Unpin> Wire<I> {
     /// vectored write is walked on its own by the kernel, which costs more than copying a short one.
     pub fn send_text_parts(&mut self, text: &[&[u8]; PARTS]) -> io::Result<bool> {
         let len = text.iter().map(|p| p.len()).sum();
-        let mut head = [0u8; MAX_HEADER];
-        let n = header(len, &mut head);
         let mut joined = [0u8; JOINED];
-        joined[..n].copy_from_slice(&head[..n]);
+        let n = header(len, &mut joined);
         let mut at = n;
         let mut rest = &text[..];
         while let Some((part, after)) = rest.split_first() {
@@ -216,16 +214,18 @@ impl<I: AsyncWrite + Unpin> Wire<I> {
     }
 }
 
-/// Writes a final text frame's header for a payload of `len` bytes into `buf`; its length.
-fn header(len: usize, buf: &mut [u8; MAX_HEADER]) -> usize {
+/// Writes a final text frame's header for a payload of `len` bytes at the start of `buf` (at least `MAX_HEADER`
+/// bytes); its length.
+fn header(len: usize, buf: &mut [u8]) -> usize {
     let head = FrameHeader {
         opcode: OpCode::Data(Data::Text),
         ..FrameHeader::default()
     };
+    let room = buf.len();
     let mut rest = &mut buf[..];
     // Ten bytes hold any unmasked header: writing into them cannot fail.
     let _ = head.format(len as u64, &mut rest);
-    MAX_HEADER - rest.len()
+    room - rest.len()
 }
 
 impl<I: AsyncRead + Unpin> AsyncRead for Wire<I> {
