@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use bytes::Bytes;
+use smallvec::SmallVec;
 
 use super::keys::Keys;
 use crate::resume::metrics::End;
@@ -66,6 +67,9 @@ pub(super) struct Entry {
 /// The streams this instance owns and has not finished: `append` looks them up, the heartbeat refreshes them.
 pub(super) type Owned = Arc<Mutex<HashMap<String, Arc<Slot>>>>;
 
+/// Event starts an append carries without allocating.
+pub(super) const APPEND_STARTS_INLINE: usize = 4;
+
 /// What the writer task is asked to write.
 pub(super) enum Op {
     Create {
@@ -83,7 +87,9 @@ pub(super) enum Op {
         slot: Arc<Slot>,
         first_seq: u64,
         frame: Bytes,
-        starts: Vec<u32>,
+        /// Inline for a frame of a few events (a paced stream's): an allocation made by the stream's worker and
+        /// freed by the writer's thread was a cross-thread `malloc`/`free` pair per append.
+        starts: SmallVec<[u32; APPEND_STARTS_INLINE]>,
     },
     Agent {
         slot: Arc<Slot>,

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, Value};
+use smallvec::SmallVec;
 use std::time::Duration;
 use tokio::sync::mpsc;
 
@@ -226,7 +227,7 @@ impl RedisStore {
             slot: slot.clone(),
             first_seq,
             frame,
-            starts: starts.to_vec(),
+            starts: SmallVec::from_slice(starts),
         })
     }
 
